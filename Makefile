@@ -1,0 +1,18 @@
+# The README's two commands: `make demo` (quantir's main job on the bundled model) and
+# `make test` (the whole test suite). Both install what they need first.
+.PHONY: deps demo test bench fmt
+
+deps:
+	bash scripts/install-deps.sh
+
+demo: deps
+	bash scripts/demo.sh
+
+test: deps
+	cargo test --workspace
+
+bench: deps
+	cargo bench --workspace
+
+fmt:
+	cargo fmt --all

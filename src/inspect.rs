@@ -1,0 +1,199 @@
+//! `quantir inspect`: what a module holds — functions and signatures, op counts, constants,
+//! float tensors and their keys.
+
+use crate::ir::graph::{body_ops, function_name, functions, nested_ops, op_name};
+use crate::ir::keys::TensorKeys;
+use crate::ir::types::tensor_type;
+use crate::ir::{attribute_to_tensor, IrError};
+use melior::ir::attribute::AttributeLike;
+use melior::ir::block::BlockLike;
+use melior::ir::operation::OperationLike;
+use melior::ir::RegionLike;
+use melior::ir::{Module, OperationRef, ValueLike};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// A function's signature, with the argument/result names TF export records.
+#[derive(Debug, Serialize)]
+pub struct FunctionInfo {
+    pub name: String,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    /// Names from `tf.entry_function` (`inputs = "a,b"`), when present.
+    pub input_names: Vec<String>,
+    pub output_names: Vec<String>,
+}
+
+/// Constants grouped by element type.
+#[derive(Debug, Default, Serialize)]
+pub struct ConstantGroup {
+    pub count: usize,
+    pub bytes: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FloatTensor {
+    pub key: String,
+    pub r#type: String,
+    pub producer: String,
+}
+
+/// Everything `quantir inspect` reports.
+#[derive(Debug, Serialize)]
+pub struct Inspection {
+    pub functions: Vec<FunctionInfo>,
+    pub op_counts: BTreeMap<String, usize>,
+    pub constants: BTreeMap<String, ConstantGroup>,
+    pub constant_count: usize,
+    pub constant_bytes: usize,
+    /// Float tensors that are not constants (activations), by key.
+    pub float_tensors: Vec<FloatTensor>,
+}
+
+/// True for an op that holds a constant tensor: no operands and an elements-valued `value`
+/// attribute (`tf.Const`, `arith.constant`, `onnx.Constant`, ...).
+pub fn is_constant_op<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> bool {
+    op.operand_count() == 0
+        && op.result_count() == 1
+        && op
+            .attribute("value")
+            .map(|a| unsafe { mlir_sys::mlirAttributeIsAElements(a.to_raw()) })
+            .unwrap_or(false)
+}
+
+fn split_names(s: Option<String>) -> Vec<String> {
+    s.map(|s| s.split(',').filter(|x| !x.is_empty()).map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// `tf.entry_function`'s `inputs` / `outputs` names of a function.
+pub fn entry_function_names(func: OperationRef) -> (Vec<String>, Vec<String>) {
+    let Ok(dict) = func.attribute("tf.entry_function") else {
+        return (vec![], vec![]);
+    };
+    let get = |k: &str| unsafe {
+        let id = mlir_sys::MlirStringRef {
+            data: k.as_ptr() as *const _,
+            length: k.len(),
+        };
+        let a = mlir_sys::mlirDictionaryAttrGetElementByName(dict.to_raw(), id);
+        if a.ptr.is_null() {
+            None
+        } else {
+            crate::ir::graph::string_value(melior::ir::Attribute::from_raw(a))
+        }
+    };
+    (split_names(get("inputs")), split_names(get("outputs")))
+}
+
+pub fn inspect(module: &Module) -> Result<Inspection, IrError> {
+    let mut functions_info = Vec::new();
+    let mut op_counts = BTreeMap::new();
+    let mut constants: BTreeMap<String, ConstantGroup> = BTreeMap::new();
+    let mut float_tensors = Vec::new();
+    for func in functions(module) {
+        let name = function_name(&func);
+        let (input_names, output_names) = entry_function_names(func);
+        let mut inputs = Vec::new();
+        if let Some(b) = func.region(0).ok().and_then(|r| r.first_block()) {
+            for k in 0..b.argument_count() {
+                inputs.push(b.argument(k).map(|a| a.r#type().to_string()).unwrap_or_default());
+            }
+        }
+        let outputs = body_ops(func)
+            .last()
+            .filter(|t| op_name(*t) == "func.return")
+            .map(|t| t.operands().map(|v| v.r#type().to_string()).collect())
+            .unwrap_or_default();
+        functions_info.push(FunctionInfo {
+            name: name.clone(),
+            inputs,
+            outputs,
+            input_names,
+            output_names,
+        });
+        let keys = TensorKeys::new(func);
+        for op in nested_ops(func) {
+            let opname = op_name(&op);
+            *op_counts.entry(opname.clone()).or_insert(0) += 1;
+            if is_constant_op(&op) {
+                let value = op.attribute("value").map_err(|e| IrError::Invalid(e.to_string()))?;
+                let what = format!("{opname} in @{name}");
+                let (elem, bytes) = match tensor_type(value.r#type()) {
+                    Some(t) => {
+                        let bytes = match attribute_to_tensor(value, &what) {
+                            Ok(t) => t.size_bytes(),
+                            Err(_) => 0,
+                        };
+                        (t.element, bytes)
+                    }
+                    None => (value.r#type().to_string(), 0),
+                };
+                let g = constants.entry(elem).or_default();
+                g.count += 1;
+                g.bytes += bytes;
+                continue;
+            }
+            for r in op.results() {
+                if let Some(t) = tensor_type(r.r#type()) {
+                    if t.dtype.is_some_and(|d| d.is_float()) {
+                        float_tensors.push(FloatTensor {
+                            key: keys.get(r.into()).unwrap_or("?").to_string(),
+                            r#type: r.r#type().to_string(),
+                            producer: opname.clone(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let constant_count = constants.values().map(|g| g.count).sum();
+    let constant_bytes = constants.values().map(|g| g.bytes).sum();
+    Ok(Inspection {
+        functions: functions_info,
+        op_counts,
+        constants,
+        constant_count,
+        constant_bytes,
+        float_tensors,
+    })
+}
+
+impl std::fmt::Display for Inspection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for func in &self.functions {
+            writeln!(
+                f,
+                "func @{}({}) -> ({})",
+                func.name,
+                func.inputs.join(", "),
+                func.outputs.join(", ")
+            )?;
+            if !func.input_names.is_empty() || !func.output_names.is_empty() {
+                writeln!(
+                    f,
+                    "  inputs: {}  outputs: {}",
+                    func.input_names.join(","),
+                    func.output_names.join(",")
+                )?;
+            }
+        }
+        writeln!(f, "\nops:")?;
+        for (name, n) in &self.op_counts {
+            writeln!(f, "  {n:>6}  {name}")?;
+        }
+        writeln!(
+            f,
+            "\nconstants: {} ({} bytes)",
+            self.constant_count, self.constant_bytes
+        )?;
+        for (elem, g) in &self.constants {
+            writeln!(f, "  {:>6}  {elem:<8} {} bytes", g.count, g.bytes)?;
+        }
+        writeln!(f, "\nfloat tensors: {}", self.float_tensors.len())?;
+        for t in &self.float_tensors {
+            writeln!(f, "  {:<40} {:<28} {}", t.key, t.r#type, t.producer)?;
+        }
+        Ok(())
+    }
+}

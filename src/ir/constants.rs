@@ -1,0 +1,187 @@
+//! Constants: `DenseElementsAttr` and `dense_resource<...>` ⇄ [`Tensor`].
+//!
+//! Dense attributes are read and written as one raw little-endian buffer (no per-element C
+//! calls), except i1, which MLIR bit-packs and which is read element by element.
+
+use super::types::{dtype_to_type, tensor_type};
+use super::IrError;
+use crate::tensor::{DType, Tensor};
+use half::{bf16, f16};
+use melior::ir::attribute::AttributeLike;
+use melior::ir::{Attribute, TypeLike};
+use ndarray::{ArrayD, IxDyn};
+
+fn constant_err(what: &str, reason: impl Into<String>) -> IrError {
+    IrError::Constant {
+        what: what.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Decodes `n` little-endian elements of `T` from `bytes` (`stored` of them, splat when 1 < n).
+macro_rules! decode {
+    ($bytes:expr, $t:ty, $width:expr, $from:expr) => {
+        $bytes
+            .chunks_exact($width)
+            .map(|c| $from(c.try_into().unwrap_or([0; $width])))
+            .collect::<Vec<$t>>()
+    };
+}
+
+fn array_from<T: Clone>(shape: &[usize], mut v: Vec<T>, n: usize, what: &str) -> Result<ArrayD<T>, IrError> {
+    if v.len() == 1 && n != 1 {
+        let x = v[0].clone();
+        v = vec![x; n];
+    }
+    ArrayD::from_shape_vec(IxDyn(shape), v).map_err(|e| constant_err(what, e.to_string()))
+}
+
+fn tensor_from_le_bytes(dtype: DType, shape: &[usize], bytes: &[u8], n: usize, what: &str) -> Result<Tensor, IrError> {
+    Ok(match dtype {
+        DType::F32 => Tensor::F32(array_from(shape, decode!(bytes, f32, 4, f32::from_le_bytes), n, what)?),
+        DType::F64 => Tensor::F64(array_from(shape, decode!(bytes, f64, 8, f64::from_le_bytes), n, what)?),
+        DType::F16 => Tensor::F16(array_from(shape, decode!(bytes, f16, 2, f16::from_le_bytes), n, what)?),
+        DType::BF16 => Tensor::BF16(array_from(
+            shape,
+            decode!(bytes, bf16, 2, bf16::from_le_bytes),
+            n,
+            what,
+        )?),
+        DType::I8 => Tensor::I8(array_from(shape, bytes.iter().map(|b| *b as i8).collect(), n, what)?),
+        DType::U8 => Tensor::U8(array_from(shape, bytes.to_vec(), n, what)?),
+        DType::I16 => Tensor::I16(array_from(shape, decode!(bytes, i16, 2, i16::from_le_bytes), n, what)?),
+        DType::U16 => Tensor::U16(array_from(shape, decode!(bytes, u16, 2, u16::from_le_bytes), n, what)?),
+        DType::I32 => Tensor::I32(array_from(shape, decode!(bytes, i32, 4, i32::from_le_bytes), n, what)?),
+        DType::I64 => Tensor::I64(array_from(shape, decode!(bytes, i64, 8, i64::from_le_bytes), n, what)?),
+        DType::I1 => return Err(constant_err(what, "i1 is not stored byte-wise")),
+    })
+}
+
+/// Reads a constant attribute (`dense<...>` in any form, including splat and hex, or
+/// `dense_resource<...>`) into a [`Tensor`]. `what` names the constant in errors.
+pub fn attribute_to_tensor(attr: Attribute, what: &str) -> Result<Tensor, IrError> {
+    let raw = attr.to_raw();
+    let ty = tensor_type(attr.r#type())
+        .ok_or_else(|| constant_err(what, format!("type {} is not a ranked tensor", attr.r#type())))?;
+    let shape = ty
+        .static_shape()
+        .ok_or_else(|| constant_err(what, "constant with a dynamic shape"))?;
+    let dtype = ty
+        .dtype
+        .ok_or_else(|| constant_err(what, format!("unsupported element type {}", ty.element)))?;
+    let n: usize = shape.iter().product();
+    unsafe {
+        if mlir_sys::mlirAttributeIsADenseElements(raw) {
+            let splat = mlir_sys::mlirDenseElementsAttrIsSplat(raw);
+            if dtype == DType::I1 {
+                let stored = if splat { 1 } else { n };
+                let v = (0..stored)
+                    .map(|i| mlir_sys::mlirDenseElementsAttrGetBoolValue(raw, i as isize))
+                    .collect();
+                return Ok(Tensor::I1(array_from(&shape, v, n, what)?));
+            }
+            let stored = if splat { n.min(1) } else { n };
+            let len = stored * dtype.size_bytes();
+            let ptr = mlir_sys::mlirDenseElementsAttrGetRawData(raw) as *const u8;
+            if len > 0 && ptr.is_null() {
+                return Err(constant_err(what, "no data"));
+            }
+            let bytes = if len == 0 {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(ptr, len)
+            };
+            return tensor_from_le_bytes(dtype, &shape, bytes, n, what);
+        }
+        if mlir_sys::mlirAttributeIsADenseResourceElements(raw) {
+            return resource_to_tensor(attr, dtype, &shape, n, what);
+        }
+    }
+    Err(constant_err(
+        what,
+        format!("attribute {attr} is not a dense elements attribute"),
+    ))
+}
+
+/// `dense_resource` blobs have no raw-data accessor in the C API, so they are read element by
+/// element with the typed getters (f16/bf16 have none and are reported as unsupported).
+unsafe fn resource_to_tensor(
+    attr: Attribute,
+    dtype: DType,
+    shape: &[usize],
+    n: usize,
+    what: &str,
+) -> Result<Tensor, IrError> {
+    let raw = attr.to_raw();
+    macro_rules! get {
+        ($f:ident, $v:ident) => {
+            Tensor::$v(array_from(
+                shape,
+                (0..n).map(|i| unsafe { mlir_sys::$f(raw, i as isize) }).collect(),
+                n,
+                what,
+            )?)
+        };
+    }
+    Ok(match dtype {
+        DType::F32 => get!(mlirDenseFloatResourceElementsAttrGetValue, F32),
+        DType::F64 => get!(mlirDenseDoubleResourceElementsAttrGetValue, F64),
+        DType::I1 => get!(mlirDenseBoolResourceElementsAttrGetValue, I1),
+        DType::I8 => get!(mlirDenseInt8ResourceElementsAttrGetValue, I8),
+        DType::U8 => get!(mlirDenseUInt8ResourceElementsAttrGetValue, U8),
+        DType::I16 => get!(mlirDenseInt16ResourceElementsAttrGetValue, I16),
+        DType::U16 => get!(mlirDenseUInt16ResourceElementsAttrGetValue, U16),
+        DType::I32 => get!(mlirDenseInt32ResourceElementsAttrGetValue, I32),
+        DType::I64 => get!(mlirDenseInt64ResourceElementsAttrGetValue, I64),
+        DType::F16 | DType::BF16 => {
+            return Err(constant_err(
+                what,
+                format!("dense_resource of {dtype} is not supported"),
+            ))
+        }
+    })
+}
+
+fn le_bytes<T: Copy, const W: usize>(a: &ArrayD<T>, f: impl Fn(T) -> [u8; W]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(a.len() * W);
+    for x in a.iter() {
+        out.extend_from_slice(&f(*x));
+    }
+    out
+}
+
+/// Builds a `DenseElementsAttr` holding `t` (one raw buffer; i1 through the bool getter).
+pub fn tensor_to_attribute<'c>(ctx: &'c melior::Context, t: &Tensor) -> Attribute<'c> {
+    let shape: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
+    let elem = dtype_to_type(ctx, t.dtype());
+    unsafe {
+        let ty = mlir_sys::mlirRankedTensorTypeGet(
+            shape.len() as isize,
+            shape.as_ptr(),
+            elem.to_raw(),
+            mlir_sys::mlirAttributeGetNull(),
+        );
+        if let Tensor::I1(a) = t {
+            let v: Vec<i32> = a.iter().map(|&b| b as i32).collect();
+            return Attribute::from_raw(mlir_sys::mlirDenseElementsAttrBoolGet(ty, v.len() as isize, v.as_ptr()));
+        }
+        let bytes = match t {
+            Tensor::F32(a) => le_bytes(a, f32::to_le_bytes),
+            Tensor::F64(a) => le_bytes(a, f64::to_le_bytes),
+            Tensor::F16(a) => le_bytes(a, f16::to_le_bytes),
+            Tensor::BF16(a) => le_bytes(a, bf16::to_le_bytes),
+            Tensor::I8(a) => le_bytes(a, i8::to_le_bytes),
+            Tensor::U8(a) => le_bytes(a, u8::to_le_bytes),
+            Tensor::I16(a) => le_bytes(a, i16::to_le_bytes),
+            Tensor::U16(a) => le_bytes(a, u16::to_le_bytes),
+            Tensor::I32(a) => le_bytes(a, i32::to_le_bytes),
+            Tensor::I64(a) => le_bytes(a, i64::to_le_bytes),
+            Tensor::I1(_) => unreachable!("handled above"),
+        };
+        Attribute::from_raw(mlir_sys::mlirDenseElementsAttrRawBufferGet(
+            ty,
+            bytes.len(),
+            bytes.as_ptr() as *const _,
+        ))
+    }
+}

@@ -1,0 +1,69 @@
+//! Tensor keys: the stable names statistics, parameters and reports use for a value.
+//!
+//! A value's key is its name location (`loc("conv1/Relu")`, as ONNX import and TF export set
+//! them; `name:j` for result j > 0 of a multi-result op) when it has one, else its position:
+//! `@func/op#i:result#j` (i = pre-order index of the op inside the function) or `@func/arg#k`.
+
+use super::graph::{function_name, nested_ops};
+use melior::ir::block::BlockLike;
+use melior::ir::operation::OperationLike;
+use melior::ir::RegionLike;
+use melior::ir::{Location, OperationRef, Value, ValueLike};
+use std::collections::HashMap;
+
+/// The first name found in a location (through fused and call-site locations).
+pub fn location_name(loc: Location) -> Option<String> {
+    if loc.is_name() {
+        return loc.name_value().as_string_ref().as_str().ok().map(str::to_string);
+    }
+    if loc.is_fused() {
+        return (0..loc.fused_num_locations()).find_map(|i| location_name(loc.fused_location(i)));
+    }
+    if loc.is_call_site() {
+        return location_name(loc.call_site_callee());
+    }
+    None
+}
+
+/// Keys of every value in one function, computed once (positional keys need the op index).
+pub struct TensorKeys {
+    by_value: HashMap<usize, String>,
+}
+
+impl TensorKeys {
+    pub fn new(func: OperationRef<'_, '_>) -> Self {
+        let fname = function_name(&func);
+        let mut by_value = HashMap::new();
+        if let Some(block) = func.region(0).ok().and_then(|r| r.first_block()) {
+            for k in 0..block.argument_count() {
+                if let Ok(arg) = block.argument(k) {
+                    let key = location_name(arg.location()).unwrap_or_else(|| format!("@{fname}/arg#{k}"));
+                    by_value.insert(arg.to_raw().ptr as usize, key);
+                }
+            }
+        }
+        for (i, op) in nested_ops(func).into_iter().enumerate() {
+            let name = location_name(op.location());
+            for (j, r) in op.results().enumerate() {
+                let key = match &name {
+                    Some(n) if j == 0 => n.clone(),
+                    Some(n) => format!("{n}:{j}"),
+                    None => format!("@{fname}/op#{i}:result#{j}"),
+                };
+                by_value.insert(r.to_raw().ptr as usize, key);
+            }
+        }
+        TensorKeys { by_value }
+    }
+
+    /// The key of `value`, if it belongs to this function.
+    pub fn get(&self, value: Value) -> Option<&str> {
+        self.by_value.get(&(value.to_raw().ptr as usize)).map(String::as_str)
+    }
+}
+
+/// The key of one value of `func` (computes all keys of the function; use [`TensorKeys`] when
+/// naming many values).
+pub fn value_key(func: OperationRef<'_, '_>, value: Value) -> Option<String> {
+    TensorKeys::new(func).get(value).map(str::to_string)
+}

@@ -1,0 +1,52 @@
+//! The MLIR layer: the only part of quantir that talks to melior / mlir-sys.
+//!
+//! - [`context`]: one `Context` factory (all upstream dialects, unregistered dialects allowed);
+//! - [`io`]: [`load`] text or bytecode with every diagnostic as `file:line:col: message`,
+//!   [`save`] text or bytecode atomically;
+//! - [`constants`]: `DenseElementsAttr` / `dense_resource` ⇄ [`Tensor`](crate::tensor::Tensor);
+//! - [`graph`]: functions, ops, uses of a value, insertion, operand rewiring, cloning, safe erasure;
+//! - [`keys`]: stable tensor keys (name location, else `@func/op#i:result#j`);
+//! - [`types`]: tensor types ⇄ element type and shape.
+
+pub mod constants;
+pub mod context;
+pub mod graph;
+pub mod io;
+pub mod keys;
+pub mod types;
+
+pub use constants::{attribute_to_tensor, tensor_to_attribute};
+pub use context::new_context;
+pub use io::{load, load_bytes, print_module, save, write_module, ModuleFormat};
+pub use keys::{value_key, TensorKeys};
+
+use std::path::PathBuf;
+
+/// Errors of the MLIR layer. Each names the file or the tensor it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum IrError {
+    #[error("{path}: cannot read: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{}", format_parse_error(path, diagnostics))]
+    Parse { path: PathBuf, diagnostics: Vec<String> },
+    #[error(transparent)]
+    Write(#[from] crate::fsutil::WriteError),
+    #[error("{path}: unknown output format (expected a .mlir or .mlirbc file name)")]
+    UnknownFormat { path: PathBuf },
+    #[error("constant {what}: {reason}")]
+    Constant { what: String, reason: String },
+    #[error("cannot erase {op}: its result #{result} still has {uses} use(s)")]
+    EraseWithUses { op: String, result: usize, uses: usize },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn format_parse_error(path: &std::path::Path, diags: &[String]) -> String {
+    match diags.split_first() {
+        None => format!("{}: not a valid MLIR module", path.display()),
+        Some((first, [])) => format!("{}: invalid MLIR: {first}", path.display()),
+        Some((first, rest)) => {
+            format!("{}: invalid MLIR: {first}\n{}", path.display(), rest.join("\n"))
+        }
+    }
+}

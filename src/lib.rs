@@ -1,0 +1,14 @@
+//! quantir: post-training quantization on MLIR.
+//!
+//! The module stays MLIR from load to save; every stage is a library call:
+//! [`ir`] (load/save, constants, keys), [`inspect`], [`passes`] (the rewriter), [`params`]
+//! (scales and zero points), and the `quantir-calibration` crate (statistics).
+
+pub mod fsutil;
+pub mod inspect;
+pub mod ir;
+pub mod params;
+pub mod passes;
+pub mod tensor;
+
+pub use quantir_calibration as calibration;

@@ -1,0 +1,53 @@
+//! Shared helpers of the integration tests.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn data(name: &str) -> PathBuf {
+    root().join("tests/data").join(name)
+}
+
+pub fn example(name: &str) -> PathBuf {
+    root().join("examples").join(name)
+}
+
+/// The text of a model file, gunzipped when it ends in `.gz`.
+pub fn model_text(path: &Path) -> Vec<u8> {
+    let raw = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if path.extension().is_some_and(|e| e == "gz") {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&raw[..]).read_to_end(&mut out).unwrap();
+        out
+    } else {
+        raw
+    }
+}
+
+/// Every MLIR model the tests use: (name, text).
+pub fn all_models() -> Vec<(String, Vec<u8>)> {
+    [
+        example("digits_cnn.mlir"),
+        data("digits_mlp.mlir"),
+        data("mobilenet_v2_035.mlir.gz"),
+    ]
+    .iter()
+    .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), model_text(p)))
+    .collect()
+}
+
+/// Runs `mlir-opt-22 --allow-unregistered-dialect` on a file; returns (success, stderr).
+pub fn mlir_opt_accepts(path: &Path) -> (bool, String) {
+    let out = std::process::Command::new("mlir-opt-22")
+        .arg("--allow-unregistered-dialect")
+        .arg(path)
+        .arg("-o")
+        .arg("/dev/null")
+        .output()
+        .expect("mlir-opt-22 must be installed (scripts/install-deps.sh installs mlir-22-tools)");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
