@@ -13,6 +13,7 @@ pub mod context;
 pub mod graph;
 pub mod io;
 pub mod keys;
+pub mod quant;
 pub mod types;
 
 pub use constants::{attribute_to_tensor, tensor_to_attribute};

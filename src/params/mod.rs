@@ -175,7 +175,7 @@ impl QuantParams {
         if (self.qmin, self.qmax) != (lo, hi) {
             storage = format!("{storage}<{}:{}>", self.qmin, self.qmax);
         }
-        let pair = |s: f64, z: i64| format!("{s:e}:{z}");
+        let pair = |s: f64, z: i64| format!("{}:{z}", mlir_float(s));
         match self.axis {
             None => format!(
                 "!quant.uniform<{storage}:f32, {}>",
@@ -191,6 +191,15 @@ impl QuantParams {
                 format!("!quant.uniform<{storage}:f32:{a}, {{{}}}>", v.join(","))
             }
         }
+    }
+}
+
+/// Shortest round-trip spelling of `x` that MLIR's lexer reads as a float (`1.0e0`, not `1e0`).
+fn mlir_float(x: f64) -> String {
+    let s = format!("{x:e}");
+    match s.split_once('e') {
+        Some((m, e)) if !m.contains('.') => format!("{m}.0e{e}"),
+        _ => s,
     }
 }
 
