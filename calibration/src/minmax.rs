@@ -1,0 +1,282 @@
+//! Min/max observers.
+
+use crate::{CalibError, Range};
+use ndarray::{ArrayViewD, Axis};
+use serde::{Deserialize, Serialize};
+
+const LANES: usize = 16;
+
+/// Min and max of `xs` plus the number of non-finite values, in one pass that vectorises:
+/// 16 independent lanes, and `x - x != 0` flags NaN and ±Inf without a branch per element.
+/// Non-finite values are left out of min/max.
+pub fn batch_min_max(xs: &[f32]) -> (f32, f32, usize) {
+    let mut lo = [f32::INFINITY; LANES];
+    let mut hi = [f32::NEG_INFINITY; LANES];
+    let mut bad = [false; LANES];
+    let chunks = xs.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..LANES {
+            let x = c[i];
+            lo[i] = if x < lo[i] { x } else { lo[i] };
+            hi[i] = if x > hi[i] { x } else { hi[i] };
+            bad[i] |= (x - x) != 0.0;
+        }
+    }
+    let mut any_bad = bad.iter().any(|&b| b);
+    for &x in rest {
+        lo[0] = if x < lo[0] { x } else { lo[0] };
+        hi[0] = if x > hi[0] { x } else { hi[0] };
+        any_bad |= (x - x) != 0.0;
+    }
+    if any_bad {
+        // slow path only for batches that hold non-finite values
+        let (mut l, mut h, mut n) = (f32::INFINITY, f32::NEG_INFINITY, 0);
+        for &x in xs {
+            if x.is_finite() {
+                l = l.min(x);
+                h = h.max(x);
+            } else {
+                n += 1;
+            }
+        }
+        return (l, h, n);
+    }
+    let l = lo.iter().fold(f32::INFINITY, |a, &b| a.min(b));
+    let h = hi.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    (l, h, 0)
+}
+
+/// Index of the first non-finite value.
+pub(crate) fn first_non_finite(xs: &[f32]) -> usize {
+    xs.iter().position(|x| !x.is_finite()).unwrap_or(0)
+}
+
+/// Global min and max (TF MIN_MAX, onnxruntime MinMax, PyTorch MinMaxObserver).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MinMax {
+    pub min: f32,
+    pub max: f32,
+    /// Number of finite values observed.
+    pub count: u64,
+}
+
+impl Default for MinMax {
+    fn default() -> Self {
+        MinMax {
+            min: f32::INFINITY,
+            max: f32::NEG_INFINITY,
+            count: 0,
+        }
+    }
+}
+
+impl MinMax {
+    /// Adds a batch's finite values; returns how many non-finite values it held.
+    pub fn observe_slice(&mut self, xs: &[f32]) -> usize {
+        let (l, h, bad) = batch_min_max(xs);
+        self.min = self.min.min(l);
+        self.max = self.max.max(h);
+        self.count += (xs.len() - bad) as u64;
+        bad
+    }
+
+    pub fn merge(&mut self, o: &MinMax) {
+        self.min = self.min.min(o.min);
+        self.max = self.max.max(o.max);
+        self.count += o.count;
+    }
+
+    pub fn range(&self) -> Option<Range> {
+        (self.count > 0).then_some((self.min, self.max))
+    }
+}
+
+/// How per-batch extremes are averaged.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum MovingAverage {
+    /// TF AVERAGE_MIN_MAX: the mean of per-batch min and max. Mergeable across shards.
+    Mean,
+    /// onnxruntime / PyTorch: the first batch sets the range, then
+    /// range += c · (batch range − range). Order-dependent by definition, so not mergeable.
+    Ema { constant: f32 },
+}
+
+/// Moving-average min/max over batches (a batch is one call to `observe`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MovingAverageMinMax {
+    pub flavour: MovingAverage,
+    /// Mean: sums of per-batch extremes (f64). Ema: the current averages.
+    pub min_acc: f64,
+    pub max_acc: f64,
+    pub batches: u64,
+}
+
+impl MovingAverageMinMax {
+    pub fn new(flavour: MovingAverage) -> Self {
+        MovingAverageMinMax {
+            flavour,
+            min_acc: 0.0,
+            max_acc: 0.0,
+            batches: 0,
+        }
+    }
+
+    pub fn observe_slice(&mut self, xs: &[f32]) -> usize {
+        let (l, h, bad) = batch_min_max(xs);
+        if bad == xs.len() {
+            return bad;
+        }
+        match self.flavour {
+            MovingAverage::Mean => {
+                self.min_acc += l as f64;
+                self.max_acc += h as f64;
+            }
+            MovingAverage::Ema { constant } => {
+                if self.batches == 0 {
+                    self.min_acc = l as f64;
+                    self.max_acc = h as f64;
+                } else {
+                    let c = constant as f64;
+                    self.min_acc += c * (l as f64 - self.min_acc);
+                    self.max_acc += c * (h as f64 - self.max_acc);
+                }
+            }
+        }
+        self.batches += 1;
+        bad
+    }
+
+    pub fn merge(&mut self, o: &MovingAverageMinMax) -> Result<(), CalibError> {
+        match (self.flavour, o.flavour) {
+            (MovingAverage::Mean, MovingAverage::Mean) => {
+                self.min_acc += o.min_acc;
+                self.max_acc += o.max_acc;
+                self.batches += o.batches;
+                Ok(())
+            }
+            (MovingAverage::Ema { .. }, _) => Err(CalibError::Mismatch(
+                "an exponential moving average depends on the order of batches and cannot be merged across shards; calibrate with the mean moving average (avg-minmax) to shard".into(),
+            )),
+            _ => Err(CalibError::Mismatch("moving averages of different kinds".into())),
+        }
+    }
+
+    pub fn range(&self) -> Option<Range> {
+        if self.batches == 0 {
+            return None;
+        }
+        Some(match self.flavour {
+            MovingAverage::Mean => {
+                let n = self.batches as f64;
+                ((self.min_acc / n) as f32, (self.max_acc / n) as f32)
+            }
+            MovingAverage::Ema { .. } => (self.min_acc as f32, self.max_acc as f32),
+        })
+    }
+}
+
+/// Min and max per channel along `axis` (weights, or per-channel activations).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PerChannelMinMax {
+    pub axis: usize,
+    pub channels: Vec<MinMax>,
+}
+
+impl PerChannelMinMax {
+    pub fn new(axis: usize) -> Self {
+        PerChannelMinMax {
+            axis,
+            channels: Vec::new(),
+        }
+    }
+
+    pub fn observe(&mut self, x: &ArrayViewD<f32>) -> Result<usize, CalibError> {
+        if self.axis >= x.ndim() {
+            return Err(CalibError::BadAxis {
+                axis: self.axis,
+                rank: x.ndim(),
+            });
+        }
+        let c = x.shape()[self.axis];
+        if self.channels.is_empty() {
+            self.channels = vec![MinMax::default(); c];
+        } else if self.channels.len() != c {
+            return Err(CalibError::Mismatch(format!(
+                "{} channels observed before, {c} now",
+                self.channels.len()
+            )));
+        }
+        let mut bad = 0;
+        for (ch, lane) in self.channels.iter_mut().zip(x.axis_iter(Axis(self.axis))) {
+            let lane = lane.as_standard_layout();
+            bad += ch.observe_slice(lane.as_slice().unwrap_or(&[]));
+        }
+        Ok(bad)
+    }
+
+    pub fn merge(&mut self, o: &PerChannelMinMax) -> Result<(), CalibError> {
+        if self.axis != o.axis {
+            return Err(CalibError::Mismatch(format!(
+                "per-channel axis {} vs {}",
+                self.axis, o.axis
+            )));
+        }
+        if self.channels.is_empty() {
+            self.channels = o.channels.clone();
+            return Ok(());
+        }
+        if o.channels.is_empty() {
+            return Ok(());
+        }
+        if self.channels.len() != o.channels.len() {
+            return Err(CalibError::Mismatch(format!(
+                "{} channels vs {}",
+                self.channels.len(),
+                o.channels.len()
+            )));
+        }
+        for (a, b) in self.channels.iter_mut().zip(&o.channels) {
+            a.merge(b);
+        }
+        Ok(())
+    }
+
+    /// (mins, maxs) per channel; a channel that saw no finite value gets (0, 0).
+    pub fn ranges(&self) -> (Vec<f32>, Vec<f32>) {
+        self.channels.iter().map(|c| c.range().unwrap_or((0.0, 0.0))).unzip()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn min_max_and_non_finite() {
+        let xs: Vec<f32> = (0..100).map(|i| (i as f32 - 37.0) * 0.5).collect();
+        assert_eq!(batch_min_max(&xs), (-18.5, 31.0, 0));
+        let mut ys = xs.clone();
+        ys[40] = f32::NAN;
+        ys[3] = f32::INFINITY;
+        assert_eq!(batch_min_max(&ys), (-18.5, 31.0, 2));
+        assert_eq!(first_non_finite(&ys), 3);
+        assert_eq!(batch_min_max(&[]), (f32::INFINITY, f32::NEG_INFINITY, 0));
+    }
+
+    #[test]
+    fn moving_averages() {
+        let mut m = MovingAverageMinMax::new(MovingAverage::Mean);
+        m.observe_slice(&[-1.0, 1.0]);
+        m.observe_slice(&[-3.0, 5.0]);
+        assert_eq!(m.range(), Some((-2.0, 3.0)));
+        let mut e = MovingAverageMinMax::new(MovingAverage::Ema { constant: 0.5 });
+        e.observe_slice(&[-1.0, 1.0]);
+        e.observe_slice(&[-3.0, 5.0]);
+        assert_eq!(e.range(), Some((-2.0, 3.0)));
+        e.observe_slice(&[0.0, 1.0]);
+        assert_eq!(e.range(), Some((-1.0, 2.0)));
+        assert!(e.clone().merge(&e).is_err());
+    }
+}

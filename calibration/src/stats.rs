@@ -1,0 +1,189 @@
+//! The stats file: a versioned JSON document with the statistics of every observed tensor.
+
+use crate::observer::ObserveError;
+use crate::{CalibError, Method, NonFinitePolicy, Observer, Range};
+use ndarray::ArrayViewD;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Bumped whenever the document's meaning changes; older files are refused, not guessed at.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// One tensor's statistics and the range chosen from them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorStats {
+    /// Observed extremes of the finite values.
+    pub min: f32,
+    pub max: f32,
+    /// The range the method chose.
+    pub range: Range,
+    /// Per-channel minima and maxima, for per-channel observers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_min: Option<Vec<f32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_max: Option<Vec<f32>>,
+    /// The observer's full state (histogram included), so that shards can be merged.
+    pub observer: Observer,
+}
+
+/// Statistics of a calibration run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatsFile {
+    pub format_version: u32,
+    /// Identity of the model the keys belong to (a hash of the module as calibrated).
+    pub model_hash: String,
+    pub method: Method,
+    pub bins: usize,
+    pub non_finite: NonFinitePolicy,
+    pub num_samples: u64,
+    pub tensors: BTreeMap<String, TensorStats>,
+}
+
+impl StatsFile {
+    pub fn new(model_hash: impl Into<String>, method: Method, bins: usize, non_finite: NonFinitePolicy) -> Self {
+        StatsFile {
+            format_version: FORMAT_VERSION,
+            model_hash: model_hash.into(),
+            method,
+            bins,
+            non_finite,
+            num_samples: 0,
+            tensors: BTreeMap::new(),
+        }
+    }
+
+    fn observer_for(&mut self, key: &str, per_channel_axis: Option<usize>) -> &mut TensorStats {
+        let (method, bins, nf) = (self.method, self.bins, self.non_finite);
+        self.tensors.entry(key.to_string()).or_insert_with(|| {
+            let observer = match per_channel_axis {
+                Some(a) => Observer::per_channel(a, nf),
+                None => Observer::new(method, bins, nf),
+            };
+            TensorStats {
+                min: 0.0,
+                max: 0.0,
+                range: (0.0, 0.0),
+                channel_min: None,
+                channel_max: None,
+                observer,
+            }
+        })
+    }
+
+    /// Observes the value of tensor `key` for sample `sample` (per-channel along `axis` when
+    /// given). Errors name the key and the sample.
+    pub fn observe(
+        &mut self,
+        key: &str,
+        sample: usize,
+        x: &ArrayViewD<f32>,
+        per_channel_axis: Option<usize>,
+    ) -> Result<(), CalibError> {
+        let t = self.observer_for(key, per_channel_axis);
+        t.observer.observe(x).map_err(|e| match e {
+            ObserveError::NonFinite { count, first_index } => CalibError::NonFinite {
+                key: key.to_string(),
+                sample,
+                count,
+                first_index,
+            },
+            ObserveError::Other(e) => e,
+        })
+    }
+
+    /// Fills every tensor's min/max/range from its observer. A tensor that saw no finite value
+    /// is an error naming it.
+    pub fn finalize(&mut self) -> Result<(), CalibError> {
+        for (key, t) in self.tensors.iter_mut() {
+            let (min, max) = t
+                .observer
+                .min_max()
+                .ok_or_else(|| CalibError::Empty { key: key.clone() })?;
+            t.min = min;
+            t.max = max;
+            t.range = t.observer.range().unwrap_or((min, max));
+            if let Some((lo, hi)) = t.observer.channel_ranges() {
+                t.channel_min = Some(lo);
+                t.channel_max = Some(hi);
+            }
+        }
+        Ok(())
+    }
+
+    /// Merges another shard of the same model and method; refuses mismatches naming what differs.
+    pub fn merge(&mut self, o: &StatsFile) -> Result<(), CalibError> {
+        let differ = |what: &str, a: String, b: String| CalibError::Mismatch(format!("{what} differs: {a} vs {b}"));
+        if self.format_version != o.format_version {
+            return Err(differ(
+                "format_version",
+                self.format_version.to_string(),
+                o.format_version.to_string(),
+            ));
+        }
+        if self.model_hash != o.model_hash {
+            return Err(differ(
+                "model (model_hash)",
+                self.model_hash.clone(),
+                o.model_hash.clone(),
+            ));
+        }
+        if self.method != o.method {
+            return Err(differ(
+                "method",
+                format!("{:?}", self.method),
+                format!("{:?}", o.method),
+            ));
+        }
+        if self.bins != o.bins {
+            return Err(differ("bins", self.bins.to_string(), o.bins.to_string()));
+        }
+        for (key, t) in &o.tensors {
+            match self.tensors.get_mut(key) {
+                Some(mine) => mine
+                    .observer
+                    .merge(&t.observer)
+                    .map_err(|e| CalibError::Mismatch(format!("tensor '{key}': {e}")))?,
+                None => {
+                    self.tensors.insert(key.clone(), t.clone());
+                }
+            }
+        }
+        self.num_samples += o.num_samples;
+        self.finalize()
+    }
+
+    pub fn to_json(&self) -> Result<String, CalibError> {
+        serde_json::to_string_pretty(self).map_err(|e| CalibError::Format(e.to_string()))
+    }
+
+    /// Parses a stats file, refusing other format versions.
+    pub fn from_json(text: &str) -> Result<StatsFile, CalibError> {
+        #[derive(Deserialize)]
+        struct Version {
+            format_version: Option<u32>,
+        }
+        let v: Version =
+            serde_json::from_str(text).map_err(|e| CalibError::Format(format!("not a quantir stats file: {e}")))?;
+        match v.format_version {
+            Some(FORMAT_VERSION) => {}
+            Some(other) => {
+                return Err(CalibError::Format(format!(
+                    "format_version {other} is not supported (this quantir reads version {FORMAT_VERSION})"
+                )))
+            }
+            None => return Err(CalibError::Format("not a quantir stats file: no format_version".into())),
+        }
+        serde_json::from_str(text).map_err(|e| CalibError::Format(e.to_string()))
+    }
+
+    /// Checks that these statistics were made for the model whose hash is `hash`.
+    pub fn check_model(&self, hash: &str) -> Result<(), CalibError> {
+        if self.model_hash != hash {
+            return Err(CalibError::Mismatch(format!(
+                "the statistics were computed for another model (model_hash {} vs {hash})",
+                self.model_hash
+            )));
+        }
+        Ok(())
+    }
+}
