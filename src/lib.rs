@@ -9,6 +9,7 @@ pub mod inspect;
 pub mod ir;
 pub mod params;
 pub mod passes;
+pub mod stats_io;
 pub mod tensor;
 
 pub use quantir_calibration as calibration;

@@ -3,7 +3,7 @@
 use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
 use quantir::params::{self, RangeOptions, Scheme, StorageType};
-use quantir::{inspect, ir, passes};
+use quantir::{inspect, ir, passes, stats_io};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -30,6 +30,13 @@ enum Command {
         #[arg(long = "pass", value_name = "NAME")]
         passes: Vec<String>,
         /// Output file: .mlir (text) or .mlirbc (bytecode).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Merge statistics of calibration shards (same model, same method).
+    Merge {
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
         #[arg(short, long)]
         output: PathBuf,
     },
@@ -117,6 +124,17 @@ fn run(cli: Cli) -> Result<()> {
                     eprintln!("{name}: warning: {w}");
                 }
             }
+        }
+        Command::Merge { inputs, output } => {
+            let merged = stats_io::merge_files(&inputs)?;
+            let refs: Vec<&std::path::Path> = inputs.iter().map(PathBuf::as_path).collect();
+            stats_io::save_stats(&merged, &output, &refs)?;
+            eprintln!(
+                "merged {} files: {} samples, {} tensors",
+                inputs.len(),
+                merged.num_samples,
+                merged.tensors.len()
+            );
         }
         Command::Params {
             min,

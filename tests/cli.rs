@@ -247,3 +247,73 @@ fn params_json_and_errors() {
         assert_eq!(stderr(&o).lines().count(), 1);
     }
 }
+
+#[test]
+fn merge_combines_shards_and_refuses_mismatches() {
+    use quantir::calibration::{Method, NonFinitePolicy, StatsFile};
+    let dir = tempfile::tempdir().unwrap();
+    let shard = |name: &str, hash: &str, method: Method, xs: &[f32]| {
+        let mut s = StatsFile::new(hash, method, 2048, NonFinitePolicy::Error);
+        let v = ndarray::ArrayViewD::from_shape(ndarray::IxDyn(&[xs.len()]), xs).unwrap();
+        s.observe("t", 0, &v, None).unwrap();
+        s.num_samples = 1;
+        s.finalize().unwrap();
+        let p = dir.path().join(name);
+        std::fs::write(&p, s.to_json().unwrap()).unwrap();
+        p
+    };
+    let a = shard("a.json", "m1", Method::MinMax, &[-1.0, 2.0]);
+    let b = shard("b.json", "m1", Method::MinMax, &[-3.0, 0.5]);
+    let out = dir.path().join("all.json");
+    let o = quantir(&[
+        "merge",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let merged = StatsFile::from_json(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(
+        (merged.tensors["t"].min, merged.tensors["t"].max, merged.num_samples),
+        (-3.0, 2.0, 2)
+    );
+
+    let c = shard("c.json", "m2", Method::MinMax, &[0.0]);
+    let bad = dir.path().join("bad.json");
+    let o = quantir(&[
+        "merge",
+        a.to_str().unwrap(),
+        c.to_str().unwrap(),
+        "-o",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("c.json: cannot merge statistics: model (model_hash) differs: m1 vs m2"),
+        "{}",
+        stderr(&o)
+    );
+    let d = shard("d.json", "m1", Method::Entropy { levels: 128 }, &[0.0, 1.0]);
+    let o = quantir(&[
+        "merge",
+        a.to_str().unwrap(),
+        d.to_str().unwrap(),
+        "-o",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(stderr(&o).contains("method differs"), "{}", stderr(&o));
+    std::fs::write(dir.path().join("junk.json"), "[1,2]").unwrap();
+    let o = quantir(&[
+        "merge",
+        dir.path().join("junk.json").to_str().unwrap(),
+        "-o",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(
+        stderr(&o).contains("junk.json: stats file: not a quantir stats file"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!bad.exists());
+}
