@@ -1,1 +1,47 @@
-fn main() {}
+//! Load + save of the MobileNet v2 (0.35) TF-dialect module: text parse, text print, bytecode.
+use criterion::{criterion_group, criterion_main, Criterion};
+use std::hint::black_box;
+use std::io::Read;
+
+fn bench(c: &mut Criterion) {
+    let gz = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/mobilenet_v2_035.mlir.gz"
+    ))
+    .unwrap();
+    let mut text = Vec::new();
+    flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut text).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("mobilenet.mlir");
+    std::fs::write(&src, &text).unwrap();
+    let ctx = quantir::ir::new_context();
+    let module = quantir::ir::load(&ctx, &src).unwrap();
+    let bc = dir.path().join("m.mlirbc");
+    quantir::ir::save(&module, &bc, &[]).unwrap();
+    let mut g = c.benchmark_group("mobilenet_v2_035");
+    g.sample_size(10);
+    g.bench_function("load_text", |b| {
+        b.iter(|| black_box(quantir::ir::load(&ctx, &src).unwrap()))
+    });
+    g.bench_function("load_bytecode", |b| {
+        b.iter(|| black_box(quantir::ir::load(&ctx, &bc).unwrap()))
+    });
+    let out_t = dir.path().join("out.mlir");
+    let out_b = dir.path().join("out.mlirbc");
+    g.bench_function("save_text", |b| {
+        b.iter(|| quantir::ir::save(&module, &out_t, &[&src]).unwrap())
+    });
+    g.bench_function("save_bytecode", |b| {
+        b.iter(|| quantir::ir::save(&module, &out_b, &[&src]).unwrap())
+    });
+    g.bench_function("load_save_text", |b| {
+        b.iter(|| {
+            let m = quantir::ir::load(&ctx, &src).unwrap();
+            quantir::ir::save(&m, &out_t, &[&src]).unwrap()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

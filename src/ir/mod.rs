@@ -8,6 +8,7 @@
 //! - [`keys`]: stable tensor keys (name location, else `@func/op#i:result#j`);
 //! - [`types`]: tensor types ⇄ element type and shape.
 
+pub mod attrs;
 pub mod constants;
 pub mod context;
 pub mod graph;

@@ -1,9 +1,11 @@
 //! Quantize / dequantize / fake-quant over ndarray, per-tensor and per-axis, and f32 → f16/bf16.
 //!
 //! The inner loops are branch-free so that they vectorise on baseline x86-64 (SSE2, no
-//! `roundps`): values are clamped to the storage range in float first (for integer bounds,
-//! round∘clamp = clamp∘round), then rounded with the 1.5·2²³ trick, which rounds half to even
-//! under the default FP environment for |v| ≤ 2²².
+//! `roundps`) and, chosen at run time, AVX2: values are clamped to the storage range in float
+//! first (for integer bounds, round∘clamp = clamp∘round), then rounded with the 1.5·2²³ trick,
+//! which rounds half to even under the default FP environment for |v| ≤ 2²², and the integer
+//! is read from the bits of `v + 1.5·2²³` (Rust's saturating `as i32` does not vectorise and
+//! costs 4× here).
 
 use super::{ParamsError, QuantParams, StorageType};
 use crate::tensor::Tensor;
@@ -28,23 +30,31 @@ fn rne(v: f32) -> f32 {
     (v + MAGIC) - MAGIC
 }
 
+/// The integer value of a float that holds an exact integer with |e| ≤ 2²².
 #[inline(always)]
-fn round(v: f32, r: Rounding) -> f32 {
+fn exact_int(e: f32) -> i32 {
+    (e + MAGIC).to_bits() as i32 - MAGIC.to_bits() as i32
+}
+
+/// Rounds to the nearest integer; ties to even, or away from zero when `AWAY`. A const
+/// parameter rather than a runtime mode so that each loop compiles without a branch.
+#[inline(always)]
+fn round<const AWAY: bool>(v: f32) -> f32 {
     let e = rne(v);
-    match r {
-        Rounding::HalfEven => e,
-        Rounding::HalfAway => {
-            // a tie rounded toward zero by `rne` moves one step away from zero
-            let d = v - e;
-            let away = if v >= 0.0 { d == 0.5 } else { d == -0.5 };
-            e + if away { v.signum() } else { 0.0 }
-        }
+    if AWAY {
+        // a tie rounded toward zero by `rne` moves one step away from zero
+        let d = v - e;
+        let away = if v >= 0.0 { d == 0.5 } else { d == -0.5 };
+        e + if away { v.signum() } else { 0.0 }
+    } else {
+        e
     }
 }
 
 /// An integer element quantized values are stored in.
 pub trait StorageElem: Copy + Default + Send + Sync + 'static {
-    fn from_f32(v: f32) -> Self;
+    /// From an i32 already inside the storage range.
+    fn from_i32(v: i32) -> Self;
     fn to_f32(self) -> f32;
 }
 
@@ -52,7 +62,7 @@ macro_rules! storage_elem {
     ($($t:ty),*) => {$(
         impl StorageElem for $t {
             #[inline(always)]
-            fn from_f32(v: f32) -> Self { v as $t }
+            fn from_i32(v: i32) -> Self { v as $t }
             #[inline(always)]
             fn to_f32(self) -> f32 { self as f32 }
         }
@@ -60,11 +70,26 @@ macro_rules! storage_elem {
 }
 storage_elem!(i8, u8, i16, u16, i32);
 
+/// Runs `$body` compiled for AVX2 when the CPU has it, else for the baseline target. The
+/// arithmetic is IEEE either way, so both paths give identical results.
+macro_rules! dispatch_avx2 {
+    ($name:ident, fn($($arg:ident: $ty:ty),*) $body:block) => {{
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2")]
+        unsafe fn $name<T: StorageElem>($($arg: $ty),*) $body
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { $name($($arg),*) };
+        }
+        $body
+    }};
+}
+
 /// Quantizes a contiguous slice with one scale and zero point:
 /// q = clamp(round(x / scale) + zp, qmin, qmax). NaN maps to the zero point.
 ///
-/// Bounds beyond ±2²² (int32 storage) are exact only for |x / scale| ≤ 2²²; int32 biases go
-/// through [`super::quantize_bias`], which works in f64.
+/// Exact for |x / scale| ≤ 2²²; int32 biases go through [`super::quantize_bias`] (f64).
 pub fn quantize_slice<T: StorageElem>(
     x: &[f32],
     out: &mut [T],
@@ -76,20 +101,88 @@ pub fn quantize_slice<T: StorageElem>(
 ) {
     let lo = (qmin - zp) as f32;
     let hi = (qmax - zp) as f32;
-    let zpf = zp as f32;
-    for (o, &v) in out.iter_mut().zip(x) {
-        let t = v / scale;
-        let t = if t.is_nan() { 0.0 } else { t.max(lo).min(hi) };
-        *o = T::from_f32(round(t, r) + zpf);
+    let zp = zp as i32;
+    #[inline(always)]
+    fn body<T: StorageElem, const AWAY: bool>(x: &[f32], out: &mut [T], scale: f32, lo: f32, hi: f32, zp: i32) {
+        for (o, &v) in out.iter_mut().zip(x) {
+            let t = v / scale;
+            let t = if t == t { t } else { 0.0 }; // NaN → the zero point
+            let t = if t < lo {
+                lo
+            } else if t > hi {
+                hi
+            } else {
+                t
+            };
+            *o = T::from_i32(exact_int(round::<AWAY>(t)) + zp);
+        }
     }
+    dispatch_avx2!(quantize_avx2, fn(x: &[f32], out: &mut [T], scale: f32, lo: f32, hi: f32, zp: i32, r: Rounding) {
+        match r {
+            Rounding::HalfEven => body::<T, false>(x, out, scale, lo, hi, zp),
+            Rounding::HalfAway => body::<T, true>(x, out, scale, lo, hi, zp),
+        }
+    })
+}
+
+/// Quantizes a contiguous slice whose elements each have their own parameters (a row of a
+/// per-axis tensor whose channel axis is innermost): `scale`, `lo`, `hi`, `zp` are as long as `x`.
+fn quantize_slice_params<T: StorageElem>(
+    x: &[f32],
+    out: &mut [T],
+    scale: &[f32],
+    lo: &[f32],
+    hi: &[f32],
+    zp: &[i32],
+    r: Rounding,
+) {
+    #[inline(always)]
+    fn body<T: StorageElem, const AWAY: bool>(
+        x: &[f32],
+        out: &mut [T],
+        scale: &[f32],
+        lo: &[f32],
+        hi: &[f32],
+        zp: &[i32],
+    ) {
+        let params = scale.iter().zip(lo).zip(hi).zip(zp);
+        for ((o, &v), (((&s, &l), &h), &z)) in out.iter_mut().zip(x).zip(params) {
+            let t = v / s;
+            let t = if t == t { t } else { 0.0 };
+            let t = if t < l {
+                l
+            } else if t > h {
+                h
+            } else {
+                t
+            };
+            *o = T::from_i32(exact_int(round::<AWAY>(t)) + z);
+        }
+    }
+    dispatch_avx2!(quantize_params_avx2, fn(x: &[f32], out: &mut [T], scale: &[f32], lo: &[f32], hi: &[f32], zp: &[i32], r: Rounding) {
+        match r {
+            Rounding::HalfEven => body::<T, false>(x, out, scale, lo, hi, zp),
+            Rounding::HalfAway => body::<T, true>(x, out, scale, lo, hi, zp),
+        }
+    })
 }
 
 /// Dequantizes a contiguous slice: x = (q - zp) * scale, in f32 as ONNX DequantizeLinear.
 pub fn dequantize_slice<T: StorageElem>(q: &[T], out: &mut [f32], scale: f32, zp: i64) {
-    let zpf = zp as f32;
-    for (o, &v) in out.iter_mut().zip(q) {
-        *o = (v.to_f32() - zpf) * scale;
-    }
+    let zp = zp as f32;
+    dispatch_avx2!(dequantize_avx2, fn(q: &[T], out: &mut [f32], scale: f32, zp: f32) {
+        for (o, &v) in out.iter_mut().zip(q) {
+            *o = (v.to_f32() - zp) * scale;
+        }
+    })
+}
+
+fn dequantize_slice_params<T: StorageElem>(q: &[T], out: &mut [f32], scale: &[f32], zp: &[f32]) {
+    dispatch_avx2!(dequantize_params_avx2, fn(q: &[T], out: &mut [f32], scale: &[f32], zp: &[f32]) {
+        for ((o, &v), (&s, &z)) in out.iter_mut().zip(q).zip(scale.iter().zip(zp)) {
+            *o = (v.to_f32() - z) * s;
+        }
+    })
 }
 
 /// An array of `shape` over `v`, whose length is the shape's product by construction.
@@ -133,13 +226,44 @@ fn check_axis(p: &QuantParams, shape: &[usize]) -> Result<(), ParamsError> {
     Ok(())
 }
 
+/// Channel runs shorter than this are handled as rows with per-element parameters.
+const SHORT_RUN: usize = 32;
+
+/// Per-element parameter rows for a per-axis tensor whose runs are short: one period of
+/// `channels × inner` elements.
+fn param_rows(p: &QuantParams, inner: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<i32>) {
+    let mut s = Vec::new();
+    let (mut lo, mut hi, mut z) = (Vec::new(), Vec::new(), Vec::new());
+    for (sc, &zp) in p.scale.iter().zip(&p.zero_point) {
+        for _ in 0..inner {
+            s.push(*sc as f32);
+            lo.push((p.qmin - zp) as f32);
+            hi.push((p.qmax - zp) as f32);
+            z.push(zp as i32);
+        }
+    }
+    (s, lo, hi, z)
+}
+
+fn inner_len(shape: &[usize], axis: usize) -> usize {
+    shape[axis + 1..].iter().product()
+}
+
 fn quantize_as<T: StorageElem>(x: &ArrayViewD<f32>, p: &QuantParams, r: Rounding) -> ArrayD<T> {
     let x = x.as_standard_layout();
     let input = x.as_slice().unwrap_or(&[]);
     let mut out = vec![T::default(); input.len()];
-    for_each_channel_run(x.shape(), p.axis, input, &mut out, |c, i, o| {
-        quantize_slice(i, o, p.scale[c] as f32, p.zero_point[c], p.qmin, p.qmax, r)
-    });
+    match p.axis {
+        Some(a) if inner_len(x.shape(), a) < SHORT_RUN => {
+            let (s, lo, hi, z) = param_rows(p, inner_len(x.shape(), a));
+            for (i, o) in input.chunks(s.len()).zip(out.chunks_mut(s.len())) {
+                quantize_slice_params(i, o, &s, &lo, &hi, &z, r);
+            }
+        }
+        _ => for_each_channel_run(x.shape(), p.axis, input, &mut out, |c, i, o| {
+            quantize_slice(i, o, p.scale[c] as f32, p.zero_point[c], p.qmin, p.qmax, r)
+        }),
+    }
     from_vec(x.shape(), out)
 }
 
@@ -160,9 +284,18 @@ fn dequantize_as<T: StorageElem>(q: &ArrayD<T>, p: &QuantParams) -> ArrayD<f32> 
     let q = q.as_standard_layout();
     let input = q.as_slice().unwrap_or(&[]);
     let mut out = vec![0f32; input.len()];
-    for_each_channel_run(q.shape(), p.axis, input, &mut out, |c, i, o| {
-        dequantize_slice(i, o, p.scale[c] as f32, p.zero_point[c])
-    });
+    match p.axis {
+        Some(a) if inner_len(q.shape(), a) < SHORT_RUN => {
+            let (s, _, _, z) = param_rows(p, inner_len(q.shape(), a));
+            let z: Vec<f32> = z.iter().map(|&v| v as f32).collect();
+            for (i, o) in input.chunks(s.len()).zip(out.chunks_mut(s.len())) {
+                dequantize_slice_params(i, o, &s, &z);
+            }
+        }
+        _ => for_each_channel_run(q.shape(), p.axis, input, &mut out, |c, i, o| {
+            dequantize_slice(i, o, p.scale[c] as f32, p.zero_point[c])
+        }),
+    }
     from_vec(q.shape(), out)
 }
 
@@ -186,18 +319,7 @@ pub fn dequantize(q: &Tensor, p: &QuantParams) -> Result<ArrayD<f32>, ParamsErro
 
 /// dequantize(quantize(x)): the values a quantized runtime computes with.
 pub fn fake_quant(x: &ArrayViewD<f32>, p: &QuantParams, r: Rounding) -> Result<ArrayD<f32>, ParamsError> {
-    check_axis(p, x.shape())?;
-    let x = x.as_standard_layout();
-    let input = x.as_slice().unwrap_or(&[]);
-    let mut out = vec![0f32; input.len()];
-    let mut buf = Vec::<i32>::new();
-    for_each_channel_run(x.shape(), p.axis, input, &mut out, |c, i, o| {
-        buf.resize(i.len(), 0);
-        let (s, z) = (p.scale[c] as f32, p.zero_point[c]);
-        quantize_slice(i, &mut buf, s, z, p.qmin, p.qmax, r);
-        dequantize_slice(&buf, o, s, z);
-    });
-    Ok(from_vec(x.shape(), out))
+    dequantize(&quantize(x, p, r)?, p)
 }
 
 /// f32 → f16 (round to nearest even, overflow to ±inf) with `half`'s vectorised conversion.

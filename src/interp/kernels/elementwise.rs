@@ -1,0 +1,315 @@
+//! Elementwise ops with NumPy broadcasting: binary arithmetic and comparisons, unary math.
+
+use super::{from_vec, KernelResult};
+use crate::tensor::Tensor;
+use ndarray::{ArrayD, IxDyn, Zip};
+
+/// The NumPy broadcast of two shapes.
+pub fn broadcast_shape(a: &[usize], b: &[usize]) -> KernelResult<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
+        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        out[i] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return Err(format!("shapes {a:?} and {b:?} do not broadcast")),
+        };
+    }
+    Ok(out)
+}
+
+/// True when `small` (leading 1s dropped) equals the trailing dims of `big`.
+fn is_trailing(small: &[usize], big: &[usize]) -> bool {
+    let s: Vec<usize> = small.iter().copied().skip_while(|&d| d == 1).collect();
+    s.len() <= big.len() && big[big.len() - s.len()..] == s[..]
+}
+
+/// out = f(a, b) with broadcasting; fast paths for equal shapes, scalars and trailing
+/// (per-channel) operands, which cover nearly every op of real models.
+pub fn binary<T: Copy, U: Copy + Default>(a: &ArrayD<T>, b: &ArrayD<T>, f: impl Fn(T, T) -> U) -> KernelResult<ArrayD<U>> {
+    let shape = broadcast_shape(a.shape(), b.shape())?;
+    if let (Some(x), Some(y)) = (a.as_slice(), b.as_slice()) {
+        if a.shape() == b.shape() {
+            return from_vec(&shape, x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect());
+        }
+        if y.len() == 1 && x.len() == shape.iter().product::<usize>() {
+            let q = y[0];
+            return from_vec(&shape, x.iter().map(|&p| f(p, q)).collect());
+        }
+        if x.len() == 1 && y.len() == shape.iter().product::<usize>() {
+            let p = x[0];
+            return from_vec(&shape, y.iter().map(|&q| f(p, q)).collect());
+        }
+        if !y.is_empty() && a.shape() == &shape[..] && is_trailing(b.shape(), a.shape()) {
+            let mut out = Vec::with_capacity(x.len());
+            for row in x.chunks_exact(y.len()) {
+                out.extend(row.iter().zip(y).map(|(&p, &q)| f(p, q)));
+            }
+            return from_vec(&shape, out);
+        }
+        if !x.is_empty() && b.shape() == &shape[..] && is_trailing(a.shape(), b.shape()) {
+            let mut out = Vec::with_capacity(y.len());
+            for row in y.chunks_exact(x.len()) {
+                out.extend(x.iter().zip(row).map(|(&p, &q)| f(p, q)));
+            }
+            return from_vec(&shape, out);
+        }
+    }
+    let av = a.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+    let bv = b.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+    let mut out = ArrayD::<U>::default(IxDyn(&shape));
+    Zip::from(&mut out).and(&av).and(&bv).for_each(|o, &p, &q| *o = f(p, q));
+    Ok(out)
+}
+
+/// Binary arithmetic ops, by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+    SquaredDifference,
+    Pow,
+    FloorDiv,
+    FloorMod,
+}
+
+fn int_op<T>(op: BinOp) -> KernelResult<fn(T, T) -> T>
+where
+    T: Copy + PartialOrd + num_like::Int,
+{
+    Ok(match op {
+        BinOp::Add => T::wadd,
+        BinOp::Sub => T::wsub,
+        BinOp::Mul => T::wmul,
+        BinOp::Div | BinOp::FloorDiv => T::fdiv,
+        BinOp::FloorMod => T::fmod,
+        BinOp::Max => |a, b| if a > b { a } else { b },
+        BinOp::Min => |a, b| if a < b { a } else { b },
+        BinOp::SquaredDifference => |a, b| T::wmul(T::wsub(a, b), T::wsub(a, b)),
+        BinOp::Pow => return Err("integer Pow is not supported".into()),
+    })
+}
+
+/// Integer helpers with TF's semantics (wrapping arithmetic, floor division; division by zero
+/// gives 0 rather than a panic).
+mod num_like {
+    pub trait Int: Copy {
+        fn wadd(a: Self, b: Self) -> Self;
+        fn wsub(a: Self, b: Self) -> Self;
+        fn wmul(a: Self, b: Self) -> Self;
+        fn fdiv(a: Self, b: Self) -> Self;
+        fn fmod(a: Self, b: Self) -> Self;
+    }
+    macro_rules! int {
+        ($($t:ty),*) => {$(
+            impl Int for $t {
+                fn wadd(a: Self, b: Self) -> Self { a.wrapping_add(b) }
+                fn wsub(a: Self, b: Self) -> Self { a.wrapping_sub(b) }
+                fn wmul(a: Self, b: Self) -> Self { a.wrapping_mul(b) }
+                fn fdiv(a: Self, b: Self) -> Self { if b == 0 { 0 } else { let q = a.wrapping_div(b); if a.wrapping_rem(b) != 0 && ((a < 0) != (b < 0)) { q - 1 } else { q } } }
+                fn fmod(a: Self, b: Self) -> Self { if b == 0 { 0 } else { let r = a.wrapping_rem(b); if r != 0 && ((r < 0) != (b < 0)) { r + b } else { r } } }
+            }
+        )*};
+    }
+    int!(i32, i64);
+}
+
+pub fn float_op(op: BinOp) -> fn(f32, f32) -> f32 {
+    match op {
+        BinOp::Add => |a, b| a + b,
+        BinOp::Sub => |a, b| a - b,
+        BinOp::Mul => |a, b| a * b,
+        BinOp::Div => |a, b| a / b,
+        BinOp::Max => |a: f32, b: f32| if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) },
+        BinOp::Min => |a: f32, b: f32| if a.is_nan() || b.is_nan() { f32::NAN } else { a.min(b) },
+        BinOp::SquaredDifference => |a, b| (a - b) * (a - b),
+        BinOp::Pow => f32::powf,
+        BinOp::FloorDiv => |a: f32, b: f32| (a / b).floor(),
+        BinOp::FloorMod => |a: f32, b: f32| {
+            let r = a % b;
+            if r != 0.0 && ((r < 0.0) != (b < 0.0)) {
+                r + b
+            } else {
+                r
+            }
+        },
+    }
+}
+
+/// Applies a binary arithmetic op to f32, i32 or i64 operands of the same type.
+pub fn arith(op: BinOp, a: &Tensor, b: &Tensor) -> KernelResult<Tensor> {
+    Ok(match (a, b) {
+        (Tensor::F32(x), Tensor::F32(y)) => Tensor::F32(binary(x, y, float_op(op))?),
+        (Tensor::I32(x), Tensor::I32(y)) => Tensor::I32(binary(x, y, int_op::<i32>(op)?)?),
+        (Tensor::I64(x), Tensor::I64(y)) => Tensor::I64(binary(x, y, int_op::<i64>(op)?)?),
+        _ => return Err(format!("{op:?} of {} and {} is not supported", a.dtype(), b.dtype())),
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    Less,
+    LessEqual,
+    Greater,
+    GreaterEqual,
+    Equal,
+    NotEqual,
+}
+
+fn cmp<T: PartialOrd + Copy>(op: CmpOp) -> fn(T, T) -> bool {
+    match op {
+        CmpOp::Less => |a, b| a < b,
+        CmpOp::LessEqual => |a, b| a <= b,
+        CmpOp::Greater => |a, b| a > b,
+        CmpOp::GreaterEqual => |a, b| a >= b,
+        CmpOp::Equal => |a, b| a == b,
+        CmpOp::NotEqual => |a, b| a != b,
+    }
+}
+
+pub fn compare(op: CmpOp, a: &Tensor, b: &Tensor) -> KernelResult<Tensor> {
+    Ok(Tensor::I1(match (a, b) {
+        (Tensor::F32(x), Tensor::F32(y)) => binary(x, y, cmp(op))?,
+        (Tensor::I32(x), Tensor::I32(y)) => binary(x, y, cmp(op))?,
+        (Tensor::I64(x), Tensor::I64(y)) => binary(x, y, cmp(op))?,
+        (Tensor::I1(x), Tensor::I1(y)) => binary(x, y, cmp(op))?,
+        _ => return Err(format!("{op:?} of {} and {} is not supported", a.dtype(), b.dtype())),
+    }))
+}
+
+pub fn logical(a: &Tensor, b: &Tensor, f: fn(bool, bool) -> bool) -> KernelResult<Tensor> {
+    match (a, b) {
+        (Tensor::I1(x), Tensor::I1(y)) => Ok(Tensor::I1(binary(x, y, f)?)),
+        _ => Err("logical ops take i1 operands".into()),
+    }
+}
+
+/// Unary math ops on f32.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum UnOp {
+    Relu,
+    Relu6,
+    Elu,
+    LeakyRelu(f32),
+    Sigmoid,
+    Tanh,
+    Erf,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Neg,
+    Square,
+    Abs,
+    Reciprocal,
+    Softplus,
+    Gelu,
+    Floor,
+    Ceil,
+    Round,
+    Sign,
+    Sin,
+    Cos,
+}
+
+pub fn unary_fn(op: UnOp) -> Box<dyn Fn(f32) -> f32 + Send + Sync> {
+    match op {
+        UnOp::Relu => Box::new(|x: f32| if x > 0.0 { x } else if x.is_nan() { x } else { 0.0 }),
+        UnOp::Relu6 => Box::new(|x: f32| if x.is_nan() { x } else { x.clamp(0.0, 6.0) }),
+        UnOp::Elu => Box::new(|x: f32| if x > 0.0 { x } else { x.exp_m1() }),
+        UnOp::LeakyRelu(alpha) => Box::new(move |x: f32| if x > 0.0 { x } else { alpha * x }),
+        UnOp::Sigmoid => Box::new(|x: f32| 1.0 / (1.0 + (-x).exp())),
+        UnOp::Tanh => Box::new(f32::tanh),
+        UnOp::Erf => Box::new(libm::erff),
+        UnOp::Exp => Box::new(f32::exp),
+        UnOp::Log => Box::new(f32::ln),
+        UnOp::Sqrt => Box::new(f32::sqrt),
+        UnOp::Rsqrt => Box::new(|x: f32| 1.0 / x.sqrt()),
+        UnOp::Neg => Box::new(|x: f32| -x),
+        UnOp::Square => Box::new(|x: f32| x * x),
+        UnOp::Abs => Box::new(f32::abs),
+        UnOp::Reciprocal => Box::new(|x: f32| 1.0 / x),
+        UnOp::Softplus => Box::new(|x: f32| if x > 20.0 { x } else { x.exp().ln_1p() }),
+        UnOp::Gelu => Box::new(|x: f32| 0.5 * x * (1.0 + libm::erff(x / std::f32::consts::SQRT_2))),
+        UnOp::Floor => Box::new(f32::floor),
+        UnOp::Ceil => Box::new(f32::ceil),
+        UnOp::Round => Box::new(f32::round_ties_even),
+        UnOp::Sign => Box::new(|x: f32| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { x }),
+        UnOp::Sin => Box::new(f32::sin),
+        UnOp::Cos => Box::new(f32::cos),
+    }
+}
+
+pub fn unary(op: UnOp, t: &Tensor) -> KernelResult<Tensor> {
+    match (op, t) {
+        (UnOp::Neg, Tensor::I32(a)) => Ok(Tensor::I32(a.mapv(i32::wrapping_neg))),
+        (UnOp::Neg, Tensor::I64(a)) => Ok(Tensor::I64(a.mapv(i64::wrapping_neg))),
+        (UnOp::Abs, Tensor::I32(a)) => Ok(Tensor::I32(a.mapv(i32::wrapping_abs))),
+        (UnOp::Abs, Tensor::I64(a)) => Ok(Tensor::I64(a.mapv(i64::wrapping_abs))),
+        (_, Tensor::F32(a)) => {
+            let f = unary_fn(op);
+            Ok(Tensor::F32(a.mapv(|x| f(x))))
+        }
+        _ => Err(format!("{op:?} of {} is not supported", t.dtype())),
+    }
+}
+
+/// Select(cond, a, b) with broadcasting of all three (TF SelectV2; Select's rank-1 condition
+/// picks whole rows and is handled by the caller reshaping it).
+pub fn select(c: &Tensor, a: &Tensor, b: &Tensor) -> KernelResult<Tensor> {
+    let Tensor::I1(c) = c else { return Err(format!("Select condition is {}, expected i1", c.dtype())) };
+    let shape = broadcast_shape(&broadcast_shape(c.shape(), a.shape())?, b.shape())?;
+    let cv = c.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+    macro_rules! sel {
+        ($x:expr, $y:expr, $v:ident) => {{
+            let xv = $x.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+            let yv = $y.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+            let mut out = ArrayD::default(IxDyn(&shape));
+            Zip::from(&mut out).and(&cv).and(&xv).and(&yv).for_each(|o, &c, &p, &q| *o = if c { p } else { q });
+            Tensor::$v(out)
+        }};
+    }
+    Ok(match (a, b) {
+        (Tensor::F32(x), Tensor::F32(y)) => sel!(x, y, F32),
+        (Tensor::I32(x), Tensor::I32(y)) => sel!(x, y, I32),
+        (Tensor::I64(x), Tensor::I64(y)) => sel!(x, y, I64),
+        (Tensor::I1(x), Tensor::I1(y)) => sel!(x, y, I1),
+        _ => return Err(format!("Select of {} and {} is not supported", a.dtype(), b.dtype())),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::array;
+
+    #[test]
+    fn broadcasting_rules() {
+        assert_eq!(broadcast_shape(&[2, 1, 3], &[4, 1]).unwrap(), vec![2, 4, 3]);
+        assert!(broadcast_shape(&[2, 3], &[4]).is_err());
+        let a = array![[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]].into_dyn();
+        let row = array![10.0f32, 20.0, 30.0].into_dyn();
+        let col = array![[100.0f32], [200.0]].into_dyn();
+        assert_eq!(binary(&a, &row, |x, y| x + y).unwrap(), array![[11.0f32, 22.0, 33.0], [14.0, 25.0, 36.0]].into_dyn());
+        assert_eq!(binary(&row, &a, |x, y| x - y).unwrap(), array![[9.0f32, 18.0, 27.0], [6.0, 15.0, 24.0]].into_dyn());
+        assert_eq!(binary(&a, &col, |x, y| x + y).unwrap(), array![[101.0f32, 102.0, 103.0], [204.0, 205.0, 206.0]].into_dyn());
+        assert_eq!(binary(&col, &row, |x, y| x + y).unwrap(), array![[110.0f32, 120.0, 130.0], [210.0, 220.0, 230.0]].into_dyn());
+        let s = ndarray::arr0(2.0f32).into_dyn();
+        assert_eq!(binary(&a, &s, |x, y| x * y).unwrap()[[1, 2]], 12.0);
+    }
+
+    #[test]
+    fn integer_floor_semantics() {
+        let a = Tensor::I32(array![7, -7, 7, -7].into_dyn());
+        let b = Tensor::I32(array![2, 2, -2, -2].into_dyn());
+        assert_eq!(arith(BinOp::FloorDiv, &a, &b).unwrap(), Tensor::I32(array![3, -4, -4, 3].into_dyn()));
+        assert_eq!(arith(BinOp::FloorMod, &a, &b).unwrap(), Tensor::I32(array![1, 1, -1, -1].into_dyn()));
+    }
+}

@@ -1,0 +1,114 @@
+//! Kernels shared by every dialect: plain functions and small structs over [`Tensor`]s. A
+//! dialect table (`interp/tf.rs`) maps an op name and its attributes to one of these.
+
+pub mod conv;
+pub mod einsum;
+pub mod elementwise;
+pub mod layout;
+pub mod matmul;
+pub mod norm;
+pub mod pool;
+pub mod quant;
+pub mod reduce;
+
+use crate::tensor::Tensor;
+use ndarray::{ArrayD, IxDyn};
+
+/// A kernel failure, as text; the interpreter adds the op, its location and the tensor key.
+pub type KernelResult<T> = Result<T, String>;
+
+/// A compiled op: its attributes are already parsed; it only sees runtime operands.
+pub trait Kernel: Send + Sync {
+    fn run(&self, inputs: &[&Tensor]) -> KernelResult<Vec<Tensor>>;
+}
+
+/// A kernel from a closure.
+pub struct FnKernel<F>(pub F);
+
+impl<F> Kernel for FnKernel<F>
+where
+    F: Fn(&[&Tensor]) -> KernelResult<Vec<Tensor>> + Send + Sync,
+{
+    fn run(&self, inputs: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        (self.0)(inputs)
+    }
+}
+
+/// Boxes a closure returning one tensor.
+pub fn one<F>(f: F) -> Box<dyn Kernel>
+where
+    F: Fn(&[&Tensor]) -> KernelResult<Tensor> + Send + Sync + 'static,
+{
+    Box::new(FnKernel(move |x: &[&Tensor]| f(x).map(|t| vec![t])))
+}
+
+/// Rebuilds the same variant around the array `$body` makes from `$a`.
+#[macro_export]
+macro_rules! map_tensor {
+    ($t:expr, $a:ident => $body:expr) => {
+        match $t {
+            $crate::tensor::Tensor::F32($a) => $crate::tensor::Tensor::F32($body),
+            $crate::tensor::Tensor::F64($a) => $crate::tensor::Tensor::F64($body),
+            $crate::tensor::Tensor::F16($a) => $crate::tensor::Tensor::F16($body),
+            $crate::tensor::Tensor::BF16($a) => $crate::tensor::Tensor::BF16($body),
+            $crate::tensor::Tensor::I1($a) => $crate::tensor::Tensor::I1($body),
+            $crate::tensor::Tensor::I8($a) => $crate::tensor::Tensor::I8($body),
+            $crate::tensor::Tensor::U8($a) => $crate::tensor::Tensor::U8($body),
+            $crate::tensor::Tensor::I16($a) => $crate::tensor::Tensor::I16($body),
+            $crate::tensor::Tensor::U16($a) => $crate::tensor::Tensor::U16($body),
+            $crate::tensor::Tensor::I32($a) => $crate::tensor::Tensor::I32($body),
+            $crate::tensor::Tensor::I64($a) => $crate::tensor::Tensor::I64($body),
+        }
+    };
+}
+
+/// The f32 array of an operand, or an error naming its position.
+pub fn f32_arg<'t>(inputs: &[&'t Tensor], i: usize) -> KernelResult<&'t ArrayD<f32>> {
+    match inputs.get(i) {
+        Some(Tensor::F32(a)) => Ok(a),
+        Some(t) => Err(format!("operand #{i} is {}, expected f32", t.dtype())),
+        None => Err(format!("missing operand #{i}")),
+    }
+}
+
+/// An operand that holds integers (i32/i64/i8/u8/i16), read as i64 (shapes, axes, indices).
+pub fn int_arg(inputs: &[&Tensor], i: usize) -> KernelResult<Vec<i64>> {
+    let t = inputs.get(i).ok_or_else(|| format!("missing operand #{i}"))?;
+    ints_of(t).ok_or_else(|| format!("operand #{i} is {}, expected an integer tensor", t.dtype()))
+}
+
+pub fn ints_of(t: &Tensor) -> Option<Vec<i64>> {
+    Some(match t {
+        Tensor::I32(a) => a.iter().map(|&x| x as i64).collect(),
+        Tensor::I64(a) => a.iter().copied().collect(),
+        Tensor::I8(a) => a.iter().map(|&x| x as i64).collect(),
+        Tensor::U8(a) => a.iter().map(|&x| x as i64).collect(),
+        Tensor::I16(a) => a.iter().map(|&x| x as i64).collect(),
+        Tensor::U16(a) => a.iter().map(|&x| x as i64).collect(),
+        _ => return None,
+    })
+}
+
+/// Resolves a possibly negative axis against a rank.
+pub fn norm_axis(axis: i64, rank: usize) -> KernelResult<usize> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if a < 0 || a >= r.max(1) {
+        return Err(format!("axis {axis} is out of range for rank {rank}"));
+    }
+    Ok(a as usize)
+}
+
+/// An array of `shape` over `v` (lengths agree by construction).
+pub fn from_vec<T>(shape: &[usize], v: Vec<T>) -> KernelResult<ArrayD<T>> {
+    ArrayD::from_shape_vec(IxDyn(shape), v).map_err(|e| format!("internal shape error: {e}"))
+}
+
+/// Row-major strides of a shape.
+pub fn strides_of(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}

@@ -1,0 +1,129 @@
+//! MLIR attributes as plain Rust values, so that kernels and dialect tables never hold MLIR
+//! handles (the compiled interpreter program is `Send + Sync`).
+
+use super::constants::attribute_to_tensor;
+use crate::tensor::Tensor;
+use melior::ir::attribute::AttributeLike;
+use melior::ir::operation::OperationLike;
+use melior::ir::{Attribute, Type};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttrValue {
+    Unit,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    /// A type attribute, as its MLIR spelling (`f32`, `tensor<2xi32>`).
+    Type(String),
+    Array(Vec<AttrValue>),
+    Ints(Vec<i64>),
+    Dense(Tensor),
+    Dict(BTreeMap<String, AttrValue>),
+    /// Anything else, printed.
+    Other(String),
+}
+
+impl AttrValue {
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            AttrValue::Int(i) => Some(*i),
+            AttrValue::Bool(b) => Some(*b as i64),
+            _ => None,
+        }
+    }
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            AttrValue::Float(f) => Some(*f),
+            AttrValue::Int(i) => Some(*i as f64),
+            _ => None,
+        }
+    }
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            AttrValue::Bool(b) => Some(*b),
+            AttrValue::Int(i) => Some(*i != 0),
+            _ => None,
+        }
+    }
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            AttrValue::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+    /// A list of integers from an array of integer attributes or a dense i32/i64 array.
+    pub fn as_ints(&self) -> Option<Vec<i64>> {
+        match self {
+            AttrValue::Ints(v) => Some(v.clone()),
+            AttrValue::Array(v) => v.iter().map(AttrValue::as_int).collect(),
+            _ => None,
+        }
+    }
+}
+
+fn string_of(raw: mlir_sys::MlirStringRef) -> String {
+    let bytes = unsafe { std::slice::from_raw_parts(raw.data as *const u8, raw.length) };
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Converts one attribute.
+pub fn attr_value(a: Attribute) -> AttrValue {
+    let raw = a.to_raw();
+    unsafe {
+        if mlir_sys::mlirAttributeIsAUnit(raw) {
+            AttrValue::Unit
+        } else if mlir_sys::mlirAttributeIsABool(raw) {
+            AttrValue::Bool(mlir_sys::mlirBoolAttrGetValue(raw))
+        } else if mlir_sys::mlirAttributeIsAInteger(raw) {
+            AttrValue::Int(mlir_sys::mlirIntegerAttrGetValueInt(raw))
+        } else if mlir_sys::mlirAttributeIsAFloat(raw) {
+            AttrValue::Float(mlir_sys::mlirFloatAttrGetValueDouble(raw))
+        } else if mlir_sys::mlirAttributeIsAString(raw) {
+            AttrValue::Str(string_of(mlir_sys::mlirStringAttrGetValue(raw)))
+        } else if mlir_sys::mlirAttributeIsAType(raw) {
+            AttrValue::Type(Type::from_raw(mlir_sys::mlirTypeAttrGetValue(raw)).to_string())
+        } else if mlir_sys::mlirAttributeIsAArray(raw) {
+            let n = mlir_sys::mlirArrayAttrGetNumElements(raw);
+            AttrValue::Array(
+                (0..n)
+                    .map(|i| attr_value(Attribute::from_raw(mlir_sys::mlirArrayAttrGetElement(raw, i))))
+                    .collect(),
+            )
+        } else if mlir_sys::mlirAttributeIsADenseI64Array(raw) {
+            let n = mlir_sys::mlirDenseArrayGetNumElements(raw);
+            AttrValue::Ints((0..n).map(|i| mlir_sys::mlirDenseI64ArrayGetElement(raw, i)).collect())
+        } else if mlir_sys::mlirAttributeIsADenseI32Array(raw) {
+            let n = mlir_sys::mlirDenseArrayGetNumElements(raw);
+            AttrValue::Ints(
+                (0..n)
+                    .map(|i| mlir_sys::mlirDenseI32ArrayGetElement(raw, i) as i64)
+                    .collect(),
+            )
+        } else if mlir_sys::mlirAttributeIsAElements(raw) {
+            match attribute_to_tensor(a, "attribute") {
+                Ok(t) => AttrValue::Dense(t),
+                Err(_) => AttrValue::Other(a.to_string()),
+            }
+        } else if mlir_sys::mlirAttributeIsADictionary(raw) {
+            let n = mlir_sys::mlirDictionaryAttrGetNumElements(raw);
+            let mut m = BTreeMap::new();
+            for i in 0..n {
+                let na = mlir_sys::mlirDictionaryAttrGetElement(raw, i);
+                let name = string_of(mlir_sys::mlirIdentifierStr(na.name));
+                m.insert(name, attr_value(Attribute::from_raw(na.attribute)));
+            }
+            AttrValue::Dict(m)
+        } else {
+            AttrValue::Other(a.to_string())
+        }
+    }
+}
+
+/// Every attribute of an op (inherent and discardable), by name.
+pub fn op_attrs<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> BTreeMap<String, AttrValue> {
+    op.attributes()
+        .map(|(k, v)| (k.as_string_ref().as_str().unwrap_or("").to_string(), attr_value(v)))
+        .collect()
+}
