@@ -4,11 +4,14 @@
 //! [`ir`] (load/save, constants, keys), [`inspect`], [`passes`] (the rewriter), [`params`]
 //! (scales and zero points), and the `quantir-calibration` crate (statistics).
 
+pub mod formats;
 pub mod fsutil;
 pub mod inspect;
+pub mod interp;
 pub mod ir;
 pub mod params;
 pub mod passes;
+pub mod run;
 pub mod stats_io;
 pub mod tensor;
 

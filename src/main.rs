@@ -3,7 +3,7 @@
 use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
 use quantir::params::{self, RangeOptions, Scheme, StorageType};
-use quantir::{inspect, ir, passes, stats_io};
+use quantir::{formats, inspect, interp, ir, passes, run, stats_io};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -32,6 +32,27 @@ enum Command {
         /// Output file: .mlir (text) or .mlirbc (bytecode).
         #[arg(short, long)]
         output: PathBuf,
+    },
+    /// Run a model on every sample of a data set and write its outputs (.npz).
+    Run {
+        model: PathBuf,
+        /// .npz file or folder of .npy files; the first axis of every array indexes samples.
+        #[arg(long)]
+        data: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Bind an input to an array: --input NAME=ARRAY (repeatable).
+        #[arg(long = "input", value_name = "NAME=ARRAY")]
+        inputs: Vec<String>,
+        /// Worker threads (0 = all cores).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        /// Run only the first N samples.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Function to run (default: main, else the first public function).
+        #[arg(long)]
+        function: Option<String>,
     },
     /// Merge statistics of calibration shards (same model, same method).
     Merge {
@@ -72,6 +93,16 @@ enum Command {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 struct UsageError(String);
+
+/// `NAME=ARRAY` pairs of `--input`.
+fn parse_overrides(v: &[String]) -> Result<Vec<(String, String)>> {
+    v.iter()
+        .map(|s| match s.split_once('=') {
+            Some((a, b)) if !a.is_empty() && !b.is_empty() => Ok((a.to_string(), b.to_string())),
+            _ => Err(UsageError(format!("--input takes NAME=ARRAY, got '{s}'")).into()),
+        })
+        .collect()
+}
 
 /// Writes to stdout; a closed pipe (`quantir inspect m | head`) is not an error.
 fn out(text: &str) -> Result<()> {
@@ -124,6 +155,46 @@ fn run(cli: Cli) -> Result<()> {
                     eprintln!("{name}: warning: {w}");
                 }
             }
+        }
+        Command::Run {
+            model,
+            data,
+            output,
+            inputs,
+            threads,
+            limit,
+            function,
+        } => {
+            let overrides = parse_overrides(&inputs)?;
+            let ctx = ir::new_context();
+            let module = ir::load(&ctx, &model)?;
+            let program =
+                interp::Program::compile(&module, function.as_deref()).with_context(|| model.display().to_string())?;
+            let dataset = formats::data::Dataset::open(&data)?;
+            let binding = formats::data::bind(&dataset, &program.inputs, &overrides)?;
+            let t0 = std::time::Instant::now();
+            let outs = run::run_samples(
+                &program,
+                &binding,
+                threads,
+                limit,
+                &Default::default(),
+                true,
+                &mut |_, _, _| Ok(()),
+                "run",
+            )?;
+            let secs = t0.elapsed().as_secs_f64();
+            let concat = binding.columns.iter().all(|c| c.2);
+            let stacked = run::stack_outputs(&outs, concat)?;
+            let named: Vec<(String, quantir::tensor::Tensor)> =
+                program.output_names.iter().cloned().zip(stacked).collect();
+            run::write_npz(&output, &named, &[&model, &data])?;
+            eprintln!(
+                "ran {} samples in {secs:.2} s ({:.1} samples/s); wrote {}",
+                outs.len(),
+                outs.len() as f64 / secs.max(1e-9),
+                output.display()
+            );
         }
         Command::Merge { inputs, output } => {
             let merged = stats_io::merge_files(&inputs)?;

@@ -64,6 +64,9 @@ impl AttrValue {
 }
 
 fn string_of(raw: mlir_sys::MlirStringRef) -> String {
+    if raw.length == 0 || raw.data.is_null() {
+        return String::new();
+    }
     let bytes = unsafe { std::slice::from_raw_parts(raw.data as *const u8, raw.length) };
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -122,8 +125,96 @@ pub fn attr_value(a: Attribute) -> AttrValue {
 }
 
 /// Every attribute of an op (inherent and discardable), by name.
+///
+/// The C API cannot enumerate inherent attributes, and those of unregistered ops (every
+/// `tf.*` op, whose `<{...}>` properties hold `strides`, `padding`, ...) are not among the
+/// enumerable ones. So the op is printed in generic form (regions skipped) and its
+/// `<{...}>` dictionary is parsed back as a `DictionaryAttr` and enumerated.
 pub fn op_attrs<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> BTreeMap<String, AttrValue> {
-    op.attributes()
+    let mut out: BTreeMap<String, AttrValue> = op
+        .attributes()
         .map(|(k, v)| (k.as_string_ref().as_str().unwrap_or("").to_string(), attr_value(v)))
-        .collect()
+        .collect();
+    if let Some(dict) = properties_dict(op) {
+        if let AttrValue::Dict(m) = attr_value(dict) {
+            out.extend(m);
+        }
+    }
+    out
+}
+
+/// The generic form of one op, without its regions.
+fn print_generic<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> String {
+    unsafe extern "C" fn sink(s: mlir_sys::MlirStringRef, data: *mut std::ffi::c_void) {
+        let out = unsafe { &mut *(data as *mut Vec<u8>) };
+        if s.length > 0 && !s.data.is_null() {
+            out.extend_from_slice(unsafe { std::slice::from_raw_parts(s.data as *const u8, s.length) });
+        }
+    }
+    let mut buf: Vec<u8> = Vec::new();
+    unsafe {
+        let flags = mlir_sys::mlirOpPrintingFlagsCreate();
+        mlir_sys::mlirOpPrintingFlagsPrintGenericOpForm(flags);
+        mlir_sys::mlirOpPrintingFlagsSkipRegions(flags);
+        mlir_sys::mlirOpPrintingFlagsUseLocalScope(flags);
+        mlir_sys::mlirOperationPrintWithFlags(op.to_raw(), flags, Some(sink), &mut buf as *mut Vec<u8> as *mut _);
+        mlir_sys::mlirOpPrintingFlagsDestroy(flags);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// The text between the matching brackets starting at `open` (which is `open_ch`), honouring
+/// string literals.
+fn matching(text: &[u8], open: usize, open_ch: u8, close_ch: u8) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut i = open;
+    let mut in_str = false;
+    while i < text.len() {
+        let c = text[i];
+        if in_str {
+            if c == b'\\' {
+                i += 1;
+            } else if c == b'"' {
+                in_str = false;
+            }
+        } else if c == b'"' {
+            in_str = true;
+        } else if c == open_ch {
+            depth += 1;
+        } else if c == close_ch {
+            depth -= 1;
+            if depth == 0 {
+                return Some(i);
+            }
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The `<{...}>` properties of an op in generic form, parsed as a dictionary attribute.
+fn properties_dict<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> Option<Attribute<'c>> {
+    let text = print_generic(op);
+    let b = text.as_bytes();
+    // `"dialect.op"(operands)` — skip the name string, then the operand list
+    let q1 = text.find('"')?;
+    let q2 = q1 + 1 + text[q1 + 1..].find('"')?;
+    let lp = q2 + 1 + text[q2 + 1..].find('(')?;
+    let rp = matching(b, lp, b'(', b')')?;
+    let rest = text[rp + 1..].trim_start();
+    if !rest.starts_with("<{") {
+        return None;
+    }
+    let start = rp + 1 + (text[rp + 1..].len() - rest.len()) + 1;
+    let end = matching(b, start, b'{', b'}')?;
+    let dict = &text[start..=end];
+    let ctx = op.context();
+    unsafe {
+        let src = mlir_sys::MlirStringRef {
+            data: dict.as_ptr() as *const _,
+            length: dict.len(),
+        };
+        let a = mlir_sys::mlirAttributeParseGet(ctx.to_ref().to_raw(), src);
+        (!a.ptr.is_null() && mlir_sys::mlirAttributeIsADictionary(a)).then(|| Attribute::from_raw(a))
+    }
 }

@@ -30,6 +30,9 @@ pub fn string_value(a: Attribute) -> Option<String> {
             return None;
         }
         let s = mlir_sys::mlirStringAttrGetValue(a.to_raw());
+        if s.length == 0 || s.data.is_null() {
+            return Some(String::new());
+        }
         let bytes = std::slice::from_raw_parts(s.data as *const u8, s.length);
         Some(String::from_utf8_lossy(bytes).into_owned())
     }

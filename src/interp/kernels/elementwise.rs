@@ -29,7 +29,11 @@ fn is_trailing(small: &[usize], big: &[usize]) -> bool {
 
 /// out = f(a, b) with broadcasting; fast paths for equal shapes, scalars and trailing
 /// (per-channel) operands, which cover nearly every op of real models.
-pub fn binary<T: Copy, U: Copy + Default>(a: &ArrayD<T>, b: &ArrayD<T>, f: impl Fn(T, T) -> U) -> KernelResult<ArrayD<U>> {
+pub fn binary<T: Copy, U: Copy + Default>(
+    a: &ArrayD<T>,
+    b: &ArrayD<T>,
+    f: impl Fn(T, T) -> U,
+) -> KernelResult<ArrayD<U>> {
     let shape = broadcast_shape(a.shape(), b.shape())?;
     if let (Some(x), Some(y)) = (a.as_slice(), b.as_slice()) {
         if a.shape() == b.shape() {
@@ -221,7 +225,15 @@ pub enum UnOp {
 
 pub fn unary_fn(op: UnOp) -> Box<dyn Fn(f32) -> f32 + Send + Sync> {
     match op {
-        UnOp::Relu => Box::new(|x: f32| if x > 0.0 { x } else if x.is_nan() { x } else { 0.0 }),
+        UnOp::Relu => Box::new(|x: f32| {
+            if x > 0.0 {
+                x
+            } else if x.is_nan() {
+                x
+            } else {
+                0.0
+            }
+        }),
         UnOp::Relu6 => Box::new(|x: f32| if x.is_nan() { x } else { x.clamp(0.0, 6.0) }),
         UnOp::Elu => Box::new(|x: f32| if x > 0.0 { x } else { x.exp_m1() }),
         UnOp::LeakyRelu(alpha) => Box::new(move |x: f32| if x > 0.0 { x } else { alpha * x }),
@@ -241,7 +253,15 @@ pub fn unary_fn(op: UnOp) -> Box<dyn Fn(f32) -> f32 + Send + Sync> {
         UnOp::Floor => Box::new(f32::floor),
         UnOp::Ceil => Box::new(f32::ceil),
         UnOp::Round => Box::new(f32::round_ties_even),
-        UnOp::Sign => Box::new(|x: f32| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { x }),
+        UnOp::Sign => Box::new(|x: f32| {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                x
+            }
+        }),
         UnOp::Sin => Box::new(f32::sin),
         UnOp::Cos => Box::new(f32::cos),
     }
@@ -264,7 +284,9 @@ pub fn unary(op: UnOp, t: &Tensor) -> KernelResult<Tensor> {
 /// Select(cond, a, b) with broadcasting of all three (TF SelectV2; Select's rank-1 condition
 /// picks whole rows and is handled by the caller reshaping it).
 pub fn select(c: &Tensor, a: &Tensor, b: &Tensor) -> KernelResult<Tensor> {
-    let Tensor::I1(c) = c else { return Err(format!("Select condition is {}, expected i1", c.dtype())) };
+    let Tensor::I1(c) = c else {
+        return Err(format!("Select condition is {}, expected i1", c.dtype()));
+    };
     let shape = broadcast_shape(&broadcast_shape(c.shape(), a.shape())?, b.shape())?;
     let cv = c.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
     macro_rules! sel {
@@ -272,7 +294,11 @@ pub fn select(c: &Tensor, a: &Tensor, b: &Tensor) -> KernelResult<Tensor> {
             let xv = $x.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
             let yv = $y.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
             let mut out = ArrayD::default(IxDyn(&shape));
-            Zip::from(&mut out).and(&cv).and(&xv).and(&yv).for_each(|o, &c, &p, &q| *o = if c { p } else { q });
+            Zip::from(&mut out)
+                .and(&cv)
+                .and(&xv)
+                .and(&yv)
+                .for_each(|o, &c, &p, &q| *o = if c { p } else { q });
             Tensor::$v(out)
         }};
     }
@@ -297,10 +323,22 @@ mod tests {
         let a = array![[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]].into_dyn();
         let row = array![10.0f32, 20.0, 30.0].into_dyn();
         let col = array![[100.0f32], [200.0]].into_dyn();
-        assert_eq!(binary(&a, &row, |x, y| x + y).unwrap(), array![[11.0f32, 22.0, 33.0], [14.0, 25.0, 36.0]].into_dyn());
-        assert_eq!(binary(&row, &a, |x, y| x - y).unwrap(), array![[9.0f32, 18.0, 27.0], [6.0, 15.0, 24.0]].into_dyn());
-        assert_eq!(binary(&a, &col, |x, y| x + y).unwrap(), array![[101.0f32, 102.0, 103.0], [204.0, 205.0, 206.0]].into_dyn());
-        assert_eq!(binary(&col, &row, |x, y| x + y).unwrap(), array![[110.0f32, 120.0, 130.0], [210.0, 220.0, 230.0]].into_dyn());
+        assert_eq!(
+            binary(&a, &row, |x, y| x + y).unwrap(),
+            array![[11.0f32, 22.0, 33.0], [14.0, 25.0, 36.0]].into_dyn()
+        );
+        assert_eq!(
+            binary(&row, &a, |x, y| x - y).unwrap(),
+            array![[9.0f32, 18.0, 27.0], [6.0, 15.0, 24.0]].into_dyn()
+        );
+        assert_eq!(
+            binary(&a, &col, |x, y| x + y).unwrap(),
+            array![[101.0f32, 102.0, 103.0], [204.0, 205.0, 206.0]].into_dyn()
+        );
+        assert_eq!(
+            binary(&col, &row, |x, y| x + y).unwrap(),
+            array![[110.0f32, 120.0, 130.0], [210.0, 220.0, 230.0]].into_dyn()
+        );
         let s = ndarray::arr0(2.0f32).into_dyn();
         assert_eq!(binary(&a, &s, |x, y| x * y).unwrap()[[1, 2]], 12.0);
     }
@@ -309,7 +347,13 @@ mod tests {
     fn integer_floor_semantics() {
         let a = Tensor::I32(array![7, -7, 7, -7].into_dyn());
         let b = Tensor::I32(array![2, 2, -2, -2].into_dyn());
-        assert_eq!(arith(BinOp::FloorDiv, &a, &b).unwrap(), Tensor::I32(array![3, -4, -4, 3].into_dyn()));
-        assert_eq!(arith(BinOp::FloorMod, &a, &b).unwrap(), Tensor::I32(array![1, 1, -1, -1].into_dyn()));
+        assert_eq!(
+            arith(BinOp::FloorDiv, &a, &b).unwrap(),
+            Tensor::I32(array![3, -4, -4, 3].into_dyn())
+        );
+        assert_eq!(
+            arith(BinOp::FloorMod, &a, &b).unwrap(),
+            Tensor::I32(array![1, 1, -1, -1].into_dyn())
+        );
     }
 }

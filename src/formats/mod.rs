@@ -1,0 +1,3 @@
+//! Formats at the edges: sample data (`.npz`, folders of `.npy`).
+
+pub mod data;

@@ -1,0 +1,333 @@
+//! 2-D convolution (NHWC input, HWIO filter) by im2col + GEMM — a 1×1 stride-1 convolution is
+//! a GEMM on the input itself — and depthwise convolution as its own direct kernel.
+
+use super::matmul::gemm_rm;
+use super::{from_vec, KernelResult};
+use ndarray::ArrayD;
+
+/// How the spatial borders are padded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Padding {
+    Same,
+    Valid,
+    /// (before, after) for H and W.
+    Explicit([(usize, usize); 2]),
+}
+
+/// Output size and leading padding of one spatial dim.
+pub fn out_dim(
+    input: usize,
+    k: usize,
+    stride: usize,
+    dilation: usize,
+    pad: &Padding,
+    dim: usize,
+) -> KernelResult<(usize, usize)> {
+    let eff = (k - 1) * dilation + 1;
+    let stride = stride.max(1);
+    Ok(match pad {
+        Padding::Same => {
+            let out = input.div_ceil(stride);
+            let total = ((out - 1) * stride + eff).saturating_sub(input);
+            (out, total / 2)
+        }
+        Padding::Valid => {
+            if input < eff {
+                return Err(format!("window of {eff} does not fit an input of {input}"));
+            }
+            ((input - eff) / stride + 1, 0)
+        }
+        Padding::Explicit(p) => {
+            let (b, a) = p[dim];
+            let padded = input + b + a;
+            if padded < eff {
+                return Err(format!("window of {eff} does not fit a padded input of {padded}"));
+            }
+            ((padded - eff) / stride + 1, b)
+        }
+    })
+}
+
+/// Geometry of a 2-D window op on NHWC data.
+#[derive(Debug, Clone)]
+pub struct Window2d {
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub c: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub sh: usize,
+    pub sw: usize,
+    pub dh: usize,
+    pub dw: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub ph: usize,
+    pub pw: usize,
+}
+
+impl Window2d {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        input: &[usize],
+        kh: usize,
+        kw: usize,
+        strides: [usize; 2],
+        dilations: [usize; 2],
+        pad: &Padding,
+    ) -> KernelResult<Self> {
+        let [n, h, w, c] = input else {
+            return Err(format!("expected an NHWC input, got shape {input:?}"));
+        };
+        if kh == 0 || kw == 0 {
+            return Err("empty window".into());
+        }
+        let (oh, ph) = out_dim(*h, kh, strides[0], dilations[0], pad, 0)?;
+        let (ow, pw) = out_dim(*w, kw, strides[1], dilations[1], pad, 1)?;
+        Ok(Window2d {
+            n: *n,
+            h: *h,
+            w: *w,
+            c: *c,
+            kh,
+            kw,
+            sh: strides[0].max(1),
+            sw: strides[1].max(1),
+            dh: dilations[0].max(1),
+            dw: dilations[1].max(1),
+            oh,
+            ow,
+            ph,
+            pw,
+        })
+    }
+
+    /// Input row/column of output position `o` and kernel tap `k`, if inside the input.
+    #[inline]
+    pub fn ih(&self, o: usize, k: usize) -> Option<usize> {
+        (o * self.sh + k * self.dh).checked_sub(self.ph).filter(|&i| i < self.h)
+    }
+    #[inline]
+    pub fn iw(&self, o: usize, k: usize) -> Option<usize> {
+        (o * self.sw + k * self.dw).checked_sub(self.pw).filter(|&i| i < self.w)
+    }
+}
+
+/// Conv2D: x [N,H,W,Cin], filter [KH,KW,Cin/groups... = Cin,Cout] (TF HWIO), result [N,OH,OW,Cout].
+pub fn conv2d(
+    x: &ArrayD<f32>,
+    f: &ArrayD<f32>,
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    pad: &Padding,
+) -> KernelResult<ArrayD<f32>> {
+    let [kh, kw, ci, co] = f.shape() else {
+        return Err(format!("Conv2D filter must be HWIO rank 4, got {:?}", f.shape()));
+    };
+    let (kh, kw, ci, co) = (*kh, *kw, *ci, *co);
+    let g = Window2d::new(x.shape(), kh, kw, strides, dilations, pad)?;
+    if g.c != ci {
+        return Err(format!("input has {} channels, the filter expects {ci}", g.c));
+    }
+    let x = x.as_standard_layout();
+    let f = f.as_standard_layout();
+    let (xs, fs) = (x.as_slice().ok_or("layout")?, f.as_slice().ok_or("layout")?);
+    let pixels = g.oh * g.ow;
+    let kdim = kh * kw * ci;
+    let mut out = vec![0f32; g.n * pixels * co];
+    let direct = kh == 1 && kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 && g.oh == g.h && g.ow == g.w;
+    let mut patches = if direct { Vec::new() } else { vec![0f32; pixels * kdim] };
+    for b in 0..g.n {
+        let img = &xs[b * g.h * g.w * ci..(b + 1) * g.h * g.w * ci];
+        let dst = &mut out[b * pixels * co..(b + 1) * pixels * co];
+        if direct {
+            gemm_rm(pixels, co, kdim, img, fs, dst);
+            continue;
+        }
+        for oy in 0..g.oh {
+            for ox in 0..g.ow {
+                let row = &mut patches[(oy * g.ow + ox) * kdim..(oy * g.ow + ox + 1) * kdim];
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let seg = &mut row[(ky * kw + kx) * ci..(ky * kw + kx + 1) * ci];
+                        match (g.ih(oy, ky), g.iw(ox, kx)) {
+                            (Some(iy), Some(ix)) => {
+                                seg.copy_from_slice(&img[(iy * g.w + ix) * ci..(iy * g.w + ix + 1) * ci])
+                            }
+                            _ => seg.fill(0.0),
+                        }
+                    }
+                }
+            }
+        }
+        gemm_rm(pixels, co, kdim, &patches, fs, dst);
+    }
+    from_vec(&[g.n, g.oh, g.ow, co], out)
+}
+
+/// DepthwiseConv2dNative: x [N,H,W,C], filter [KH,KW,C,M], result [N,OH,OW,C·M].
+pub fn depthwise_conv2d(
+    x: &ArrayD<f32>,
+    f: &ArrayD<f32>,
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    pad: &Padding,
+) -> KernelResult<ArrayD<f32>> {
+    let [kh, kw, c, m] = f.shape() else {
+        return Err(format!("depthwise filter must be [KH,KW,C,M], got {:?}", f.shape()));
+    };
+    let (kh, kw, c, m) = (*kh, *kw, *c, *m);
+    let g = Window2d::new(x.shape(), kh, kw, strides, dilations, pad)?;
+    if g.c != c {
+        return Err(format!("input has {} channels, the filter expects {c}", g.c));
+    }
+    let x = x.as_standard_layout();
+    let f = f.as_standard_layout();
+    let (xs, fs) = (x.as_slice().ok_or("layout")?, f.as_slice().ok_or("layout")?);
+    let co = c * m;
+    let mut out = vec![0f32; g.n * g.oh * g.ow * co];
+    // filter regrouped as [KH,KW,M,C] so that the inner loop runs over contiguous channels
+    let mut fr = vec![0f32; kh * kw * m * c];
+    for t in 0..kh * kw {
+        for ch in 0..c {
+            for j in 0..m {
+                fr[(t * m + j) * c + ch] = fs[(t * c + ch) * m + j];
+            }
+        }
+    }
+    let mut acc = vec![0f32; c];
+    for b in 0..g.n {
+        let img = &xs[b * g.h * g.w * c..(b + 1) * g.h * g.w * c];
+        for oy in 0..g.oh {
+            for ox in 0..g.ow {
+                let dst = &mut out[((b * g.oh + oy) * g.ow + ox) * co..((b * g.oh + oy) * g.ow + ox + 1) * co];
+                for j in 0..m {
+                    acc.fill(0.0);
+                    for ky in 0..kh {
+                        let Some(iy) = g.ih(oy, ky) else { continue };
+                        for kx in 0..kw {
+                            let Some(ix) = g.iw(ox, kx) else { continue };
+                            let src = &img[(iy * g.w + ix) * c..(iy * g.w + ix + 1) * c];
+                            let w = &fr[((ky * kw + kx) * m + j) * c..((ky * kw + kx) * m + j + 1) * c];
+                            for ((a, &s), &w) in acc.iter_mut().zip(src).zip(w) {
+                                *a += s * w;
+                            }
+                        }
+                    }
+                    if m == 1 {
+                        dst.copy_from_slice(&acc);
+                    } else {
+                        for ch in 0..c {
+                            dst[ch * m + j] = acc[ch];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    from_vec(&[g.n, g.oh, g.ow, co], out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::IxDyn;
+
+    /// The definition, loop by loop, for comparison.
+    fn conv_ref(x: &ArrayD<f32>, f: &ArrayD<f32>, g: &Window2d, depthwise: bool) -> ArrayD<f32> {
+        let (kh, kw) = (f.shape()[0], f.shape()[1]);
+        let co = if depthwise {
+            f.shape()[2] * f.shape()[3]
+        } else {
+            f.shape()[3]
+        };
+        let mut out = ArrayD::zeros(IxDyn(&[g.n, g.oh, g.ow, co]));
+        for b in 0..g.n {
+            for oy in 0..g.oh {
+                for ox in 0..g.ow {
+                    for o in 0..co {
+                        let mut s = 0.0;
+                        for ky in 0..kh {
+                            for kx in 0..kw {
+                                let (Some(iy), Some(ix)) = (g.ih(oy, ky), g.iw(ox, kx)) else {
+                                    continue;
+                                };
+                                if depthwise {
+                                    let m = f.shape()[3];
+                                    s += x[[b, iy, ix, o / m]] * f[[ky, kx, o / m, o % m]];
+                                } else {
+                                    for i in 0..g.c {
+                                        s += x[[b, iy, ix, i]] * f[[ky, kx, i, o]];
+                                    }
+                                }
+                            }
+                        }
+                        out[[b, oy, ox, o]] = s;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn close(a: &ArrayD<f32>, b: &ArrayD<f32>) -> bool {
+        a.shape() == b.shape() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-4 * (1.0 + y.abs()))
+    }
+
+    #[test]
+    fn padding_geometry_matches_tensorflow() {
+        // TF: SAME, in 8, k 3, s 2 -> out 4, pad total 1 -> before 0
+        assert_eq!(out_dim(8, 3, 2, 1, &Padding::Same, 0).unwrap(), (4, 0));
+        // SAME, in 7, k 3, s 2 -> out 4, pad total 2 -> before 1
+        assert_eq!(out_dim(7, 3, 2, 1, &Padding::Same, 0).unwrap(), (4, 1));
+        assert_eq!(out_dim(7, 3, 2, 1, &Padding::Valid, 0).unwrap(), (3, 0));
+        // dilation 2: effective window 5
+        assert_eq!(out_dim(9, 3, 1, 2, &Padding::Valid, 0).unwrap(), (5, 0));
+        assert_eq!(
+            out_dim(5, 3, 1, 1, &Padding::Explicit([(2, 1), (0, 0)]), 0).unwrap(),
+            (6, 2)
+        );
+        assert!(out_dim(2, 3, 1, 1, &Padding::Valid, 0).is_err());
+    }
+
+    #[test]
+    fn conv_and_depthwise_match_the_definition() {
+        let x = ArrayD::from_shape_fn(IxDyn(&[2, 7, 6, 3]), |i| {
+            ((i[0] * 31 + i[1] * 7 + i[2] * 3 + i[3]) % 11) as f32 - 5.0
+        });
+        for (pad, s, d) in [
+            (Padding::Same, [1, 1], [1, 1]),
+            (Padding::Same, [2, 2], [1, 1]),
+            (Padding::Valid, [2, 1], [1, 1]),
+            (Padding::Valid, [1, 1], [2, 2]),
+            (Padding::Explicit([(1, 2), (0, 1)]), [1, 2], [1, 1]),
+        ] {
+            let f = ArrayD::from_shape_fn(IxDyn(&[3, 2, 3, 4]), |i| {
+                ((i[0] * 5 + i[1] * 3 + i[2] * 2 + i[3]) % 7) as f32 * 0.25 - 0.5
+            });
+            let g = Window2d::new(x.shape(), 3, 2, s, d, &pad).unwrap();
+            assert!(
+                close(&conv2d(&x, &f, s, d, &pad).unwrap(), &conv_ref(&x, &f, &g, false)),
+                "conv {pad:?} {s:?} {d:?}"
+            );
+            let fd = ArrayD::from_shape_fn(IxDyn(&[3, 2, 3, 2]), |i| {
+                ((i[0] * 5 + i[1] * 3 + i[2] * 2 + i[3]) % 7) as f32 * 0.25 - 0.5
+            });
+            assert!(
+                close(
+                    &depthwise_conv2d(&x, &fd, s, d, &pad).unwrap(),
+                    &conv_ref(&x, &fd, &g, true)
+                ),
+                "depthwise {pad:?}"
+            );
+        }
+        // the 1×1 GEMM path
+        let f = ArrayD::from_shape_fn(IxDyn(&[1, 1, 3, 5]), |i| (i[2] * 5 + i[3]) as f32 * 0.1);
+        let g = Window2d::new(x.shape(), 1, 1, [1, 1], [1, 1], &Padding::Same).unwrap();
+        assert!(close(
+            &conv2d(&x, &f, [1, 1], [1, 1], &Padding::Same).unwrap(),
+            &conv_ref(&x, &f, &g, false)
+        ));
+    }
+}

@@ -1,0 +1,169 @@
+//! Matrix products through the `gemm` crate (AVX-512 / AVX2 / portable kernels chosen at run
+//! time), single-threaded per call: quantir parallelises over samples, so results never depend
+//! on the thread count.
+
+use super::elementwise::broadcast_shape;
+use super::{from_vec, KernelResult};
+use ndarray::{ArrayD, IxDyn};
+
+/// c[m×n] = a[m×k] · b[k×n] for row-major slices with explicit row/column strides, overwriting c.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_strided(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    a_rs: isize,
+    a_cs: isize,
+    b: &[f32],
+    b_rs: isize,
+    b_cs: isize,
+    c: &mut [f32],
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        c[..m * n].fill(0.0);
+        return;
+    }
+    // SAFETY: every index the strides reach lies inside a, b and c (callers pass strides that
+    // describe these slices), and c does not alias a or b.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            a_cs,
+            a_rs,
+            b.as_ptr(),
+            b_cs,
+            b_rs,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    }
+}
+
+/// Row-major c = a · b.
+pub fn gemm_rm(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+    gemm_strided(m, n, k, a, k as isize, 1, b, n as isize, 1, c)
+}
+
+/// 2-D matmul with TF's transpose flags.
+pub fn matmul(a: &ArrayD<f32>, b: &ArrayD<f32>, ta: bool, tb: bool) -> KernelResult<ArrayD<f32>> {
+    if a.ndim() != 2 || b.ndim() != 2 {
+        return Err(format!(
+            "MatMul needs rank-2 operands, got {:?} and {:?}",
+            a.shape(),
+            b.shape()
+        ));
+    }
+    batch_matmul(a, b, ta, tb)
+}
+
+/// Batched matmul over the leading dims with NumPy broadcasting (TF BatchMatMulV2 adj flags,
+/// ONNX MatMul); rank-1 operands are not promoted (callers reshape).
+pub fn batch_matmul(a: &ArrayD<f32>, b: &ArrayD<f32>, ta: bool, tb: bool) -> KernelResult<ArrayD<f32>> {
+    if a.ndim() < 2 || b.ndim() < 2 {
+        return Err(format!(
+            "batch matmul needs rank ≥ 2 operands, got {:?} and {:?}",
+            a.shape(),
+            b.shape()
+        ));
+    }
+    let (ra, rb) = (a.ndim(), b.ndim());
+    let (am, ak) = (a.shape()[ra - 2], a.shape()[ra - 1]);
+    let (bk, bn) = (b.shape()[rb - 2], b.shape()[rb - 1]);
+    let (m, k) = if ta { (ak, am) } else { (am, ak) };
+    let (k2, n) = if tb { (bn, bk) } else { (bk, bn) };
+    if k != k2 {
+        return Err(format!(
+            "inner dimensions differ: {:?}{} · {:?}{}",
+            a.shape(),
+            if ta { "ᵀ" } else { "" },
+            b.shape(),
+            if tb { "ᵀ" } else { "" }
+        ));
+    }
+    let batch = broadcast_shape(&a.shape()[..ra - 2], &b.shape()[..rb - 2])?;
+    let nb: usize = batch.iter().product();
+    let a_full: Vec<usize> = batch.iter().copied().chain([am, ak]).collect();
+    let b_full: Vec<usize> = batch.iter().copied().chain([bk, bn]).collect();
+    let av = a.broadcast(IxDyn(&a_full)).ok_or("broadcast failed")?;
+    let bv = b.broadcast(IxDyn(&b_full)).ok_or("broadcast failed")?;
+    let av = av.as_standard_layout();
+    let bv = bv.as_standard_layout();
+    let (asl, bsl) = (av.as_slice().ok_or("layout")?, bv.as_slice().ok_or("layout")?);
+    let mut out = vec![0f32; nb * m * n];
+    let (a_rs, a_cs) = if ta { (1, ak as isize) } else { (ak as isize, 1) };
+    let (b_rs, b_cs) = if tb { (1, bn as isize) } else { (bn as isize, 1) };
+    for i in 0..nb {
+        gemm_strided(
+            m,
+            n,
+            k,
+            &asl[i * am * ak..],
+            a_rs,
+            a_cs,
+            &bsl[i * bk * bn..],
+            b_rs,
+            b_cs,
+            &mut out[i * m * n..(i + 1) * m * n],
+        );
+    }
+    let shape: Vec<usize> = batch.into_iter().chain([m, n]).collect();
+    from_vec(&shape, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::array;
+
+    #[test]
+    fn transposes_and_broadcast_batches() {
+        let a = array![[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]].into_dyn();
+        let b = array![[1.0f32, 0.0], [0.0, 1.0], [1.0, 1.0]].into_dyn();
+        let c = matmul(&a, &b, false, false).unwrap();
+        assert_eq!(c, array![[4.0f32, 5.0], [10.0, 11.0]].into_dyn());
+        let at = a.t().to_owned().into_dyn();
+        let bt = b.t().to_owned().into_dyn();
+        assert_eq!(matmul(&at, &bt, true, true).unwrap(), c);
+        // [2,1,2,3] x [3,3,2] -> [2,3,2,2]
+        let a4 = ArrayD::from_shape_fn(IxDyn(&[2, 1, 2, 3]), |i| (i[0] * 6 + i[2] * 3 + i[3]) as f32);
+        let b3 = ArrayD::from_shape_fn(IxDyn(&[3, 3, 2]), |i| (i[0] + i[1] * 2 + i[2]) as f32);
+        let r = batch_matmul(&a4, &b3, false, false).unwrap();
+        assert_eq!(r.shape(), &[2, 3, 2, 2]);
+        for (p, q) in [(0usize, 0usize), (1, 2)] {
+            let am = a4
+                .index_axis(ndarray::Axis(0), p)
+                .index_axis(ndarray::Axis(0), 0)
+                .to_owned()
+                .into_dimensionality::<ndarray::Ix2>()
+                .unwrap();
+            let bm = b3
+                .index_axis(ndarray::Axis(0), q)
+                .to_owned()
+                .into_dimensionality::<ndarray::Ix2>()
+                .unwrap();
+            let want = am.dot(&bm);
+            let got = r
+                .index_axis(ndarray::Axis(0), p)
+                .index_axis(ndarray::Axis(0), q)
+                .to_owned()
+                .into_dimensionality::<ndarray::Ix2>()
+                .unwrap();
+            assert_eq!(got, want);
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Softmax / LogSoftmax over the last axis, and batch normalisation in inference form.
+
+use super::KernelResult;
+use ndarray::{ArrayD, Axis};
+
+/// Softmax (or LogSoftmax) over the last axis, max-subtracted for stability.
+pub fn softmax(x: &ArrayD<f32>, log: bool) -> KernelResult<ArrayD<f32>> {
+    let mut out = x.as_standard_layout().into_owned();
+    let last = out.ndim().checked_sub(1).ok_or("softmax of a scalar")?;
+    for mut lane in out.lanes_mut(Axis(last)) {
+        let m = lane.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if log {
+            let lse = lane.iter().map(|&v| (v - m).exp()).sum::<f32>().ln() + m;
+            lane.mapv_inplace(|v| v - lse);
+        } else {
+            lane.mapv_inplace(|v| (v - m).exp());
+            let s: f32 = lane.iter().sum();
+            lane.mapv_inplace(|v| v / s);
+        }
+    }
+    Ok(out)
+}
+
+/// y = (x − mean) · scale / sqrt(var + eps) + offset, per channel on `axis`.
+pub fn batch_norm(
+    x: &ArrayD<f32>,
+    scale: &ArrayD<f32>,
+    offset: &ArrayD<f32>,
+    mean: &ArrayD<f32>,
+    var: &ArrayD<f32>,
+    eps: f32,
+    axis: usize,
+) -> KernelResult<ArrayD<f32>> {
+    let c = *x.shape().get(axis).ok_or("batch norm axis out of range")?;
+    for (n, p) in [("scale", scale), ("offset", offset), ("mean", mean), ("variance", var)] {
+        if p.len() != c {
+            return Err(format!("{n} has {} elements, the input has {c} channels", p.len()));
+        }
+    }
+    let mul: Vec<f32> = scale.iter().zip(var).map(|(&s, &v)| s / (v + eps).sqrt()).collect();
+    let add: Vec<f32> = offset
+        .iter()
+        .zip(mean)
+        .zip(&mul)
+        .map(|((&o, &m), &k)| o - m * k)
+        .collect();
+    let mut out = x.as_standard_layout().into_owned();
+    for (ch, mut sub) in out.axis_iter_mut(Axis(axis)).enumerate() {
+        let (k, b) = (mul[ch], add[ch]);
+        sub.mapv_inplace(|v| v * k + b);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::array;
+
+    #[test]
+    fn softmax_rows_sum_to_one() {
+        let x = array![[1.0f32, 2.0, 3.0], [1000.0, 1000.0, 1000.0]].into_dyn();
+        let s = softmax(&x, false).unwrap();
+        assert!((s.row_sum(0) - 1.0).abs() < 1e-6 && (s[[1, 0]] - 1.0 / 3.0).abs() < 1e-6);
+        let l = softmax(&x, true).unwrap();
+        assert!((l[[0, 2]] - s[[0, 2]].ln()).abs() < 1e-5);
+    }
+
+    trait RowSum {
+        fn row_sum(&self, r: usize) -> f32;
+    }
+    impl RowSum for ArrayD<f32> {
+        fn row_sum(&self, r: usize) -> f32 {
+            self.index_axis(Axis(0), r).sum()
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! Reductions over a set of axes (Mean, Sum, Max, Min, Prod; All/Any on booleans).
+
+use super::{from_vec, norm_axis, KernelResult};
+use crate::tensor::Tensor;
+use ndarray::{ArrayD, Axis};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reduce {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+}
+
+/// The sorted, de-duplicated axes of `axes` (negative allowed) for a rank.
+pub fn resolve_axes(axes: &[i64], rank: usize) -> KernelResult<Vec<usize>> {
+    let mut v: Vec<usize> = axes.iter().map(|&a| norm_axis(a, rank)).collect::<Result<_, _>>()?;
+    v.sort_unstable();
+    v.dedup();
+    Ok(v)
+}
+
+fn reduce_f32(x: &ArrayD<f32>, axes: &[usize], op: Reduce) -> ArrayD<f32> {
+    let mut cur = x.clone();
+    // reduce the highest axes first so that lower axis numbers stay valid
+    for &a in axes.iter().rev() {
+        cur = match op {
+            Reduce::Sum | Reduce::Mean => cur.sum_axis(Axis(a)),
+            Reduce::Prod => cur.map_axis(Axis(a), |l| l.iter().product()),
+            Reduce::Max => cur.map_axis(Axis(a), |l| {
+                l.iter()
+                    .copied()
+                    .fold(f32::NEG_INFINITY, |m, v| if v > m || v.is_nan() { v } else { m })
+            }),
+            Reduce::Min => cur.map_axis(Axis(a), |l| {
+                l.iter()
+                    .copied()
+                    .fold(f32::INFINITY, |m, v| if v < m || v.is_nan() { v } else { m })
+            }),
+        };
+    }
+    if op == Reduce::Mean {
+        let n: usize = axes.iter().map(|&a| x.shape()[a]).product();
+        let inv = 1.0 / n.max(1) as f32;
+        cur.mapv_inplace(|v| v * inv);
+    }
+    cur
+}
+
+fn reduce_int<T: Copy + Ord + std::iter::Sum + std::iter::Product + num_cast::FromI64>(
+    x: &ArrayD<T>,
+    axes: &[usize],
+    op: Reduce,
+) -> ArrayD<T> {
+    let mut cur = x.clone();
+    for &a in axes.iter().rev() {
+        cur = match op {
+            Reduce::Sum | Reduce::Mean => cur.map_axis(Axis(a), |l| l.iter().copied().sum()),
+            Reduce::Prod => cur.map_axis(Axis(a), |l| l.iter().copied().product()),
+            Reduce::Max => cur.map_axis(Axis(a), |l| l.iter().copied().max().unwrap_or(T::from_i64(0))),
+            Reduce::Min => cur.map_axis(Axis(a), |l| l.iter().copied().min().unwrap_or(T::from_i64(0))),
+        };
+    }
+    cur
+}
+
+mod num_cast {
+    pub trait FromI64 {
+        fn from_i64(v: i64) -> Self;
+    }
+    impl FromI64 for i32 {
+        fn from_i64(v: i64) -> Self {
+            v as i32
+        }
+    }
+    impl FromI64 for i64 {
+        fn from_i64(v: i64) -> Self {
+            v
+        }
+    }
+}
+
+/// Reduces `x` over `axes`; `keep_dims` keeps them as size 1.
+pub fn reduce(x: &Tensor, axes: &[i64], keep_dims: bool, op: Reduce) -> KernelResult<Tensor> {
+    let rank = x.shape().len();
+    let axes = resolve_axes(axes, rank)?;
+    let mut kept = x.shape().to_vec();
+    for &a in &axes {
+        kept[a] = 1;
+    }
+    let out = match x {
+        Tensor::F32(a) => Tensor::F32(reduce_f32(a, &axes, op)),
+        Tensor::I32(a) => Tensor::I32(reduce_int(a, &axes, op)),
+        Tensor::I64(a) => Tensor::I64(reduce_int(a, &axes, op)),
+        _ => return Err(format!("{op:?} of {} is not supported", x.dtype())),
+    };
+    if keep_dims {
+        return Ok(crate::map_tensor!(out, a => a.into_shape_with_order(kept.clone()).map_err(|e| e.to_string())?));
+    }
+    Ok(out)
+}
+
+/// All / Any over axes of a boolean tensor.
+pub fn reduce_bool(x: &Tensor, axes: &[i64], keep_dims: bool, all: bool) -> KernelResult<Tensor> {
+    let Tensor::I1(a) = x else {
+        return Err(format!("All/Any take i1, got {}", x.dtype()));
+    };
+    let axes = resolve_axes(axes, a.ndim())?;
+    let mut cur = a.clone();
+    for &ax in axes.iter().rev() {
+        cur = cur.map_axis(Axis(ax), |l| {
+            if all {
+                l.iter().all(|&b| b)
+            } else {
+                l.iter().any(|&b| b)
+            }
+        });
+    }
+    if keep_dims {
+        let mut kept = a.shape().to_vec();
+        for &ax in &axes {
+            kept[ax] = 1;
+        }
+        return Ok(Tensor::I1(from_vec(&kept, cur.iter().copied().collect())?));
+    }
+    Ok(Tensor::I1(cur))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::array;
+
+    #[test]
+    fn mean_sum_max_keep_dims() {
+        let x = Tensor::F32(array![[[1.0f32, 2.0], [3.0, 4.0]], [[5.0, 6.0], [7.0, 8.0]]].into_dyn());
+        let m = reduce(&x, &[1, 2], true, Reduce::Mean).unwrap();
+        assert_eq!(
+            m,
+            Tensor::F32(ArrayD::from_shape_vec(vec![2, 1, 1], vec![2.5, 6.5]).unwrap())
+        );
+        let s = reduce(&x, &[-1], false, Reduce::Sum).unwrap();
+        assert_eq!(s, Tensor::F32(array![[3.0f32, 7.0], [11.0, 15.0]].into_dyn()));
+        let mx = reduce(&x, &[0], false, Reduce::Max).unwrap();
+        assert_eq!(mx, Tensor::F32(array![[5.0f32, 6.0], [7.0, 8.0]].into_dyn()));
+        assert!(reduce(&x, &[3], false, Reduce::Sum).is_err());
+    }
+}

@@ -1,0 +1,478 @@
+//! The interpreter: compiles a `func.func` into a [`Program`] of kernels (attributes parsed,
+//! constants read and constant subgraphs folded once), then runs it on [`Tensor`]s, calling an
+//! observer with each watched value as soon as it is computed and dropping every value after
+//! its last use.
+//!
+//! A `Program` holds no MLIR handle: it is `Send + Sync`, so samples run in parallel, each on
+//! one thread, and results never depend on the thread count.
+
+pub mod desc;
+pub mod kernels;
+pub mod tf;
+pub mod upstream;
+
+use crate::inspect::{entry_function_names, is_constant_op};
+use crate::ir::attrs::op_attrs;
+use crate::ir::graph::{body_ops, find_function, op_name};
+use crate::ir::keys::TensorKeys;
+use crate::ir::quant::params_from_type;
+use crate::ir::types::{tensor_type, Dim, TensorType};
+use crate::ir::{attribute_to_tensor, IrError};
+use crate::params::Scheme;
+use crate::tensor::{DType, Tensor};
+use desc::OpDesc;
+use kernels::Kernel;
+use melior::ir::block::BlockLike;
+use melior::ir::operation::OperationLike;
+use melior::ir::{Location, Module, RegionLike, Type, TypeLike, ValueLike};
+use std::collections::{HashMap, HashSet};
+
+#[derive(Debug, thiserror::Error)]
+pub enum InterpError {
+    #[error("{loc}: {op} (tensor '{key}'): {reason}")]
+    Unsupported {
+        op: String,
+        loc: String,
+        key: String,
+        reason: String,
+    },
+    #[error("{loc}: {op} (tensor '{key}') failed: {message}")]
+    Kernel {
+        op: String,
+        loc: String,
+        key: String,
+        message: String,
+    },
+    #[error("input '{name}': expected {expected}, got {found}")]
+    Input {
+        name: String,
+        expected: String,
+        found: String,
+    },
+    #[error("the function takes {expected} inputs, got {found}")]
+    InputCount { expected: usize, found: usize },
+    #[error("no tensor '{key}' in @{function}")]
+    UnknownKey { key: String, function: String },
+    #[error("observer of tensor '{key}': {message}")]
+    Observer { key: String, message: String },
+    #[error(transparent)]
+    Ir(#[from] IrError),
+}
+
+/// One argument of the function: its name (from `tf.entry_function`, else its tensor key),
+/// element type and dims.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct InputSpec {
+    pub name: String,
+    pub key: String,
+    pub dtype: Option<DType>,
+    pub dims: Vec<Dim>,
+    pub r#type: String,
+}
+
+impl InputSpec {
+    /// Checks a tensor against the declared type (dynamic dims accept any size).
+    pub fn check(&self, t: &Tensor) -> Result<(), InterpError> {
+        let dims_ok = t.shape().len() == self.dims.len()
+            && t.shape()
+                .iter()
+                .zip(&self.dims)
+                .all(|(&n, d)| matches!(d, Dim::Dynamic) || *d == Dim::Static(n));
+        if Some(t.dtype()) != self.dtype || !dims_ok {
+            return Err(InterpError::Input {
+                name: self.name.clone(),
+                expected: self.r#type.clone(),
+                found: format!("{} of shape {:?}", t.dtype(), t.shape()),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A value the program computes: its key, type and producing op.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ValueInfo {
+    pub key: String,
+    pub producer: String,
+    pub dtype: Option<DType>,
+    pub dims: Vec<Dim>,
+    /// Known at compile time (a constant, or folded from constants).
+    pub constant: bool,
+}
+
+struct Step {
+    kernel: Box<dyn Kernel>,
+    inputs: Vec<usize>,
+    outputs: Vec<usize>,
+    op: String,
+    loc: String,
+}
+
+/// A compiled function.
+pub struct Program {
+    pub function: String,
+    pub inputs: Vec<InputSpec>,
+    pub output_names: Vec<String>,
+    pub values: Vec<ValueInfo>,
+    steps: Vec<Step>,
+    consts: Vec<Option<Tensor>>,
+    outputs: Vec<usize>,
+    /// Slots to drop after each step.
+    free_after: Vec<Vec<usize>>,
+}
+
+/// Which slots to hand to the observer.
+#[derive(Debug, Clone, Default)]
+pub struct Watch {
+    slots: HashSet<usize>,
+}
+
+/// `file:line:col` of a location when it has one (through names, fusions and call sites).
+pub fn location_string(loc: Location) -> String {
+    fn find(loc: Location) -> Option<String> {
+        if loc.is_file_line_col_range() {
+            let f = loc
+                .file_line_col_range_filename()
+                .as_string_ref()
+                .as_str()
+                .unwrap_or("?")
+                .to_string();
+            return Some(format!(
+                "{f}:{}:{}",
+                loc.file_line_col_range_start_line(),
+                loc.file_line_col_range_start_column()
+            ));
+        }
+        if loc.is_name() {
+            return find(loc.name_child_location());
+        }
+        if loc.is_fused() {
+            return (0..loc.fused_num_locations()).find_map(|i| find(loc.fused_location(i)));
+        }
+        if loc.is_call_site() {
+            return find(loc.call_site_caller());
+        }
+        None
+    }
+    find(loc).unwrap_or_else(|| loc.to_string())
+}
+
+fn quant_of(t: Type) -> Option<crate::params::QuantParams> {
+    let elem = unsafe {
+        if !mlir_sys::mlirTypeIsARankedTensor(t.to_raw()) {
+            return None;
+        }
+        Type::from_raw(mlir_sys::mlirShapedTypeGetElementType(t.to_raw()))
+    };
+    params_from_type(elem, Scheme::Mlir).ok()
+}
+
+/// The builder for an op, from every dialect table.
+fn builder(name: &str) -> Option<tf::Builder> {
+    tf::lookup(name).or_else(|| upstream::lookup(name))
+}
+
+/// True when the interpreter can run an op of this name.
+pub fn supports(name: &str) -> bool {
+    builder(name).is_some() || matches!(name, "tf.Const" | "arith.constant" | "func.return" | "tf.NoOp")
+}
+
+impl Program {
+    /// Compiles function `name` (or the module's main/first public function).
+    pub fn compile(module: &Module, name: Option<&str>) -> Result<Program, InterpError> {
+        let func = find_function(module, name)?;
+        let fname = crate::ir::graph::function_name(&func);
+        let keys = TensorKeys::new(func);
+        let (input_names, output_names) = entry_function_names(func);
+        let block = func
+            .region(0)
+            .ok()
+            .and_then(|r| r.first_block())
+            .ok_or_else(|| IrError::Invalid(format!("@{fname} has no body")))?;
+        let mut slot_of: HashMap<usize, usize> = HashMap::new();
+        let mut values: Vec<ValueInfo> = Vec::new();
+        let mut consts: Vec<Option<Tensor>> = Vec::new();
+        let new_slot = |v: melior::ir::Value,
+                        producer: &str,
+                        values: &mut Vec<ValueInfo>,
+                        consts: &mut Vec<Option<Tensor>>,
+                        slot_of: &mut HashMap<usize, usize>| {
+            let t = tensor_type(v.r#type());
+            values.push(ValueInfo {
+                key: keys.get(v).unwrap_or("?").to_string(),
+                producer: producer.to_string(),
+                dtype: t.as_ref().and_then(|t| t.dtype),
+                dims: t.map(|t| t.dims).unwrap_or_default(),
+                constant: false,
+            });
+            consts.push(None);
+            slot_of.insert(v.to_raw().ptr as usize, values.len() - 1);
+            values.len() - 1
+        };
+        let mut inputs = Vec::new();
+        for k in 0..block.argument_count() {
+            let arg = block.argument(k).map_err(|e| IrError::Invalid(e.to_string()))?;
+            let v: melior::ir::Value = arg.into();
+            let s = new_slot(v, "argument", &mut values, &mut consts, &mut slot_of);
+            let t = tensor_type(v.r#type());
+            inputs.push(InputSpec {
+                name: input_names.get(k).cloned().unwrap_or_else(|| values[s].key.clone()),
+                key: values[s].key.clone(),
+                dtype: t.as_ref().and_then(|t| t.dtype),
+                dims: t.map(|t| t.dims).unwrap_or_default(),
+                r#type: v.r#type().to_string(),
+            });
+        }
+        let mut steps = Vec::new();
+        let mut outputs = Vec::new();
+        for op in body_ops(func) {
+            let name = op_name(&op);
+            let loc = location_string(op.location());
+            let first_key = op
+                .result(0)
+                .ok()
+                .and_then(|r| keys.get(r.into()).map(str::to_string))
+                .unwrap_or_else(|| "-".into());
+            let unsupported = |reason: String| InterpError::Unsupported {
+                op: name.clone(),
+                loc: loc.clone(),
+                key: first_key.clone(),
+                reason,
+            };
+            if name == "func.return" {
+                for v in op.operands() {
+                    outputs.push(
+                        *slot_of
+                            .get(&(v.to_raw().ptr as usize))
+                            .ok_or_else(|| unsupported("returns an unknown value".into()))?,
+                    );
+                }
+                continue;
+            }
+            if op.region_count() > 0 {
+                return Err(unsupported("ops with regions (control flow) are not supported".into()));
+            }
+            if is_constant_op(&op) {
+                let attr = op.attribute("value").map_err(|e| unsupported(e.to_string()))?;
+                let t = attribute_to_tensor(attr, &first_key).map_err(|e| unsupported(e.to_string()))?;
+                let r = op.result(0).map_err(|e| unsupported(e.to_string()))?;
+                let s = new_slot(r.into(), &name, &mut values, &mut consts, &mut slot_of);
+                values[s].constant = true;
+                consts[s] = Some(t);
+                continue;
+            }
+            if name == "tf.NoOp" && op.result_count() == 0 {
+                continue;
+            }
+            let build = builder(&name).ok_or_else(|| unsupported("op not supported by the interpreter".into()))?;
+            let mut in_slots = Vec::new();
+            for (i, v) in op.operands().enumerate() {
+                in_slots.push(
+                    *slot_of
+                        .get(&(v.to_raw().ptr as usize))
+                        .ok_or_else(|| unsupported(format!("operand #{i} is defined outside the function body")))?,
+                );
+            }
+            let desc = OpDesc {
+                name: name.clone(),
+                attrs: op_attrs(&op),
+                operand_types: op.operands().map(|v| tensor_type(v.r#type())).collect(),
+                result_types: op
+                    .results()
+                    .map(|r| tensor_type(r.r#type()))
+                    .collect::<Vec<Option<TensorType>>>(),
+                operand_quant: op.operands().map(|v| quant_of(v.r#type())).collect(),
+                result_quant: op.results().map(|r| quant_of(r.r#type())).collect(),
+                consts: in_slots.iter().map(|&s| consts[s].clone()).collect(),
+            };
+            let kernel = build(&desc).map_err(unsupported)?;
+            let out_slots: Vec<usize> = op
+                .results()
+                .map(|r| new_slot(r.into(), &name, &mut values, &mut consts, &mut slot_of))
+                .collect();
+            // fold ops whose operands are all known now, once, instead of once per sample
+            if !in_slots.is_empty() && in_slots.iter().all(|&s| consts[s].is_some()) {
+                let args: Vec<&Tensor> = in_slots.iter().filter_map(|&s| consts[s].as_ref()).collect();
+                let res = kernel.run(&args).map_err(|message| InterpError::Kernel {
+                    op: name.clone(),
+                    loc: loc.clone(),
+                    key: first_key.clone(),
+                    message,
+                })?;
+                for (s, t) in out_slots.iter().zip(res) {
+                    values[*s].constant = true;
+                    consts[*s] = Some(t);
+                }
+                continue;
+            }
+            steps.push(Step {
+                kernel,
+                inputs: in_slots,
+                outputs: out_slots,
+                op: name,
+                loc,
+            });
+        }
+        // liveness: drop each runtime value after its last use
+        let mut last_use: Vec<Option<usize>> = vec![None; values.len()];
+        for (i, st) in steps.iter().enumerate() {
+            for &s in &st.inputs {
+                last_use[s] = Some(i);
+            }
+        }
+        let mut free_after = vec![Vec::new(); steps.len()];
+        let outs: HashSet<usize> = outputs.iter().copied().collect();
+        for (i, st) in steps.iter().enumerate() {
+            for &s in st.outputs.iter() {
+                if !outs.contains(&s) && last_use[s].is_none() {
+                    free_after[i].push(s);
+                }
+            }
+        }
+        for (s, lu) in last_use.iter().enumerate() {
+            if let Some(i) = lu {
+                if consts[s].is_none() && !outs.contains(&s) {
+                    free_after[*i].push(s);
+                }
+            }
+        }
+        let output_names = if output_names.len() == outputs.len() {
+            output_names
+        } else {
+            outputs.iter().map(|&s| values[s].key.clone()).collect()
+        };
+        Ok(Program {
+            function: fname,
+            inputs,
+            output_names,
+            values,
+            steps,
+            consts,
+            outputs,
+            free_after,
+        })
+    }
+
+    /// Slots of the given keys, for [`Program::run_observed`].
+    pub fn watch(&self, keys: &[String]) -> Result<Watch, InterpError> {
+        let by_key: HashMap<&str, usize> = self
+            .values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v.key.as_str(), i))
+            .collect();
+        let mut slots = HashSet::new();
+        for k in keys {
+            let s = by_key.get(k.as_str()).ok_or_else(|| InterpError::UnknownKey {
+                key: k.clone(),
+                function: self.function.clone(),
+            })?;
+            slots.insert(*s);
+        }
+        Ok(Watch { slots })
+    }
+
+    /// Checks a sample against the signature.
+    pub fn check_inputs(&self, inputs: &[Tensor]) -> Result<(), InterpError> {
+        if inputs.len() != self.inputs.len() {
+            return Err(InterpError::InputCount {
+                expected: self.inputs.len(),
+                found: inputs.len(),
+            });
+        }
+        for (spec, t) in self.inputs.iter().zip(inputs) {
+            spec.check(t)?;
+        }
+        Ok(())
+    }
+
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError> {
+        self.run_observed(inputs, &Watch::default(), &mut |_, _| Ok(()))
+    }
+
+    /// Runs one sample; `observe(key, value)` is called for every watched runtime value right
+    /// after it is computed (constants do not vary with samples and are not observed).
+    pub fn run_observed(
+        &self,
+        inputs: &[Tensor],
+        watch: &Watch,
+        observe: &mut dyn FnMut(&str, &Tensor) -> Result<(), String>,
+    ) -> Result<Vec<Tensor>, InterpError> {
+        self.check_inputs(inputs)?;
+        let mut env: Vec<Option<Tensor>> = vec![None; self.values.len()];
+        for (i, t) in inputs.iter().enumerate() {
+            if watch.slots.contains(&i) {
+                observe(&self.values[i].key, t).map_err(|message| InterpError::Observer {
+                    key: self.values[i].key.clone(),
+                    message,
+                })?;
+            }
+            env[i] = Some(t.clone());
+        }
+        for (i, st) in self.steps.iter().enumerate() {
+            let args: Vec<&Tensor> = st
+                .inputs
+                .iter()
+                .map(|&s| self.consts[s].as_ref().or(env[s].as_ref()))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| self.kernel_error(st, "an operand was not computed".into()))?;
+            let res = st.kernel.run(&args).map_err(|m| self.kernel_error(st, m))?;
+            if res.len() != st.outputs.len() {
+                return Err(self.kernel_error(
+                    st,
+                    format!("produced {} results, expected {}", res.len(), st.outputs.len()),
+                ));
+            }
+            for (&s, t) in st.outputs.iter().zip(res) {
+                if watch.slots.contains(&s) {
+                    observe(&self.values[s].key, &t).map_err(|message| InterpError::Observer {
+                        key: self.values[s].key.clone(),
+                        message,
+                    })?;
+                }
+                env[s] = Some(t);
+            }
+            for &s in &self.free_after[i] {
+                env[s] = None;
+            }
+        }
+        self.outputs
+            .iter()
+            .map(|&s| {
+                self.consts[s]
+                    .clone()
+                    .or_else(|| env[s].take())
+                    .ok_or_else(|| InterpError::Kernel {
+                        op: "func.return".into(),
+                        loc: String::new(),
+                        key: self.values[s].key.clone(),
+                        message: "result was not computed".into(),
+                    })
+            })
+            .collect()
+    }
+
+    fn kernel_error(&self, st: &Step, message: String) -> InterpError {
+        let key = st
+            .outputs
+            .first()
+            .map(|&s| self.values[s].key.clone())
+            .unwrap_or_default();
+        InterpError::Kernel {
+            op: st.op.clone(),
+            loc: st.loc.clone(),
+            key,
+            message,
+        }
+    }
+
+    /// Number of ops run per sample (after folding).
+    pub fn step_count(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// The op producing each runtime step, in order (for reports).
+    pub fn step_ops(&self) -> impl Iterator<Item = (&str, &[usize])> {
+        self.steps.iter().map(|s| (s.op.as_str(), s.outputs.as_slice()))
+    }
+}

@@ -1,0 +1,158 @@
+//! Running a compiled program over a data set: samples in parallel (each on one thread, so
+//! results never depend on the thread count), outputs in sample order.
+
+use crate::formats::data::{Binding, DataError};
+use crate::interp::{InterpError, Program, Watch};
+use crate::tensor::Tensor;
+use rayon::prelude::*;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error("sample {sample}: {source}")]
+    Interp { sample: usize, source: InterpError },
+    #[error("cannot start {threads} worker threads: {reason}")]
+    Threads { threads: usize, reason: String },
+    #[error("{0}")]
+    Output(String),
+}
+
+/// A progress bar on a terminal, nothing when stderr is not one.
+pub fn progress(len: usize, what: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(len as u64);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} samples, {per_sec}, eta {eta}")
+    {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message(what.to_string());
+    pb
+}
+
+/// A rayon pool of `threads` workers (0 = all cores).
+pub fn pool(threads: usize) -> Result<rayon::ThreadPool, RunError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| RunError::Threads {
+            threads,
+            reason: e.to_string(),
+        })
+}
+
+/// Runs samples `0..n` (n = `limit` or all), `threads` at a time. For every chunk of samples the
+/// watched values are handed to `observe(sample, key, value)` in sample order, after the chunk
+/// ran, so that observers see the same sequence whatever the thread count. Returns the
+/// outputs of every sample when `keep_outputs`.
+pub fn run_samples(
+    program: &Program,
+    data: &Binding,
+    threads: usize,
+    limit: Option<usize>,
+    watch: &Watch,
+    keep_outputs: bool,
+    observe: &mut dyn FnMut(usize, &str, &Tensor) -> Result<(), String>,
+    what: &str,
+) -> Result<Vec<Vec<Tensor>>, RunError> {
+    let n = limit.map_or(data.samples, |l| l.min(data.samples));
+    let pool = pool(threads)?;
+    let chunk = pool.current_num_threads().max(1) * 2;
+    let pb = progress(n, what);
+    let mut outputs = Vec::new();
+    let mut start = 0;
+    while start < n {
+        let end = (start + chunk).min(n);
+        type Sample = (Vec<Tensor>, Vec<(String, Tensor)>);
+        let results: Vec<Result<Sample, RunError>> = pool.install(|| {
+            (start..end)
+                .into_par_iter()
+                .map(|i| {
+                    let inputs = data.sample(i)?;
+                    let mut seen = Vec::new();
+                    let out = program
+                        .run_observed(&inputs, watch, &mut |k, v| {
+                            seen.push((k.to_string(), v.clone()));
+                            Ok(())
+                        })
+                        .map_err(|source| RunError::Interp { sample: i, source })?;
+                    Ok((out, seen))
+                })
+                .collect()
+        });
+        for (i, r) in (start..end).zip(results) {
+            let (out, seen) = r?;
+            for (k, v) in &seen {
+                observe(i, k, v).map_err(|m| RunError::Interp {
+                    sample: i,
+                    source: InterpError::Observer {
+                        key: k.clone(),
+                        message: m,
+                    },
+                })?;
+            }
+            if keep_outputs {
+                outputs.push(out);
+            }
+        }
+        pb.inc((end - start) as u64);
+        start = end;
+    }
+    pb.finish_and_clear();
+    Ok(outputs)
+}
+
+/// Stacks per-sample outputs along a new first axis; when the inputs had a batch dim of 1 added,
+/// the outputs' leading 1 is dropped (concatenation), so N samples of [1, 10] give [N, 10].
+pub fn stack_outputs(per_sample: &[Vec<Tensor>], concat: bool) -> Result<Vec<Tensor>, RunError> {
+    let Some(first) = per_sample.first() else {
+        return Ok(Vec::new());
+    };
+    (0..first.len())
+        .map(|j| {
+            let col: Vec<&Tensor> = per_sample.iter().map(|o| &o[j]).collect();
+            let can_concat = concat && col.iter().all(|t| t.shape().first() == Some(&1));
+            if can_concat {
+                crate::interp::kernels::layout::concat(&col, 0)
+            } else {
+                crate::interp::kernels::layout::pack(&col, 0)
+            }
+            .map_err(RunError::Output)
+        })
+        .collect()
+}
+
+/// Writes named tensors as an `.npz` file, atomically.
+pub fn write_npz(
+    path: &std::path::Path,
+    named: &[(String, Tensor)],
+    inputs: &[&std::path::Path],
+) -> Result<(), RunError> {
+    let mut buf = std::io::Cursor::new(Vec::new());
+    {
+        let mut w = ndarray_npy::NpzWriter::new(&mut buf);
+        for (name, t) in named {
+            let r = match t {
+                Tensor::F32(a) => w.add_array(name.as_str(), a),
+                Tensor::F64(a) => w.add_array(name.as_str(), a),
+                Tensor::I64(a) => w.add_array(name.as_str(), a),
+                Tensor::I32(a) => w.add_array(name.as_str(), a),
+                Tensor::I8(a) => w.add_array(name.as_str(), a),
+                Tensor::U8(a) => w.add_array(name.as_str(), a),
+                Tensor::I16(a) => w.add_array(name.as_str(), a),
+                Tensor::U16(a) => w.add_array(name.as_str(), a),
+                Tensor::I1(a) => w.add_array(name.as_str(), a),
+                other => {
+                    return Err(RunError::Output(format!(
+                        "cannot write a {} array to .npz",
+                        other.dtype()
+                    )))
+                }
+            };
+            r.map_err(|e| RunError::Output(format!("{}: {e}", path.display())))?;
+        }
+        w.finish()
+            .map_err(|e| RunError::Output(format!("{}: {e}", path.display())))?;
+    }
+    crate::fsutil::write_atomic(path, buf.get_ref(), inputs).map_err(|e| RunError::Output(e.to_string()))
+}
