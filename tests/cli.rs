@@ -317,3 +317,59 @@ fn merge_combines_shards_and_refuses_mismatches() {
     );
     assert!(!bad.exists());
 }
+
+#[test]
+fn run_writes_outputs_and_reports_bad_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = common::example("digits_cnn.mlir");
+    let out = dir.path().join("out.npz");
+    let o = quantir(&[
+        "run",
+        m.to_str().unwrap(),
+        "--data",
+        common::example("digits_test.npz").to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--limit",
+        "5",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut z = ndarray_npy::NpzReader::new(std::fs::File::open(&out).unwrap()).unwrap();
+    let y: ndarray::ArrayD<f32> = z.by_name("identity_RetVal.npy").unwrap();
+    assert_eq!(y.shape(), &[5, 10]);
+    // the MLP's data does not fit the CNN
+    let o = quantir(&[
+        "run",
+        m.to_str().unwrap(),
+        "--data",
+        common::data("digits_mlp_test.npz").to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("digits_mlp_test.npz: no array for input 'input' (tensor<1x8x8x1xf32>)"),
+        "{}",
+        stderr(&o)
+    );
+    let o = quantir(&[
+        "run",
+        m.to_str().unwrap(),
+        "--data",
+        "/nonexistent.npz",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(stderr(&o).contains("/nonexistent.npz: cannot read"), "{}", stderr(&o));
+    let o = quantir(&[
+        "run",
+        m.to_str().unwrap(),
+        "--data",
+        common::example("digits_test.npz").to_str().unwrap(),
+        "--input",
+        "bad",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -42,8 +42,8 @@ fn reduce_f32(x: &ArrayD<f32>, axes: &[usize], op: Reduce) -> ArrayD<f32> {
     }
     if op == Reduce::Mean {
         let n: usize = axes.iter().map(|&a| x.shape()[a]).product();
-        let inv = 1.0 / n.max(1) as f32;
-        cur.mapv_inplace(|v| v * inv);
+        let n = n.max(1) as f32;
+        cur.mapv_inplace(|v| v / n);
     }
     cur
 }

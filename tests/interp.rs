@@ -1,0 +1,308 @@
+//! The interpreter against TensorFlow's own outputs, op by op on small modules, and its errors.
+
+mod common;
+
+use ndarray::{ArrayD, IxDyn};
+use quantir::formats::data::{bind, Dataset};
+use quantir::interp::{InterpError, Program};
+use quantir::run::{run_samples, stack_outputs};
+use quantir::tensor::Tensor;
+use std::path::Path;
+
+fn run_model(text: &[u8], name: &str, data: &Path, threads: usize) -> (Vec<Tensor>, usize) {
+    let ctx = quantir::ir::new_context();
+    let m = quantir::ir::load_bytes(&ctx, text, Path::new(name)).unwrap();
+    let p = Program::compile(&m, None).unwrap();
+    let d = Dataset::open(data).unwrap();
+    let b = bind(&d, &p.inputs, &[]).unwrap();
+    let outs = run_samples(
+        &p,
+        &b,
+        threads,
+        None,
+        &Default::default(),
+        true,
+        &mut |_, _, _| Ok(()),
+        "test",
+    )
+    .unwrap();
+    (stack_outputs(&outs, true).unwrap(), b.samples)
+}
+
+fn reference(name: &str) -> ArrayD<f32> {
+    let mut z = ndarray_npy::NpzReader::new(std::fs::File::open(common::data(name)).unwrap()).unwrap();
+    z.by_name("y.npy").unwrap()
+}
+
+fn max_abs_diff(a: &ArrayD<f32>, b: &ArrayD<f32>) -> f32 {
+    assert_eq!(a.shape(), b.shape());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn argmax_rows(a: &ArrayD<f32>) -> Vec<usize> {
+    a.outer_iter()
+        .map(|r| {
+            r.iter()
+                .enumerate()
+                .fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b })
+                .0
+        })
+        .collect()
+}
+
+#[test]
+fn reproduces_tensorflow_outputs_on_every_bundled_model() {
+    let cases = [
+        (
+            "digits_cnn.mlir",
+            common::model_text(&common::example("digits_cnn.mlir")),
+            common::example("digits_test.npz"),
+            "digits_cnn_test_outputs.npz",
+        ),
+        (
+            "digits_mlp.mlir",
+            common::model_text(&common::data("digits_mlp.mlir")),
+            common::data("digits_mlp_test.npz"),
+            "digits_mlp_test_outputs.npz",
+        ),
+        (
+            "mobilenet_v2_035.mlir",
+            common::model_text(&common::data("mobilenet_v2_035.mlir.gz")),
+            common::data("mobilenet_test.npz"),
+            "mobilenet_v2_035_test_outputs.npz",
+        ),
+    ];
+    for (name, text, data, refs) in cases {
+        let (outs, n) = run_model(&text, name, &data, 2);
+        let got = outs[0].as_f32().unwrap();
+        let want = reference(refs);
+        let d = max_abs_diff(got, &want);
+        assert!(d <= 1e-4, "{name}: max |quantir − TF| = {d} over {n} samples");
+        assert_eq!(argmax_rows(got), argmax_rows(&want), "{name}: top-1 differs from TF");
+    }
+}
+
+#[test]
+fn digits_cnn_top1_equals_tensorflow_and_results_do_not_depend_on_threads() {
+    let text = common::model_text(&common::example("digits_cnn.mlir"));
+    let (one, _) = run_model(&text, "d.mlir", &common::example("digits_test.npz"), 1);
+    let (two, n) = run_model(&text, "d.mlir", &common::example("digits_test.npz"), 2);
+    assert!(one[0].bit_eq(&two[0]), "outputs differ between 1 and 2 threads");
+    let labels: ArrayD<i64> =
+        ndarray_npy::NpzReader::new(std::fs::File::open(common::example("digits_test.npz")).unwrap())
+            .unwrap()
+            .by_name("y.npy")
+            .unwrap();
+    let top1 = argmax_rows(one[0].as_f32().unwrap())
+        .iter()
+        .zip(labels.iter())
+        .filter(|(p, y)| **p as i64 == **y)
+        .count();
+    // TF's float top-1 on this set is 0.9899244332493703 = 393/397 (reference/tf_results.json)
+    assert_eq!((top1, n), (393, 397));
+}
+
+/// Compiles a module written to `t.mlir` (so that locations carry a file name).
+fn compile_src(src: &str) -> Result<Program, InterpError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.mlir");
+    std::fs::write(&path, src).unwrap();
+    let ctx = quantir::ir::new_context();
+    let m = quantir::ir::load(&ctx, &path).unwrap();
+    Program::compile(&m, None)
+}
+
+fn f32t(shape: &[usize], v: Vec<f32>) -> Tensor {
+    Tensor::F32(ArrayD::from_shape_vec(IxDyn(shape), v).unwrap())
+}
+
+#[test]
+fn small_modules_compute_what_numpy_computes() {
+    // y = mean(relu6(x * 2 - 1), axis 1, keep_dims) ; z = concat(y, transpose) etc.
+    let src = r#"
+func.func @main(%x: tensor<2x3xf32>) -> (tensor<2x1xf32>, tensor<3x2xf32>, tensor<2x2xf32>, tensor<1x3xf32>) {
+  %one = "tf.Const"() <{value = dense<1.0> : tensor<f32>}> : () -> tensor<f32>
+  %two = "tf.AddV2"(%one, %one) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %ax = "tf.Const"() <{value = dense<1> : tensor<1xi32>}> : () -> tensor<1xi32>
+  %perm = "tf.Const"() <{value = dense<[1, 0]> : tensor<2xi32>}> : () -> tensor<2xi32>
+  %0 = "tf.Mul"(%x, %two) : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
+  %1 = "tf.Sub"(%0, %one) : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
+  %2 = "tf.Relu6"(%1) : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  %3 = "tf.Mean"(%2, %ax) <{keep_dims = true}> : (tensor<2x3xf32>, tensor<1xi32>) -> tensor<2x1xf32>
+  %4 = "tf.Transpose"(%x, %perm) : (tensor<2x3xf32>, tensor<2xi32>) -> tensor<3x2xf32>
+  %5 = "tf.MatMul"(%x, %x) <{transpose_b = true}> : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x2xf32>
+  %b = "tf.Const"() <{value = dense<[1, 0]> : tensor<2xi32>}> : () -> tensor<2xi32>
+  %e = "tf.Const"() <{value = dense<[2, 3]> : tensor<2xi32>}> : () -> tensor<2xi32>
+  %s = "tf.Const"() <{value = dense<[1, 1]> : tensor<2xi32>}> : () -> tensor<2xi32>
+  %6 = "tf.StridedSlice"(%x, %b, %e, %s) <{begin_mask = 0 : i64, end_mask = 0 : i64, ellipsis_mask = 0 : i64, new_axis_mask = 0 : i64, shrink_axis_mask = 0 : i64}> : (tensor<2x3xf32>, tensor<2xi32>, tensor<2xi32>, tensor<2xi32>) -> tensor<1x3xf32>
+  return %3, %4, %5, %6 : tensor<2x1xf32>, tensor<3x2xf32>, tensor<2x2xf32>, tensor<1x3xf32>
+}"#;
+    let p = compile_src(src).unwrap();
+    let x = f32t(&[2, 3], vec![0.0, 1.0, 4.0, -1.0, 0.5, 2.0]);
+    let out = p.run(&[x]).unwrap();
+    // relu6(2x − 1): [0, 1, 6], [0, 0, 3] → means 7/3, 1
+    assert_eq!(out[0], f32t(&[2, 1], vec![7.0 / 3.0, 1.0]));
+    assert_eq!(out[1], f32t(&[3, 2], vec![0.0, -1.0, 1.0, 0.5, 4.0, 2.0]));
+    assert_eq!(out[2], f32t(&[2, 2], vec![17.0, 8.5, 8.5, 5.25]));
+    assert_eq!(out[3], f32t(&[1, 3], vec![-1.0, 0.5, 2.0]));
+    // AddV2 of two constants is folded at compile time; the 7 ops that depend on x run
+    assert_eq!(p.step_count(), 7);
+}
+
+#[test]
+fn quant_ops_round_half_to_even_and_saturate() {
+    let src = r#"
+func.func @main(%x: tensor<6xf32>) -> (tensor<6xf32>, tensor<6xi8>) {
+  %q = quant.qcast %x : tensor<6xf32> to tensor<6x!quant.uniform<i8:f32, 0.5:1>>
+  %i = quant.scast %q : tensor<6x!quant.uniform<i8:f32, 0.5:1>> to tensor<6xi8>
+  %d = quant.dcast %q : tensor<6x!quant.uniform<i8:f32, 0.5:1>> to tensor<6xf32>
+  return %d, %i : tensor<6xf32>, tensor<6xi8>
+}"#;
+    let p = compile_src(src).unwrap();
+    // x/0.5 = 0.5, 1.5, 2.5, -0.5, 400, -400 → rne 0, 2, 2, -0, sat; + zp 1
+    let out = p
+        .run(&[f32t(&[6], vec![0.25, 0.75, 1.25, -0.25, 200.0, -200.0])])
+        .unwrap();
+    assert_eq!(
+        out[1],
+        Tensor::I8(ArrayD::from_shape_vec(IxDyn(&[6]), vec![1, 3, 3, 1, 127, -128]).unwrap())
+    );
+    assert_eq!(out[0], f32t(&[6], vec![0.0, 1.0, 1.0, 0.0, 63.0, -64.5]));
+}
+
+#[test]
+fn errors_name_the_op_location_and_tensor() {
+    let unsupported = r#"func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = "tf.FancyNewOp"(%x) : (tensor<2xf32>) -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}"#;
+    let e = compile_src(unsupported).err().unwrap().to_string();
+    assert!(
+        e.contains("t.mlir:2:8: tf.FancyNewOp (tensor '@main/op#0:result#0'): op not supported by the interpreter"),
+        "{e}"
+    );
+    let bad_attr = r#"func.func @main(%x: tensor<1x4x4x1xf32>, %f: tensor<1x1x1x1xf32>) -> tensor<1x4x4x1xf32> {
+  %0 = "tf.Conv2D"(%x, %f) <{data_format = "NCHW", padding = "SAME", strides = [1, 1, 1, 1]}> : (tensor<1x4x4x1xf32>, tensor<1x1x1x1xf32>) -> tensor<1x4x4x1xf32>
+  return %0 : tensor<1x4x4x1xf32>
+}"#;
+    let e = compile_src(bad_attr).err().unwrap().to_string();
+    assert!(
+        e.contains("tf.Conv2D") && e.contains("data_format = \"NCHW\" is not supported"),
+        "{e}"
+    );
+    let p = compile_src(
+        r#"func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %0 = "tf.Relu"(%x) : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}"#,
+    )
+    .unwrap();
+    let e = p.run(&[f32t(&[3, 2], vec![0.0; 6])]).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "input '@main/arg#0': expected tensor<2x3xf32>, got f32 of shape [3, 2]"
+    );
+    let e = p
+        .run(&[Tensor::I32(ArrayD::zeros(IxDyn(&[2, 3])))])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("got i32 of shape [2, 3]"), "{e}");
+    let e = p.run(&[]).unwrap_err().to_string();
+    assert_eq!(e, "the function takes 1 inputs, got 0");
+    // a kernel failure at run time names the op and its location
+    let p = compile_src(
+        r#"func.func @main(%x: tensor<?xf32>, %s: tensor<2xi32>) -> tensor<?x?xf32> {
+  %0 = "tf.Reshape"(%x, %s) : (tensor<?xf32>, tensor<2xi32>) -> tensor<?x?xf32>
+  return %0 : tensor<?x?xf32>
+}"#,
+    )
+    .unwrap();
+    let e = p
+        .run(&[
+            f32t(&[5], vec![0.0; 5]),
+            Tensor::I32(ArrayD::from_shape_vec(IxDyn(&[2]), vec![2, 2]).unwrap()),
+        ])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("t.mlir:2:8: tf.Reshape (tensor '@main/op#0:result#0') failed: cannot reshape [5]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn data_binding_errors_are_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = compile_src(
+        r#"func.func @main(%x: tensor<1x4xf32>) -> tensor<1x4xf32> {
+  return %x : tensor<1x4xf32>
+}"#,
+    )
+    .unwrap();
+    let write = |name: &str, arrays: Vec<(&str, ArrayD<f32>)>| {
+        let path = dir.path().join(name);
+        let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(&path).unwrap());
+        for (n, a) in arrays {
+            w.add_array(n, &a).unwrap();
+        }
+        w.finish().unwrap();
+        path
+    };
+    let ok = write("ok.npz", vec![("x", ArrayD::zeros(IxDyn(&[3, 4])))]);
+    let b = bind(&Dataset::open(&ok).unwrap(), &p.inputs, &[]).unwrap();
+    assert_eq!((b.samples, b.sample(1).unwrap()[0].shape().to_vec()), (3, vec![1, 4]));
+    let wrong = write("wrong.npz", vec![("x", ArrayD::zeros(IxDyn(&[3, 5])))]);
+    let e = bind(&Dataset::open(&wrong).unwrap(), &p.inputs, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("wrong.npz: no array for input '@main/arg#0' (tensor<1x4xf32>); arrays: x f32[3, 5]"),
+        "{e}"
+    );
+    let e = bind(
+        &Dataset::open(&wrong).unwrap(),
+        &p.inputs,
+        &[("@main/arg#0".into(), "x".into())],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("array 'x' for input '@main/arg#0': expected tensor<1x4xf32> per sample, got f32 of shape [5]"),
+        "{e}"
+    );
+    let two = write(
+        "two.npz",
+        vec![
+            ("a", ArrayD::zeros(IxDyn(&[3, 4]))),
+            ("b", ArrayD::zeros(IxDyn(&[3, 4]))),
+        ],
+    );
+    let e = bind(&Dataset::open(&two).unwrap(), &p.inputs, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("could take any of a, b"), "{e}");
+    let mut nan = ArrayD::zeros(IxDyn(&[2, 4]));
+    nan[[1, 2]] = f32::NAN;
+    let nanf = write("nan.npz", vec![("x", nan)]);
+    let b = bind(&Dataset::open(&nanf).unwrap(), &p.inputs, &[]).unwrap();
+    assert!(b.sample(0).is_ok());
+    assert!(b
+        .sample(1)
+        .unwrap_err()
+        .to_string()
+        .contains("nan.npz: array 'x', sample 1: 1 non-finite value(s)"));
+    let empty = write("empty.npz", vec![("x", ArrayD::zeros(IxDyn(&[0, 4])))]);
+    assert!(bind(&Dataset::open(&empty).unwrap(), &p.inputs, &[])
+        .unwrap_err()
+        .to_string()
+        .contains("no samples"));
+    assert!(Dataset::open(&dir.path().join("missing.npz"))
+        .unwrap_err()
+        .to_string()
+        .contains("missing.npz: cannot read"));
+    std::fs::write(dir.path().join("junk.npz"), b"not a zip").unwrap();
+    assert!(Dataset::open(&dir.path().join("junk.npz"))
+        .unwrap_err()
+        .to_string()
+        .contains("junk.npz: cannot read: not an .npz file"));
+}
