@@ -4,6 +4,8 @@
 //! [`ir`] (load/save, constants, keys), [`inspect`], [`passes`] (the rewriter), [`params`]
 //! (scales and zero points), and the `quantir-calibration` crate (statistics).
 
+pub mod dialects;
+pub mod evaluate;
 pub mod formats;
 pub mod fsutil;
 pub mod inspect;
@@ -11,6 +13,7 @@ pub mod interp;
 pub mod ir;
 pub mod params;
 pub mod passes;
+pub mod quantize;
 pub mod run;
 pub mod stats_io;
 pub mod tensor;

@@ -3,7 +3,7 @@
 use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
 use quantir::params::{self, RangeOptions, Scheme, StorageType};
-use quantir::{formats, inspect, interp, ir, passes, run, stats_io};
+use quantir::{formats, inspect, interp, ir, passes, quantize, run, stats_io};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -53,6 +53,66 @@ enum Command {
         /// Function to run (default: main, else the first public function).
         #[arg(long)]
         function: Option<String>,
+    },
+    /// Gather statistics of every tensor that will be quantized, from sample data.
+    Calibrate {
+        model: PathBuf,
+        #[command(flatten)]
+        calib: CalibArgs,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Quantize a model from statistics (or calibrate on --data first).
+    Quantize {
+        model: PathBuf,
+        /// Statistics from `quantir calibrate` on the same model.
+        #[arg(long, conflicts_with = "data")]
+        stats: Option<PathBuf>,
+        #[command(flatten)]
+        calib: OptCalibArgs,
+        /// Parameter scheme: mlir (TF/MLIR nudged), onnx, torch.
+        #[arg(long, default_value = "mlir")]
+        scheme: String,
+        /// Weight storage: int8, int4, fp16, bf16.
+        #[arg(long, default_value = "int8")]
+        weights: String,
+        /// Activation storage: int8, uint8, int16, none (weight-only).
+        #[arg(long, default_value = "int8")]
+        activations: String,
+        /// Per-tensor weights instead of per-channel.
+        #[arg(long)]
+        per_tensor: bool,
+        #[arg(long)]
+        symmetric_activations: bool,
+        /// Leave ops (by name, `*` wildcards) or tensors (by key) in float (repeatable).
+        #[arg(long)]
+        exclude: Vec<String>,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Compare a quantized model with its float original on held-out data.
+    Evaluate {
+        float_model: PathBuf,
+        quant_model: PathBuf,
+        #[arg(long)]
+        data: PathBuf,
+        /// Integer array of class labels in the data (for accuracy).
+        #[arg(long)]
+        labels: Option<String>,
+        /// SQNR of every layer both models compute, worst first.
+        #[arg(long)]
+        per_layer: bool,
+        /// Write an HTML report.
+        #[arg(long)]
+        report: Option<PathBuf>,
+        #[arg(long = "input", value_name = "NAME=ARRAY")]
+        inputs: Vec<String>,
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long)]
+        json: bool,
     },
     /// Merge statistics of calibration shards (same model, same method).
     Merge {
@@ -113,6 +173,136 @@ fn out(text: &str) -> Result<()> {
     }
 }
 
+#[derive(clap::Args)]
+struct CalibArgs {
+    /// .npz file or folder of .npy files (first axis = samples).
+    #[arg(long)]
+    data: PathBuf,
+    #[command(flatten)]
+    opts: CalibOpts,
+}
+
+#[derive(clap::Args)]
+struct OptCalibArgs {
+    /// Calibrate on this data first (instead of --stats).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    #[command(flatten)]
+    opts: CalibOpts,
+}
+
+#[derive(clap::Args)]
+struct CalibOpts {
+    /// minmax, avg-minmax, ema-minmax, percentile, percentile-symmetric, entropy, mse, mse-symmetric.
+    #[arg(long, default_value = "minmax")]
+    method: String,
+    /// Percentile for the percentile methods (default 99.999).
+    #[arg(long)]
+    percentile: Option<f64>,
+    /// Histogram resolution for histogram methods.
+    #[arg(long, default_value_t = 2048)]
+    bins: usize,
+    /// Calibrate shard I of N (samples I, I+N, ...), for `quantir merge`.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<String>,
+    /// Skip NaN/Inf values (counted) instead of failing.
+    #[arg(long)]
+    skip_non_finite: bool,
+    #[arg(long = "input", value_name = "NAME=ARRAY")]
+    inputs: Vec<String>,
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    #[arg(long)]
+    limit: Option<usize>,
+}
+
+fn parse_shard(s: &str) -> Result<(usize, usize)> {
+    let bad = || UsageError(format!("--shard takes I/N with 0 <= I < N, got '{s}'"));
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (i, n) = (
+        i.trim().parse::<usize>().map_err(|_| bad())?,
+        n.trim().parse::<usize>().map_err(|_| bad())?,
+    );
+    if n == 0 || i >= n {
+        return Err(bad().into());
+    }
+    Ok((i, n))
+}
+
+fn quant_config(
+    scheme: &str,
+    weights: &str,
+    activations: &str,
+    per_tensor: bool,
+    symmetric: bool,
+    exclude: Vec<String>,
+) -> Result<quantize::QuantConfig> {
+    let weights = match weights {
+        "int8" => quantize::WeightMode::Int8,
+        "int4" => quantize::WeightMode::Int4,
+        "fp16" => quantize::WeightMode::Fp16,
+        "bf16" => quantize::WeightMode::Bf16,
+        w => return Err(UsageError(format!("--weights takes int8, int4, fp16 or bf16, got '{w}'")).into()),
+    };
+    let activations = match activations {
+        "none" => None,
+        a => Some(
+            a.parse::<StorageType>()
+                .map_err(|e| UsageError(format!("--activations: {e}")))?,
+        ),
+    };
+    Ok(quantize::QuantConfig {
+        scheme: scheme
+            .parse()
+            .map_err(|e: params::ParamsError| UsageError(e.to_string()))?,
+        weights,
+        activations,
+        per_channel: !per_tensor,
+        symmetric_activations: symmetric,
+        exclude,
+        ..Default::default()
+    })
+}
+
+/// Loads the data, binds it to the prepared model's inputs and calibrates.
+fn run_calibration(
+    module: &melior::ir::Module,
+    data: &std::path::Path,
+    o: &CalibOpts,
+    config: &quantize::QuantConfig,
+) -> Result<quantir::calibration::StatsFile> {
+    let method =
+        quantir::calibration::Method::from_name(&o.method, o.percentile).map_err(|e| UsageError(e.to_string()))?;
+    let shard = o.shard.as_deref().map(parse_shard).transpose()?;
+    let overrides = parse_overrides(&o.inputs)?;
+    let program = interp::Program::compile(module, None)?;
+    let dataset = formats::data::Dataset::open(data)?;
+    let binding = formats::data::bind(&dataset, &program.inputs, &overrides)?;
+    let opts = quantize::CalibrateOptions {
+        method,
+        bins: o.bins,
+        threads: o.threads,
+        limit: o.limit,
+        shard,
+        non_finite: if o.skip_non_finite {
+            quantir::calibration::NonFinitePolicy::Skip
+        } else {
+            quantir::calibration::NonFinitePolicy::Error
+        },
+        config: config.clone(),
+    };
+    let t0 = std::time::Instant::now();
+    let stats = quantize::calibrate(module, &binding, &opts)?;
+    eprintln!(
+        "calibrated {} tensors on {} samples in {:.2} s ({:?})",
+        stats.tensors.len(),
+        stats.num_samples,
+        t0.elapsed().as_secs_f64(),
+        stats.method
+    );
+    Ok(stats)
+}
+
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Inspect { model, json } => {
@@ -139,7 +329,8 @@ fn run(cli: Cli) -> Result<()> {
             }
             let ctx = ir::new_context();
             let module = ir::load(&ctx, &model)?;
-            let reports = passes::run_pipeline(&module, &names).with_context(|| model.display().to_string())?;
+            let reports = passes::run_pipeline(&module, &names, &passes::PassOptions::default())
+                .with_context(|| model.display().to_string())?;
             ir::save(&module, &output, &[&model])?;
             for (name, r) in reports {
                 let changes: Vec<String> = r.changes.iter().map(|(k, v)| format!("{v} {k}")).collect();
@@ -173,11 +364,12 @@ fn run(cli: Cli) -> Result<()> {
             let dataset = formats::data::Dataset::open(&data)?;
             let binding = formats::data::bind(&dataset, &program.inputs, &overrides)?;
             let t0 = std::time::Instant::now();
+            let indices: Vec<usize> = (0..limit.map_or(binding.samples, |l| l.min(binding.samples))).collect();
             let outs = run::run_samples(
                 &program,
                 &binding,
+                &indices,
                 threads,
-                limit,
                 &Default::default(),
                 true,
                 &mut |_, _, _| Ok(()),
@@ -195,6 +387,118 @@ fn run(cli: Cli) -> Result<()> {
                 outs.len() as f64 / secs.max(1e-9),
                 output.display()
             );
+        }
+        Command::Calibrate { model, calib, output } => {
+            let ctx = ir::new_context();
+            let module = ir::load(&ctx, &model)?;
+            let stats = run_calibration(&module, &calib.data, &calib.opts, &quantize::QuantConfig::default())
+                .with_context(|| model.display().to_string())?;
+            stats_io::save_stats(&stats, &output, &[&model, &calib.data])?;
+        }
+        Command::Quantize {
+            model,
+            stats: stats_file,
+            calib,
+            scheme,
+            weights,
+            activations,
+            per_tensor,
+            symmetric_activations,
+            exclude,
+            output,
+        } => {
+            let config = quant_config(
+                &scheme,
+                &weights,
+                &activations,
+                per_tensor,
+                symmetric_activations,
+                exclude,
+            )?;
+            let ctx = ir::new_context();
+            let module = ir::load(&ctx, &model)?;
+            let stats = match (&stats_file, &calib.data) {
+                (Some(p), _) => stats_io::load_stats(p)?,
+                (None, Some(d)) => {
+                    // calibrate a copy: calibration prepares its module in place
+                    let copy = ir::load(&ctx, &model)?;
+                    run_calibration(&copy, d, &calib.opts, &config).with_context(|| model.display().to_string())?
+                }
+                (None, None) => {
+                    if config.activations.is_some() {
+                        return Err(UsageError(
+                            "quantize needs --stats or --data (or --activations none for weight-only)".into(),
+                        )
+                        .into());
+                    }
+                    let copy = ir::load(&ctx, &model)?;
+                    quantize::prepare(&copy)?;
+                    quantir::calibration::StatsFile::new(
+                        quantize::model_hash(&copy),
+                        quantir::calibration::Method::MinMax,
+                        0,
+                        Default::default(),
+                    )
+                }
+            };
+            let report =
+                quantize::quantize_module(&module, &stats, &config).with_context(|| model.display().to_string())?;
+            let mut inputs: Vec<&std::path::Path> = vec![&model];
+            if let Some(s) = &stats_file {
+                inputs.push(s);
+            }
+            ir::save(&module, &output, &inputs)?;
+            for w in report.weights.warnings.iter().chain(&report.qdq.warnings) {
+                eprintln!("warning: {w}");
+            }
+            let c = |r: &passes::PassReport, k: &str| r.changes.get(k).copied().unwrap_or(0);
+            eprintln!(
+                "quantized {} weights, {} int32 biases, {} activations ({:?} {:?}, scheme {}); wrote {}",
+                c(&report.weights, "weights quantized"),
+                c(&report.weights, "biases quantized to int32"),
+                c(&report.qdq, "q/dq pairs inserted"),
+                config.weights,
+                config.activations,
+                config.scheme,
+                output.display()
+            );
+        }
+        Command::Evaluate {
+            float_model,
+            quant_model,
+            data,
+            labels,
+            per_layer,
+            report,
+            inputs,
+            threads,
+            limit,
+            json,
+        } => {
+            let ctx = ir::new_context();
+            let float = ir::load(&ctx, &float_model)?;
+            let quant = ir::load(&ctx, &quant_model)?;
+            let dataset = formats::data::Dataset::open(&data)?;
+            let opts = quantir::evaluate::EvalOptions {
+                threads,
+                limit,
+                labels,
+                per_layer: per_layer || report.is_some(),
+                overrides: parse_overrides(&inputs)?,
+            };
+            let r = quantir::evaluate::evaluate(&float, &quant, &dataset, &opts)?;
+            if let Some(path) = &report {
+                quantir::fsutil::write_atomic(
+                    path,
+                    r.to_html(&quant_model.display().to_string()).as_bytes(),
+                    &[&float_model, &quant_model, &data],
+                )?;
+            }
+            if json {
+                out(&format!("{}\n", serde_json::to_string_pretty(&r)?))?;
+            } else {
+                out(&r.to_string())?;
+            }
         }
         Command::Merge { inputs, output } => {
             let merged = stats_io::merge_files(&inputs)?;

@@ -41,21 +41,22 @@ pub fn pool(threads: usize) -> Result<rayon::ThreadPool, RunError> {
         })
 }
 
-/// Runs samples `0..n` (n = `limit` or all), `threads` at a time. For every chunk of samples the
+/// Runs the samples `indices`, `threads` at a time. For every chunk of samples the
 /// watched values are handed to `observe(sample, key, value)` in sample order, after the chunk
 /// ran, so that observers see the same sequence whatever the thread count. Returns the
 /// outputs of every sample when `keep_outputs`.
+#[allow(clippy::too_many_arguments)]
 pub fn run_samples(
     program: &Program,
     data: &Binding,
+    indices: &[usize],
     threads: usize,
-    limit: Option<usize>,
     watch: &Watch,
     keep_outputs: bool,
     observe: &mut dyn FnMut(usize, &str, &Tensor) -> Result<(), String>,
     what: &str,
 ) -> Result<Vec<Vec<Tensor>>, RunError> {
-    let n = limit.map_or(data.samples, |l| l.min(data.samples));
+    let n = indices.len();
     let pool = pool(threads)?;
     let chunk = pool.current_num_threads().max(1) * 2;
     let pb = progress(n, what);
@@ -65,9 +66,9 @@ pub fn run_samples(
         let end = (start + chunk).min(n);
         type Sample = (Vec<Tensor>, Vec<(String, Tensor)>);
         let results: Vec<Result<Sample, RunError>> = pool.install(|| {
-            (start..end)
-                .into_par_iter()
-                .map(|i| {
+            indices[start..end]
+                .par_iter()
+                .map(|&i| {
                     let inputs = data.sample(i)?;
                     let mut seen = Vec::new();
                     let out = program
@@ -80,7 +81,7 @@ pub fn run_samples(
                 })
                 .collect()
         });
-        for (i, r) in (start..end).zip(results) {
+        for (&i, r) in indices[start..end].iter().zip(results) {
             let (out, seen) = r?;
             for (k, v) in &seen {
                 observe(i, k, v).map_err(|m| RunError::Interp {

@@ -167,6 +167,29 @@ fn quant_of(t: Type) -> Option<crate::params::QuantParams> {
     params_from_type(elem, Scheme::Mlir).ok()
 }
 
+/// What a dialect table sees of `op`, with the values of its constant operands.
+pub fn op_desc(op: melior::ir::OperationRef, consts: Vec<Option<Tensor>>) -> OpDesc {
+    OpDesc {
+        name: op_name(&op),
+        attrs: op_attrs(&op),
+        operand_types: op.operands().map(|v| tensor_type(v.r#type())).collect(),
+        result_types: op
+            .results()
+            .map(|r| tensor_type(r.r#type()))
+            .collect::<Vec<Option<TensorType>>>(),
+        operand_quant: op.operands().map(|v| quant_of(v.r#type())).collect(),
+        result_quant: op.results().map(|r| quant_of(r.r#type())).collect(),
+        consts,
+    }
+}
+
+/// A kernel for `op` from the dialect tables, or why there is none.
+pub fn build_kernel(op: melior::ir::OperationRef, consts: Vec<Option<Tensor>>) -> Result<Box<dyn Kernel>, String> {
+    let desc = op_desc(op, consts);
+    let build = builder(&desc.name).ok_or_else(|| "op not supported by the interpreter".to_string())?;
+    build(&desc)
+}
+
 /// The builder for an op, from every dialect table.
 fn builder(name: &str) -> Option<tf::Builder> {
     tf::lookup(name).or_else(|| upstream::lookup(name))

@@ -67,3 +67,26 @@ impl TensorKeys {
 pub fn value_key(func: OperationRef<'_, '_>, value: Value) -> Option<String> {
     TensorKeys::new(func).get(value).map(str::to_string)
 }
+
+/// Gives every op that has results but no name location the name of its first result's key,
+/// so that keys stay the same when the rewriter inserts ops (positional keys would shift).
+/// Locations keep their file:line:col as the name's child.
+pub fn pin_keys(module: &melior::ir::Module) {
+    for func in super::graph::functions(module) {
+        let keys = TensorKeys::new(func);
+        for op in nested_ops(func) {
+            if op.result_count() == 0 || location_name(op.location()).is_some() {
+                continue;
+            }
+            let Some(key) = op.result(0).ok().and_then(|r| keys.get(r.into()).map(str::to_string)) else {
+                continue;
+            };
+            let ctx_ref = op.context();
+            let ctx = unsafe { ctx_ref.to_ref() };
+            let loc = Location::name(ctx, &key, op.location());
+            let mut m = unsafe { melior::ir::operation::OperationRefMut::from_raw(op.to_raw()) };
+            use melior::ir::operation::OperationMutLike;
+            m.set_location(loc);
+        }
+    }
+}

@@ -91,3 +91,29 @@ pub fn params_from_type_str(ctx: &Context, s: &str, scheme: Scheme) -> Result<Qu
 pub fn quant_type<'c>(ctx: &'c Context, p: &QuantParams) -> Result<Type<'c>, IrError> {
     parse_type(ctx, &p.mlir_type())
 }
+
+/// `tensor<shape x !quant.uniform<...>>` for a ranked tensor of `like`'s shape.
+pub fn quantized_tensor_type<'c>(ctx: &'c Context, like: Type<'c>, p: &QuantParams) -> Result<Type<'c>, IrError> {
+    let elem = quant_type(ctx, p)?;
+    with_element(like, elem)
+}
+
+/// A ranked tensor type of `like`'s shape with element type `elem`.
+pub fn with_element<'c>(like: Type<'c>, elem: Type<'c>) -> Result<Type<'c>, IrError> {
+    unsafe {
+        let raw = like.to_raw();
+        if !mlir_sys::mlirTypeIsARankedTensor(raw) {
+            return Err(IrError::Invalid(format!("{like} is not a ranked tensor type")));
+        }
+        let rank = mlir_sys::mlirShapedTypeGetRank(raw);
+        let dims: Vec<i64> = (0..rank)
+            .map(|i| mlir_sys::mlirShapedTypeGetDimSize(raw, i as isize))
+            .collect();
+        Ok(Type::from_raw(mlir_sys::mlirRankedTensorTypeGet(
+            rank as isize,
+            dims.as_ptr(),
+            elem.to_raw(),
+            mlir_sys::mlirAttributeGetNull(),
+        )))
+    }
+}

@@ -13,7 +13,7 @@
 //! Uses by `func.return` keep the identity (the function's results stay where TF put them, and
 //! an identity feeding a return is how TF names an output), so the pass is idempotent.
 
-use super::PassReport;
+use super::{PassOptions, PassReport};
 use crate::ir::graph::{erase_op, functions, nested_ops, op_name, set_operand, uses};
 use crate::ir::IrError;
 use melior::ir::operation::OperationLike;
@@ -21,7 +21,7 @@ use melior::ir::{Module, ValueLike};
 
 const IDENTITY_OPS: &[&str] = &["tf.Identity", "tf.IdentityN", "tf.StopGradient", "tf.Snapshot"];
 
-pub fn run(module: &Module) -> Result<PassReport, IrError> {
+pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
     let mut report = PassReport::default();
     for func in functions(module) {
         for op in nested_ops(func) {

@@ -135,7 +135,7 @@ pub fn einsum(eq: &str, inputs: &[&Tensor]) -> KernelResult<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ndarray::{ArrayD, IxDyn};
+    use ndarray::{ArrayD, Dimension, IxDyn};
 
     fn f(shape: &[usize]) -> Tensor {
         Tensor::F32(ArrayD::from_shape_fn(IxDyn(shape), |i| {

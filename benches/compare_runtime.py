@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Side-by-side throughput: quantir's interpreter vs onnxruntime on MobileNet v2 0.35.
+
+The same 16 test images (tests/data/mobilenet_test.npz) run through onnxruntime (the ONNX
+export of the model, CPU provider, all graph optimisations) and through `quantir run` on the
+TF-dialect MLIR export, batch 1, with 1 and with 2 threads, in one run. Prints samples/s and the
+quantir / onnxruntime ratio.
+
+Usage: .venv/bin/python benches/compare_runtime.py   (builds quantir in release first)
+"""
+import gzip, os, re, shutil, subprocess, sys, tempfile, time
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPS = 5
+
+
+def ort_rate(x, threads):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    s = ort.InferenceSession(os.path.join(ROOT, "tests/data/mobilenet_v2_035.onnx"), so, providers=["CPUExecutionProvider"])
+    name = s.get_inputs()[0].name
+    s.run(None, {name: x[:1]})
+    rates = []
+    for _ in range(REPS):
+        t = time.perf_counter()
+        for i in range(len(x)):
+            s.run(None, {name: x[i:i + 1]})
+        rates.append(len(x) / (time.perf_counter() - t))
+    return sorted(rates)[len(rates) // 2]
+
+
+def quantir_rate(model, data, threads):
+    exe = os.path.join(ROOT, "target/release/quantir")
+    rates = []
+    with tempfile.TemporaryDirectory() as d:
+        for _ in range(REPS):
+            r = subprocess.run([exe, "run", model, "--data", data, "--threads", str(threads), "-o", os.path.join(d, "o.npz")],
+                               capture_output=True, text=True, check=True)
+            rates.append(float(re.search(r"\(([\d.]+) samples/s\)", r.stderr).group(1)))
+    return sorted(rates)[len(rates) // 2]
+
+
+def main():
+    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
+    data = os.path.join(ROOT, "tests/data/mobilenet_test.npz")
+    x = np.load(data)["x"].astype(np.float32)
+    with tempfile.TemporaryDirectory() as d:
+        model = os.path.join(d, "mobilenet.mlir")
+        with gzip.open(os.path.join(ROOT, "tests/data/mobilenet_v2_035.mlir.gz"), "rb") as f, open(model, "wb") as g:
+            shutil.copyfileobj(f, g)
+        import onnxruntime
+        print(f"MobileNet v2 0.35, {len(x)} images of 224x224, batch 1; medians of {REPS} runs; onnxruntime {onnxruntime.__version__}")
+        print(f"{'threads':>7} {'onnxruntime/s':>14} {'quantir/s':>10} {'ratio':>6}")
+        for t in (1, 2):
+            o = ort_rate(x, t)
+            q = quantir_rate(model, data, t)
+            print(f"{t:>7} {o:>14.1f} {q:>10.1f} {q / o:>6.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+//! Op tables, one file per dialect: what an op *is* for quantization — which operands are
+//! activations, weights (and their per-channel axis) and shape-determining values, which ops
+//! keep their input's scale, and which fuse into the op before them (bias, activation). The
+//! passes read these tables; none of them names an op itself.
+
+pub mod tf;
+
+use crate::ir::attrs::AttrValue;
+use std::collections::BTreeMap;
+
+/// How to find the per-channel axis of a weight operand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AxisRule {
+    /// A fixed axis (Conv2D HWIO → 3).
+    Fixed(usize),
+    /// 1, or 0 when the named boolean attribute (transpose_b / adj_y) is set.
+    Transposed(&'static str, usize, usize),
+    /// Depthwise [KH, KW, C, M]: axis 2 when M == 1 (one output channel per input channel),
+    /// per-tensor otherwise.
+    DepthwiseChannel,
+    /// No per-channel form.
+    PerTensor,
+}
+
+impl AxisRule {
+    /// The axis for a weight of `shape` on an op with `attrs`.
+    pub fn axis(&self, shape: &[usize], attrs: &BTreeMap<String, AttrValue>) -> Option<usize> {
+        match *self {
+            AxisRule::Fixed(a) => (a < shape.len()).then_some(a),
+            AxisRule::Transposed(attr, plain, transposed) => {
+                let t = attrs.get(attr).and_then(AttrValue::as_bool).unwrap_or(false);
+                let a = if t { transposed } else { plain };
+                // batch matmul weights: counted from the end
+                let r = shape.len();
+                (r >= 2).then(|| r - 2 + a)
+            }
+            AxisRule::DepthwiseChannel => (shape.len() == 4 && shape[3] == 1).then_some(2),
+            AxisRule::PerTensor => None,
+        }
+    }
+}
+
+/// What an op is, for quantization.
+#[derive(Debug, Clone, Copy)]
+pub struct OpRule {
+    pub name: &'static str,
+    /// A compute op worth running in int8: its activation operands get Q/DQ.
+    pub activations: &'static [usize],
+    /// The weight operand and its per-channel axis rule.
+    pub weight: Option<(usize, AxisRule)>,
+    /// Adds a per-channel bias (operand 1) to the output of the op before it (BiasAdd).
+    pub bias: bool,
+    /// An activation that an int8 kernel fuses into the op before it (Relu, Relu6).
+    pub fused_activation: bool,
+    /// The output keeps operand 0's scale and zero point (Reshape, MaxPool, ...).
+    pub same_scale: bool,
+    /// Operands that determine shapes (negative = from the end); never quantized.
+    pub shape_operands: &'static [i64],
+    /// Produces a shape from a tensor's type (Shape, Rank, Size): the shape walk stops here.
+    pub shape_source: bool,
+}
+
+impl OpRule {
+    pub const fn other(name: &'static str) -> OpRule {
+        OpRule {
+            name,
+            activations: &[],
+            weight: None,
+            bias: false,
+            fused_activation: false,
+            same_scale: false,
+            shape_operands: &[],
+            shape_source: false,
+        }
+    }
+    pub fn is_compute(&self) -> bool {
+        !self.activations.is_empty()
+    }
+}
+
+/// The rule of an op of any dialect; `None` for ops no table knows.
+pub fn rule(name: &str) -> Option<&'static OpRule> {
+    tf::RULES.iter().find(|r| r.name == name)
+}
+
+/// The resolved shape-determining operand indices of an op with `num_operands` operands.
+pub fn shape_operands(name: &str, num_operands: usize) -> Vec<usize> {
+    let Some(r) = rule(name) else { return Vec::new() };
+    r.shape_operands
+        .iter()
+        .filter_map(|&i| {
+            let j = if i < 0 { num_operands as i64 + i } else { i };
+            (j >= 0 && (j as usize) < num_operands).then_some(j as usize)
+        })
+        .collect()
+}
+
+/// True for ops that hold a constant (the values the shape pass may duplicate).
+pub fn is_constant_name(name: &str) -> bool {
+    matches!(name, "tf.Const" | "arith.constant" | "onnx.Constant")
+}

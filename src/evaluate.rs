@@ -1,0 +1,320 @@
+//! `evaluate`: float model against quantized model on held-out data — per output SQNR, top-1
+//! agreement and accuracy against labels, and per layer the SQNR of every tensor both models
+//! compute, worst first, so that a user sees where accuracy was lost.
+
+use crate::formats::data::{bind, Dataset};
+use crate::interp::Program;
+use crate::quantize::prepare;
+use crate::run::{run_samples, RunError};
+use crate::tensor::Tensor;
+use melior::ir::Module;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashSet};
+
+#[derive(Debug, Clone, Default)]
+pub struct EvalOptions {
+    pub threads: usize,
+    pub limit: Option<usize>,
+    /// Name of an integer array of class labels in the data.
+    pub labels: Option<String>,
+    pub per_layer: bool,
+    pub overrides: Vec<(String, String)>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    #[error(transparent)]
+    Ir(#[from] crate::ir::IrError),
+    #[error(transparent)]
+    Interp(#[from] crate::interp::InterpError),
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error(transparent)]
+    Data(#[from] crate::formats::data::DataError),
+    #[error("{0}")]
+    Mismatch(String),
+}
+
+/// Signal and noise energy of one tensor, summed over samples.
+#[derive(Debug, Clone, Default)]
+struct Energy {
+    signal: f64,
+    noise: f64,
+    max_abs: f64,
+}
+
+impl Energy {
+    fn add(&mut self, f: &Tensor, q: &Tensor) {
+        if let (Tensor::F32(a), Tensor::F32(b)) = (f, q) {
+            for (x, y) in a.iter().zip(b) {
+                let (x, d) = (*x as f64, (*x - *y) as f64);
+                self.signal += x * x;
+                self.noise += d * d;
+                self.max_abs = self.max_abs.max(d.abs());
+            }
+        }
+    }
+    /// 10·log10(signal / noise) in dB; `None` when the quantized values are exact.
+    fn sqnr_db(&self) -> Option<f64> {
+        (self.noise > 0.0).then(|| 10.0 * (self.signal.max(f64::MIN_POSITIVE) / self.noise).log10())
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OutputReport {
+    pub name: String,
+    /// dB; null when exact.
+    pub sqnr_db: Option<f64>,
+    pub max_abs_error: f64,
+    pub top1_agreement: Option<f64>,
+    pub float_accuracy: Option<f64>,
+    pub quantized_accuracy: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LayerReport {
+    pub key: String,
+    pub producer: String,
+    pub sqnr_db: Option<f64>,
+    pub max_abs_error: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalReport {
+    pub samples: usize,
+    pub outputs: Vec<OutputReport>,
+    /// Worst SQNR first.
+    pub layers: Vec<LayerReport>,
+}
+
+fn argmax(t: &Tensor) -> Option<usize> {
+    let a = t.as_f32()?;
+    a.iter()
+        .enumerate()
+        .fold(None, |b: Option<(usize, f32)>, (i, &v)| match b {
+            Some((_, bv)) if bv >= v => b,
+            _ => Some((i, v)),
+        })
+        .map(|x| x.0)
+}
+
+/// Evaluates `quant` against `float` on `data` (both modules are prepared in place; the
+/// quantized one keeps the keys it was quantized with).
+pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptions) -> Result<EvalReport, EvalError> {
+    prepare(float)?;
+    let pf = Program::compile(float, None)?;
+    let pq = Program::compile(quant, None)?;
+    if pf.inputs.len() != pq.inputs.len() || pf.output_names.len() != pq.output_names.len() {
+        return Err(EvalError::Mismatch(
+            "the two models do not have the same inputs and outputs".into(),
+        ));
+    }
+    let binding = bind(data, &pf.inputs, &opts.overrides)?;
+    let labels: Option<Vec<i64>> = match &opts.labels {
+        None => None,
+        Some(name) => {
+            let t = data
+                .array(name)
+                .ok_or_else(|| EvalError::Mismatch(format!("{}: no labels array '{name}'", data.path.display())))?;
+            Some(crate::interp::kernels::ints_of(t).ok_or_else(|| {
+                EvalError::Mismatch(format!(
+                    "{}: labels '{name}' are {}, expected integers",
+                    data.path.display(),
+                    t.dtype()
+                ))
+            })?)
+        }
+    };
+    // layers both models compute
+    let layer_keys: Vec<String> = if opts.per_layer {
+        let qkeys: HashSet<&str> = pq.values.iter().map(|v| v.key.as_str()).collect();
+        pf.values
+            .iter()
+            .filter(|v| {
+                !v.constant
+                    && v.dtype == Some(crate::tensor::DType::F32)
+                    && v.producer != "argument"
+                    && qkeys.contains(v.key.as_str())
+            })
+            .map(|v| v.key.clone())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let producers: BTreeMap<String, String> = pf.values.iter().map(|v| (v.key.clone(), v.producer.clone())).collect();
+    let (wf, wq) = (pf.watch(&layer_keys)?, pq.watch(&layer_keys)?);
+    let n = opts.limit.map_or(binding.samples, |l| l.min(binding.samples));
+    let mut outputs = vec![Energy::default(); pf.output_names.len()];
+    let mut layers: BTreeMap<String, Energy> = BTreeMap::new();
+    let (mut agree, mut fcorrect, mut qcorrect) = (0usize, 0usize, 0usize);
+    let chunk = 16;
+    let mut start = 0;
+    while start < n {
+        let idx: Vec<usize> = (start..(start + chunk).min(n)).collect();
+        let mut fvals: BTreeMap<(usize, String), Tensor> = BTreeMap::new();
+        let fo = run_samples(
+            &pf,
+            &binding,
+            &idx,
+            opts.threads,
+            &wf,
+            true,
+            &mut |i, k, v| {
+                fvals.insert((i, k.to_string()), v.clone());
+                Ok(())
+            },
+            "evaluate float",
+        )?;
+        let qo = run_samples(
+            &pq,
+            &binding,
+            &idx,
+            opts.threads,
+            &wq,
+            true,
+            &mut |i, k, v| {
+                if let Some(f) = fvals.get(&(i, k.to_string())) {
+                    layers.entry(k.to_string()).or_default().add(f, v);
+                }
+                Ok(())
+            },
+            "evaluate quantized",
+        )?;
+        for ((i, f), q) in idx.iter().zip(&fo).zip(&qo) {
+            for (j, (a, b)) in f.iter().zip(q).enumerate() {
+                outputs[j].add(a, b);
+            }
+            let (af, aq) = (f.first().and_then(argmax), q.first().and_then(argmax));
+            agree += (af == aq) as usize;
+            if let Some(l) = labels.as_ref().and_then(|l| l.get(*i)) {
+                fcorrect += (af.map(|a| a as i64) == Some(*l)) as usize;
+                qcorrect += (aq.map(|a| a as i64) == Some(*l)) as usize;
+            }
+        }
+        start += chunk;
+    }
+    let frac = |k: usize| (n > 0).then(|| k as f64 / n as f64);
+    let outputs = pf
+        .output_names
+        .iter()
+        .zip(&outputs)
+        .enumerate()
+        .map(|(j, (name, e))| OutputReport {
+            name: name.clone(),
+            sqnr_db: e.sqnr_db(),
+            max_abs_error: e.max_abs,
+            top1_agreement: (j == 0).then(|| frac(agree)).flatten(),
+            float_accuracy: if j == 0 && labels.is_some() {
+                frac(fcorrect)
+            } else {
+                None
+            },
+            quantized_accuracy: if j == 0 && labels.is_some() {
+                frac(qcorrect)
+            } else {
+                None
+            },
+        })
+        .collect();
+    let mut layers: Vec<LayerReport> = layers
+        .into_iter()
+        .map(|(key, e)| LayerReport {
+            producer: producers.get(&key).cloned().unwrap_or_default(),
+            sqnr_db: e.sqnr_db(),
+            max_abs_error: e.max_abs,
+            key,
+        })
+        .collect();
+    layers.sort_by(|a, b| {
+        a.sqnr_db
+            .unwrap_or(f64::INFINITY)
+            .total_cmp(&b.sqnr_db.unwrap_or(f64::INFINITY))
+            .then(a.key.cmp(&b.key))
+    });
+    Ok(EvalReport {
+        samples: n,
+        outputs,
+        layers,
+    })
+}
+
+fn db(x: Option<f64>) -> String {
+    x.map_or("exact".into(), |v| format!("{v:.2} dB"))
+}
+fn pct(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| format!("{:.2} %", v * 100.0))
+}
+
+impl std::fmt::Display for EvalReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "{} samples", self.samples)?;
+        for o in &self.outputs {
+            writeln!(
+                f,
+                "output {}: SQNR {}, max |error| {:.4}, top-1 agreement {}",
+                o.name,
+                db(o.sqnr_db),
+                o.max_abs_error,
+                pct(o.top1_agreement)
+            )?;
+            if o.float_accuracy.is_some() {
+                writeln!(
+                    f,
+                    "  accuracy: float {}, quantized {}",
+                    pct(o.float_accuracy),
+                    pct(o.quantized_accuracy)
+                )?;
+            }
+        }
+        if !self.layers.is_empty() {
+            writeln!(f, "\nper layer, worst SQNR first:")?;
+            for l in self.layers.iter().take(15) {
+                writeln!(f, "  {:>10}  {:<24} {}", db(l.sqnr_db), l.producer, l.key)?;
+            }
+            if self.layers.len() > 15 {
+                writeln!(f, "  ... {} more in --json / --report", self.layers.len() - 15)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+impl EvalReport {
+    /// A self-contained HTML page: summary, and a bar per layer scaled by its SQNR.
+    pub fn to_html(&self, title: &str) -> String {
+        let mut h = format!("<!doctype html><meta charset=utf-8><title>quantir: {t}</title><style>body{{font:14px sans-serif;margin:2em}}td,th{{padding:2px 8px;text-align:left}}.bar{{background:#4a7;height:10px}}.bad{{background:#c44}}</style><h1>quantir evaluation: {t}</h1><p>{n} samples</p><table><tr><th>output</th><th>SQNR</th><th>max |error|</th><th>top-1 agreement</th><th>float accuracy</th><th>quantized accuracy</th></tr>", t = esc(title), n = self.samples);
+        for o in &self.outputs {
+            h += &format!(
+                "<tr><td>{}</td><td>{}</td><td>{:.4}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&o.name),
+                db(o.sqnr_db),
+                o.max_abs_error,
+                pct(o.top1_agreement),
+                pct(o.float_accuracy),
+                pct(o.quantized_accuracy)
+            );
+        }
+        h += "</table>";
+        if !self.layers.is_empty() {
+            h +=
+                "<h2>Per layer (worst SQNR first)</h2><table><tr><th>SQNR</th><th></th><th>op</th><th>tensor</th></tr>";
+            for l in &self.layers {
+                let v = l.sqnr_db.unwrap_or(60.0).clamp(0.0, 60.0);
+                let cls = if v < 20.0 { "bar bad" } else { "bar" };
+                h += &format!(
+                    "<tr><td>{}</td><td><div class='{cls}' style='width:{}px'></div></td><td>{}</td><td>{}</td></tr>",
+                    db(l.sqnr_db),
+                    (v * 4.0) as u32,
+                    esc(&l.producer),
+                    esc(&l.key)
+                );
+            }
+            h += "</table>";
+        }
+        h
+    }
+}

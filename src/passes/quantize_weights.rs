@@ -1,0 +1,251 @@
+//! `quantize-weights`: stores each weight of a compute op as integers — per-channel symmetric
+//! narrow-range int8 by default (int4 and per-tensor as options) — followed by `quant.scast`
+//! to the quantized type and `quant.dcast` to float; the bias after it (BiasAdd with a constant
+//! operand) becomes int32 with scale = input scale × weight scale, per channel when the weight
+//! is. fp16/bf16 is a weight-only mode: half constants converted back with a cast.
+//!
+//! ```mlir
+//! %w = "tf.Const"() {value = dense<...> : tensor<3x3x1x16xf32>}
+//! %0 = "tf.Conv2D"(%x, %w) ...
+//! // becomes
+//! %wq = "tf.Const"() {value = dense<...> : tensor<3x3x1x16xi8>}
+//! %ws = quant.scast %wq : tensor<3x3x1x16xi8> to tensor<3x3x1x16x!quant.uniform<i8<-127:127>:f32:3, {...}>>
+//! %wd = quant.dcast %ws : ... to tensor<3x3x1x16xf32>
+//! %0 = "tf.Conv2D"(%x, %wd) ...
+//! ```
+//! A weight shared by several ops is quantized once; bias overflows are reported per channel.
+
+use super::fold_constants::{constant_value, insert_constant};
+use super::{PassOptions, PassReport};
+use crate::dialects::rule;
+use crate::inspect::is_constant_op;
+use crate::interp::location_string;
+use crate::ir::attrs::op_attrs;
+use crate::ir::graph::{body_ops, defining_op, erase_op, find_function, insert_after, op_name, set_operand, uses};
+use crate::ir::quant::quantized_tensor_type;
+use crate::ir::IrError;
+use crate::params::{
+    compute, compute_per_axis, quantize, quantize_bias, to_bf16, to_f16, QuantParams, RangeOptions, Rounding,
+    StorageType,
+};
+use crate::quantize::{plan, QuantConfig, WeightMode};
+use crate::tensor::Tensor;
+use melior::ir::operation::{OperationBuilder, OperationLike};
+use melior::ir::{Location, Module, OperationRef, Value, ValueLike};
+use ndarray::{ArrayD, Axis};
+use std::collections::HashMap;
+
+fn err(e: impl std::fmt::Display) -> IrError {
+    IrError::Invalid(e.to_string())
+}
+
+/// Per-channel (or global) symmetric parameters of a weight.
+fn weight_params(w: &ArrayD<f32>, axis: Option<usize>, config: &QuantConfig) -> Result<QuantParams, IrError> {
+    let dtype = if config.weights == WeightMode::Int4 {
+        StorageType::Int4
+    } else {
+        StorageType::Int8
+    };
+    let opts = RangeOptions {
+        symmetric: true,
+        narrow_range: true,
+        ..Default::default()
+    };
+    let min_max = |v: ndarray::ArrayViewD<f32>| {
+        v.iter()
+            .fold((0f64, 0f64), |(lo, hi), &x| (lo.min(x as f64), hi.max(x as f64)))
+    };
+    match axis {
+        Some(a) => {
+            let (mins, maxs): (Vec<f64>, Vec<f64>) = w.axis_iter(Axis(a)).map(min_max).unzip();
+            compute_per_axis(config.scheme, dtype, &mins, &maxs, a, &opts).map_err(err)
+        }
+        None => {
+            let (lo, hi) = min_max(w.view());
+            compute(config.scheme, dtype, lo, hi, &opts).map_err(err)
+        }
+    }
+}
+
+/// Inserts `const(storage) → scast → dcast` after `anchor`; returns the float value.
+fn quantized_constant<'c, 'a>(
+    anchor: OperationRef<'c, 'a>,
+    like: Value<'c, 'a>,
+    storage: &Tensor,
+    p: &QuantParams,
+    tf: bool,
+    key: &str,
+) -> Result<Value<'c, 'a>, IrError> {
+    let ctx_ref = anchor.context();
+    let ctx = unsafe { ctx_ref.to_ref() };
+    let loc = Location::name(ctx, key, anchor.location());
+    let next = anchor
+        .next_in_block()
+        .ok_or_else(|| err("a constant at the end of its block"))?;
+    let c = insert_constant(next, storage, tf, loc)?;
+    let qty = quantized_tensor_type(ctx, like.r#type(), p)?;
+    let s = OperationBuilder::new("quant.scast", loc)
+        .add_operands(&[c.result(0).map_err(err)?.into()])
+        .add_results(&[qty])
+        .build()
+        .map_err(err)?;
+    let s = insert_after(c, s)?;
+    let d = OperationBuilder::new("quant.dcast", loc)
+        .add_operands(&[s.result(0).map_err(err)?.into()])
+        .add_results(&[like.r#type()])
+        .build()
+        .map_err(err)?;
+    let d = insert_after(s, d)?;
+    Ok(d.result(0).map_err(err)?.into())
+}
+
+/// Inserts `const(half) → cast to f32` after `anchor`.
+fn half_constant<'c, 'a>(
+    anchor: OperationRef<'c, 'a>,
+    like: Value<'c, 'a>,
+    half: &Tensor,
+    tf: bool,
+    key: &str,
+) -> Result<Value<'c, 'a>, IrError> {
+    let ctx_ref = anchor.context();
+    let ctx = unsafe { ctx_ref.to_ref() };
+    let loc = Location::name(ctx, key, anchor.location());
+    let next = anchor
+        .next_in_block()
+        .ok_or_else(|| err("a constant at the end of its block"))?;
+    let c = insert_constant(next, half, tf, loc)?;
+    let name = if tf { "tf.Cast" } else { "arith.extf" };
+    let cast = OperationBuilder::new(name, loc)
+        .add_operands(&[c.result(0).map_err(err)?.into()])
+        .add_results(&[like.r#type()])
+        .build()
+        .map_err(err)?;
+    let cast = insert_after(c, cast)?;
+    Ok(cast.result(0).map_err(err)?.into())
+}
+
+pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError> {
+    let config = &options.config;
+    let plan = plan(module, options.stats.as_ref(), config)?;
+    let func = find_function(module, None)?;
+    let mut report = PassReport::default();
+    let mut done: HashMap<(usize, Option<usize>), (Value, Option<QuantParams>)> = HashMap::new();
+    for op in body_ops(func) {
+        let name = op_name(&op);
+        let Some(r) = rule(&name) else { continue };
+        let Some((wi, axis_rule)) = r.weight else { continue };
+        if config.exclude.iter().any(|p| crate::quantize::glob(p, &name)) {
+            continue;
+        }
+        let Ok(w) = op.operand(wi) else { continue };
+        let Some(def) = defining_op(w).filter(|d| is_constant_op(d)) else {
+            continue;
+        };
+        let Some(Tensor::F32(wt)) = constant_value(def) else {
+            continue;
+        };
+        let tf = op_name(&def).starts_with("tf.");
+        let key = format!(
+            "{}/weight",
+            crate::ir::keys::location_name(def.location()).unwrap_or_else(|| location_string(def.location()))
+        );
+        let axis = if config.per_channel {
+            axis_rule.axis(wt.shape(), &op_attrs(&op))
+        } else {
+            None
+        };
+        let id = (def.to_raw().ptr as usize, axis);
+        if let Some((v, _)) = done.get(&id) {
+            set_operand(op, wi, *v);
+            report.count("shared weights reused");
+            continue;
+        }
+        let (value, wparams) = match config.weights {
+            WeightMode::Fp16 => (half_constant(def, w, &Tensor::F16(to_f16(&wt.view())), tf, &key)?, None),
+            WeightMode::Bf16 => (
+                half_constant(def, w, &Tensor::BF16(to_bf16(&wt.view())), tf, &key)?,
+                None,
+            ),
+            WeightMode::Int8 | WeightMode::Int4 => {
+                let mut p = weight_params(&wt, axis, config)?;
+                // the bias after this op, at input scale × weight scale
+                if let Some(bias) = bias_after(op, &plan, r.activations.first().copied()) {
+                    let (badd, bdef, bvals, s_in) = bias;
+                    let q = quantize_bias(bvals.as_slice().unwrap_or(&[]), s_in, &p.scale, config.bias_overflow)
+                        .map_err(err)?;
+                    for o in &q.overflows {
+                        report.warnings.push(format!(
+                            "{}: bias of channel {} overflows int32 by a factor of {:.3}{}",
+                            location_string(badd.location()),
+                            o.channel,
+                            o.factor,
+                            if config.bias_overflow == crate::params::BiasOverflowPolicy::Clip {
+                                " (clipped)"
+                            } else {
+                                " (weight scale enlarged)"
+                            }
+                        ));
+                    }
+                    if q.weight_scale != p.scale && p.scale.len() == q.weight_scale.len() {
+                        p.scale = q.weight_scale.clone();
+                    }
+                    let bp = QuantParams {
+                        scheme: p.scheme,
+                        dtype: StorageType::Int32,
+                        axis: (q.scale.len() > 1).then_some(0),
+                        zero_point: vec![0; q.scale.len()],
+                        scale: q.scale.clone(),
+                        qmin: i32::MIN as i64,
+                        qmax: i32::MAX as i64,
+                    };
+                    let storage = Tensor::I32(ArrayD::from_shape_vec(bvals.raw_dim(), q.values).map_err(err)?);
+                    let bv: Value = badd.operand(1).map_err(err)?;
+                    let bkey = format!(
+                        "{}/bias",
+                        crate::ir::keys::location_name(bdef.location()).unwrap_or_default()
+                    );
+                    let nv = quantized_constant(bdef, bv, &storage, &bp, op_name(&bdef).starts_with("tf."), &bkey)?;
+                    set_operand(badd, 1, nv);
+                    report.count("biases quantized to int32");
+                    if uses(bdef.result(0).map_err(err)?.into()).is_empty() {
+                        erase_op(bdef)?;
+                    }
+                }
+                let q = quantize(&wt.view(), &p, Rounding::HalfEven).map_err(err)?;
+                (quantized_constant(def, w, &q, &p, tf, &key)?, Some(p))
+            }
+        };
+        set_operand(op, wi, value);
+        done.insert(id, (value, wparams));
+        report.count("weights quantized");
+        if uses(def.result(0).map_err(err)?.into()).is_empty() {
+            erase_op(def)?;
+        }
+    }
+    Ok(report)
+}
+
+/// The bias add right after `op` (single use, constant f32 rank-1 bias) and the scale of the
+/// op's quantized activation input.
+#[allow(clippy::type_complexity)]
+fn bias_after<'c, 'a>(
+    op: OperationRef<'c, 'a>,
+    plan: &crate::quantize::Plan<'c, 'a>,
+    act: Option<usize>,
+) -> Option<(OperationRef<'c, 'a>, OperationRef<'c, 'a>, ArrayD<f32>, f64)> {
+    let s_in = plan.params_of(op.operand(act?).ok()?)?;
+    if s_in.scale.len() != 1 {
+        return None;
+    }
+    let out: Value = op.result(0).ok()?.into();
+    let all = uses(out);
+    let [u] = all.as_slice() else { return None };
+    if u.operand != 0 || !rule(&op_name(&u.owner)).is_some_and(|r| r.bias) {
+        return None;
+    }
+    let bdef = defining_op(u.owner.operand(1).ok()?).filter(|d| is_constant_op(d))?;
+    let Tensor::F32(b) = constant_value(bdef)? else {
+        return None;
+    };
+    (b.ndim() == 1).then_some((u.owner, bdef, b, s_in.scale[0]))
+}

@@ -1,0 +1,124 @@
+//! quantir's main job as library calls: [`prepare`] a module, [`plan`] what to quantize,
+//! [`calibrate`] it on sample data, [`quantize_module`] it from statistics, and
+//! [`evaluate`](crate::evaluate) the result.
+
+pub mod calibrate;
+pub mod plan;
+
+pub use calibrate::{calibrate, CalibrateOptions};
+pub use plan::{plan, ActivationPoint, Plan};
+
+use crate::calibration::StatsFile;
+use crate::ir::IrError;
+use crate::params::{BiasOverflowPolicy, Scheme, StorageType};
+use crate::passes::{self, PassOptions, PassReport};
+use melior::ir::Module;
+use serde::{Deserialize, Serialize};
+
+/// How weights are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WeightMode {
+    Int8,
+    Int4,
+    Fp16,
+    Bf16,
+}
+
+/// The quantization recipe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QuantConfig {
+    /// Parameter scheme for activations and weights.
+    pub scheme: Scheme,
+    /// Activation storage; `None` = weight-only.
+    pub activations: Option<StorageType>,
+    pub symmetric_activations: bool,
+    pub weights: WeightMode,
+    /// Per-channel weights (per-tensor otherwise).
+    pub per_channel: bool,
+    /// Op names (`tf.MatMul`, `*Conv*`) or tensor keys left in float.
+    pub exclude: Vec<String>,
+    pub bias_overflow: BiasOverflowPolicy,
+}
+
+impl Default for QuantConfig {
+    fn default() -> Self {
+        QuantConfig {
+            scheme: Scheme::Mlir,
+            activations: Some(StorageType::Int8),
+            symmetric_activations: false,
+            weights: WeightMode::Int8,
+            per_channel: true,
+            exclude: Vec::new(),
+            bias_overflow: BiasOverflowPolicy::Clip,
+        }
+    }
+}
+
+/// True when `pattern` (with `*` wildcards) matches `text`.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    fn go(p: &[u8], t: &[u8]) -> bool {
+        match (p.first(), t.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => go(&p[1..], t) || (!t.is_empty() && go(p, &t[1..])),
+            (Some(a), Some(b)) if a == b => go(&p[1..], &t[1..]),
+            _ => false,
+        }
+    }
+    go(pattern.as_bytes(), text.as_bytes())
+}
+
+/// The passes run before calibration and before quantization alike, so that both see the
+/// same ops and the same tensor keys.
+pub const PREPARE: &[&str] = &["strip-identity", "fold-constants", "duplicate-shape-constants"];
+
+/// Runs [`PREPARE`] and pins every value's key as a name location (so that keys survive the
+/// insertions the rewriter makes). Returns the reports.
+pub fn prepare(module: &Module) -> Result<Vec<(String, PassReport)>, IrError> {
+    let names: Vec<String> = PREPARE.iter().map(|s| s.to_string()).collect();
+    let reports = passes::run_pipeline(module, &names, &PassOptions::default())?;
+    crate::ir::keys::pin_keys(module);
+    Ok(reports)
+}
+
+/// A stable identity of a prepared module: FNV-1a 64 of its generic printed form (no
+/// locations), as 16 hex digits.
+pub fn model_hash(module: &Module) -> String {
+    let text = crate::ir::io::print_module_generic(module).unwrap_or_default();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// What [`quantize_module`] did.
+#[derive(Debug, Default, Serialize)]
+pub struct QuantizeReport {
+    pub activations: usize,
+    pub weights: PassReport,
+    pub qdq: PassReport,
+}
+
+/// Quantizes a module with statistics from `calibrate` on the same model: prepares it, checks
+/// the model hash, quantizes weights and biases, then inserts Q/DQ on activations.
+pub fn quantize_module(module: &Module, stats: &StatsFile, config: &QuantConfig) -> Result<QuantizeReport, IrError> {
+    prepare(module)?;
+    let hash = model_hash(module);
+    stats.check_model(&hash).map_err(|e| IrError::Invalid(e.to_string()))?;
+    let options = PassOptions {
+        stats: Some(stats.clone()),
+        config: config.clone(),
+    };
+    let plan_size = plan(module, Some(stats), config)?.activations.len();
+    let weights = passes::quantize_weights::run(module, &options)?;
+    let qdq = passes::insert_qdq::run(module, &options)?;
+    crate::ir::io::verify(module).map_err(|d| IrError::Invalid(format!("quantized module does not verify: {d}")))?;
+    Ok(QuantizeReport {
+        activations: plan_size,
+        weights,
+        qdq,
+    })
+}

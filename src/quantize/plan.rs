@@ -1,0 +1,196 @@
+//! The quantization plan: which activations get Q/DQ and with which parameters, read off the
+//! dialect tables.
+//!
+//! - the activation operands of compute ops (Conv2D input, MatMul lhs) are *input points*;
+//! - a compute op's result, followed through the ops an int8 kernel fuses (a bias add with a
+//!   constant bias, then Relu/Relu6) when each has a single use, is its *output point*;
+//! - the output of a same-scale op (Reshape, MaxPool, ...) whose input is quantized reuses
+//!   the input's parameters.
+//! Integer, boolean and shape-determining values are never points.
+
+use super::{glob, QuantConfig};
+use crate::calibration::StatsFile;
+use crate::dialects::{rule, shape_operands};
+use crate::inspect::is_constant_op;
+use crate::ir::graph::{body_ops, defining_op, find_function, op_name, uses};
+use crate::ir::keys::TensorKeys;
+use crate::ir::types::tensor_type;
+use crate::ir::IrError;
+use crate::params::{compute, QuantParams, RangeOptions};
+use crate::tensor::DType;
+use melior::ir::operation::OperationLike;
+use melior::ir::{Module, OperationRef, Value, ValueLike};
+use std::collections::{HashMap, HashSet};
+
+/// One quantized activation.
+#[derive(Debug, Clone)]
+pub struct ActivationPoint<'c, 'a> {
+    pub value: Value<'c, 'a>,
+    pub key: String,
+    /// Reuses the parameters of this key (same-scale ops); observed itself when `None`.
+    pub same_as: Option<String>,
+    pub params: Option<QuantParams>,
+}
+
+#[derive(Debug, Default)]
+pub struct Plan<'c, 'a> {
+    pub activations: Vec<ActivationPoint<'c, 'a>>,
+}
+
+impl<'c, 'a> Plan<'c, 'a> {
+    /// Keys that calibration must observe.
+    pub fn observed_keys(&self) -> Vec<String> {
+        self.activations
+            .iter()
+            .filter(|a| a.same_as.is_none())
+            .map(|a| a.key.clone())
+            .collect()
+    }
+    /// The parameters of a value, if it is quantized.
+    pub fn params_of(&self, v: Value) -> Option<&QuantParams> {
+        self.activations
+            .iter()
+            .find(|a| a.value == v)
+            .and_then(|a| a.params.as_ref())
+    }
+}
+
+fn is_float_tensor(v: Value) -> bool {
+    tensor_type(v.r#type()).is_some_and(|t| t.dtype == Some(DType::F32))
+}
+
+fn excluded(config: &QuantConfig, op: &str, key: &str) -> bool {
+    config.exclude.iter().any(|p| glob(p, op) || glob(p, key))
+}
+
+/// A constant, or a quantized constant (`dcast(scast(const))`) as `quantize-weights` leaves
+/// weights and biases, or a half constant converted back.
+pub fn is_constant_like(v: Value) -> bool {
+    let Some(d) = defining_op(v) else { return false };
+    if is_constant_op(&d) {
+        return true;
+    }
+    matches!(
+        op_name(&d).as_str(),
+        "quant.dcast" | "quant.scast" | "tf.Cast" | "arith.extf"
+    ) && d.operand(0).is_ok_and(is_constant_like)
+}
+
+/// The single user of `v`, if it has exactly one use.
+fn single_user<'c, 'a>(v: Value<'c, 'a>) -> Option<(OperationRef<'c, 'a>, usize)> {
+    match uses(v).as_slice() {
+        [u] => Some((u.owner, u.operand)),
+        _ => None,
+    }
+}
+
+/// Builds the plan for the main function; with `stats`, computes every point's parameters.
+pub fn plan<'c, 'a>(
+    module: &'a Module<'c>,
+    stats: Option<&StatsFile>,
+    config: &QuantConfig,
+) -> Result<Plan<'c, 'a>, IrError> {
+    let func = find_function(module, None)?;
+    let keys = TensorKeys::new(func);
+    let key = |v: Value| keys.get(v).unwrap_or("?").to_string();
+    let mut points: Vec<ActivationPoint<'c, 'a>> = Vec::new();
+    let mut seen: HashSet<usize> = HashSet::new();
+    // shape-determining values are never quantized
+    let mut shape_values: HashSet<usize> = HashSet::new();
+    let ops = body_ops(func);
+    for op in &ops {
+        for i in shape_operands(&op_name(op), op.operand_count()) {
+            if let Ok(v) = op.operand(i) {
+                shape_values.insert(v.to_raw().ptr as usize);
+            }
+        }
+    }
+    let mut add = |v: Value<'c, 'a>, same_as: Option<String>, points: &mut Vec<ActivationPoint<'c, 'a>>| {
+        let id = v.to_raw().ptr as usize;
+        if !is_float_tensor(v) || shape_values.contains(&id) || !seen.insert(id) {
+            return;
+        }
+        if is_constant_like(v) {
+            return;
+        }
+        points.push(ActivationPoint {
+            value: v,
+            key: key(v),
+            same_as,
+            params: None,
+        });
+    };
+    if config.activations.is_some() {
+        for op in &ops {
+            let name = op_name(op);
+            let Some(r) = rule(&name) else { continue };
+            let out_key = op.result(0).ok().map(|v| key(v.into())).unwrap_or_default();
+            if r.is_compute() && !excluded(config, &name, &out_key) {
+                for &i in r.activations {
+                    if let Ok(v) = op.operand(i) {
+                        add(v, None, &mut points);
+                    }
+                }
+                // follow the fused bias and activation to the output point
+                let Ok(mut out) = op.result(0).map(Value::from) else {
+                    continue;
+                };
+                while let Some((user, idx)) = single_user(out) {
+                    let Some(ur) = rule(&op_name(&user)) else { break };
+                    let fuses =
+                        (ur.bias && idx == 0 && user.operand(1).is_ok_and(is_constant_like)) || ur.fused_activation;
+                    match (fuses, user.result(0)) {
+                        (true, Ok(next)) => out = next.into(),
+                        _ => break,
+                    }
+                }
+                add(out, None, &mut points);
+            }
+        }
+        // same-scale ops downstream of quantized values, in program order
+        for op in &ops {
+            let name = op_name(op);
+            if !rule(&name).is_some_and(|r| r.same_scale) || excluded(config, &name, "") {
+                continue;
+            }
+            let (Ok(input), Ok(out)) = (op.operand(0), op.result(0)) else {
+                continue;
+            };
+            if let Some(src) = points
+                .iter()
+                .find(|p| p.value == input)
+                .map(|p| p.same_as.clone().unwrap_or(p.key.clone()))
+            {
+                add(out.into(), Some(src), &mut points);
+            }
+        }
+    }
+    let mut plan = Plan { activations: points };
+    if let Some(stats) = stats {
+        let dtype = config.activations.unwrap_or(crate::params::StorageType::Int8);
+        let opts = RangeOptions {
+            symmetric: config.symmetric_activations,
+            narrow_range: config.symmetric_activations && config.scheme == crate::params::Scheme::Mlir,
+            ..Default::default()
+        };
+        let mut by_key: HashMap<String, QuantParams> = HashMap::new();
+        for p in plan.activations.iter_mut() {
+            let src = p.same_as.clone().unwrap_or(p.key.clone());
+            if let Some(q) = by_key.get(&src) {
+                p.params = Some(q.clone());
+                continue;
+            }
+            let t = stats.tensors.get(&src).ok_or_else(|| {
+                IrError::Invalid(format!(
+                    "no statistics for tensor '{src}' (calibrate this model with the same quantir version)"
+                ))
+            })?;
+            let (lo, hi) = t.range;
+            let q = compute(config.scheme, dtype, lo as f64, hi as f64, &opts)
+                .map_err(|e| IrError::Invalid(format!("tensor '{src}': {e}")))?;
+            by_key.insert(src, q.clone());
+            p.params = Some(q);
+        }
+    }
+    Ok(plan)
+}
