@@ -55,12 +55,6 @@ pub fn quantize_bias(
         });
     }
     let limit = i32::MAX as f64;
-    let mut out = QuantizedBias {
-        values: Vec::with_capacity(bias.len()),
-        scale: vec![],
-        weight_scale: vec![],
-        overflows: vec![],
-    };
     for (c, &b) in bias.iter().enumerate() {
         if !b.is_finite() {
             return Err(ParamsError::NonFinite {
@@ -68,30 +62,60 @@ pub fn quantize_bias(
                 value: b as f64,
             });
         }
-        let mut ws = weight_scale[if weight_scale.len() == 1 { 0 } else { c }];
+    }
+    for (c, &ws) in weight_scale.iter().enumerate() {
         if !(ws.is_finite() && ws > 0.0) {
             return Err(ParamsError::BadScale {
                 scale: ws,
                 channel: Some(c),
             });
         }
-        let mut s = input_scale * ws;
-        let q = (b as f64 / s).round_ties_even();
-        if q.abs() > limit {
-            let factor = q.abs() / limit;
-            out.overflows.push(BiasOverflow { channel: c, factor });
-            if policy == BiasOverflowPolicy::EnlargeWeightScale {
-                // the smallest weight scale (to f64 precision) at which the bias fits
-                ws *= factor * (1.0 + 1e-9);
-                s = input_scale * ws;
-            }
-        }
-        let q = (b as f64 / s).round_ties_even().clamp(i32::MIN as f64, limit);
-        out.values.push(q as i32);
-        out.scale.push(s);
-        out.weight_scale.push(ws);
     }
-    Ok(out)
+    let per_channel = weight_scale.len() == bias.len() && weight_scale.len() > 1;
+    let ws_of = |c: usize| weight_scale[if weight_scale.len() == 1 { 0 } else { c }];
+    // how far each channel overflows at the given scales
+    let factors: Vec<f64> = bias
+        .iter()
+        .enumerate()
+        .map(|(c, &b)| (b as f64 / (input_scale * ws_of(c))).round_ties_even().abs() / limit)
+        .collect();
+    let overflows: Vec<BiasOverflow> = factors
+        .iter()
+        .enumerate()
+        .filter(|(_, &f)| f > 1.0)
+        .map(|(channel, &factor)| BiasOverflow { channel, factor })
+        .collect();
+    let mut ws: Vec<f64> = (0..bias.len()).map(ws_of).collect();
+    if policy == BiasOverflowPolicy::EnlargeWeightScale && !overflows.is_empty() {
+        // the smallest weight scale (to f64 precision) at which the bias fits; one factor for
+        // all channels when the weight has a single scale
+        let grow = |f: f64| f * (1.0 + 1e-9);
+        if per_channel {
+            for o in &overflows {
+                ws[o.channel] *= grow(o.factor);
+            }
+        } else {
+            let f = overflows.iter().map(|o| o.factor).fold(1.0, f64::max);
+            ws.iter_mut().for_each(|w| *w *= grow(f));
+        }
+    }
+    let scale: Vec<f64> = ws.iter().map(|w| input_scale * w).collect();
+    let values = bias
+        .iter()
+        .zip(&scale)
+        .map(|(&b, &s)| (b as f64 / s).round_ties_even().clamp(i32::MIN as f64, limit) as i32)
+        .collect();
+    let weight_scale = if per_channel {
+        ws
+    } else {
+        vec![ws.first().copied().unwrap_or(weight_scale[0])]
+    };
+    Ok(QuantizedBias {
+        values,
+        scale,
+        weight_scale,
+        overflows,
+    })
 }
 
 #[cfg(test)]
@@ -105,13 +129,24 @@ mod tests {
         assert_eq!(q.values, vec![250, -100]);
         assert!(q.overflows.is_empty());
         // 1e3 / (1e-4 * 1e-6) = 1e13 = 4656.6 × i32::MAX
-        let q = quantize_bias(&[1.0e3, 1.0], 1e-4, &[1e-6], BiasOverflowPolicy::Clip).unwrap();
+        let q = quantize_bias(&[1.0e3, 0.1], 1e-4, &[1e-6], BiasOverflowPolicy::Clip).unwrap();
         assert_eq!(q.values[0], i32::MAX);
         assert_eq!(q.overflows.len(), 1);
         assert_eq!(q.overflows[0].channel, 0);
         assert!((q.overflows[0].factor - 1e13 / i32::MAX as f64).abs() < 1e-6);
-        let q = quantize_bias(&[1.0e3, 1.0], 1e-4, &[1e-6], BiasOverflowPolicy::EnlargeWeightScale).unwrap();
+        // per-channel weight scales: only the overflowing channel's scale grows
+        let q = quantize_bias(
+            &[1.0e3, 0.1],
+            1e-4,
+            &[1e-6, 1e-6],
+            BiasOverflowPolicy::EnlargeWeightScale,
+        )
+        .unwrap();
         assert!(q.values[0] < i32::MAX && q.values[0] > i32::MAX - 100);
         assert!(q.weight_scale[0] > 1e-6 && q.weight_scale[1] == 1e-6);
+        // a single weight scale grows for every channel
+        let q = quantize_bias(&[1.0e3, 0.1], 1e-4, &[1e-6], BiasOverflowPolicy::EnlargeWeightScale).unwrap();
+        assert_eq!(q.weight_scale.len(), 1);
+        assert!(q.weight_scale[0] > 4.6e-3 && q.values[0] > i32::MAX - 100);
     }
 }

@@ -187,6 +187,7 @@ pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError
                         ));
                     }
                     if q.weight_scale != p.scale && p.scale.len() == q.weight_scale.len() {
+                        // enlarged so that the bias fits int32: the weight uses the new scales
                         p.scale = q.weight_scale.clone();
                     }
                     let bp = QuantParams {

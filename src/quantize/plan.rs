@@ -156,12 +156,18 @@ pub fn plan<'c, 'a>(
             let (Ok(input), Ok(out)) = (op.operand(0), op.result(0)) else {
                 continue;
             };
-            if let Some(src) = points
+            let Some(src) = points
                 .iter()
                 .find(|p| p.value == input)
                 .map(|p| p.same_as.clone().unwrap_or(p.key.clone()))
-            {
-                add(out.into(), Some(src), &mut points);
+            else {
+                continue;
+            };
+            let out: Value = out.into();
+            // the input of a later compute op takes the scale it already has, not its own
+            match points.iter_mut().find(|p| p.value == out) {
+                Some(existing) => existing.same_as = Some(src),
+                None => add(out, Some(src), &mut points),
             }
         }
     }
