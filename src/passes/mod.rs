@@ -4,6 +4,7 @@
 //! below is the only list of passes: the CLI, `opt` and the tests all go through it.
 
 pub mod duplicate_shape_constants;
+pub mod fold_batchnorm;
 pub mod fold_constants;
 pub mod insert_qdq;
 pub mod quantize_weights;
@@ -58,6 +59,11 @@ pub const PASSES: &[PassInfo] = &[
         name: "fold-constants",
         summary: "evaluate ops whose operands are all constants (interpreter kernels) and replace them by constants",
         run: fold_constants::run,
+    },
+    PassInfo {
+        name: "fold-batchnorm",
+        summary: "fold per-channel Mul/Add (batch norm) after conv/matmul into the weight and a BiasAdd",
+        run: fold_batchnorm::run,
     },
     PassInfo {
         name: "quantize-weights",

@@ -71,7 +71,12 @@ pub fn glob(pattern: &str, text: &str) -> bool {
 
 /// The passes run before calibration and before quantization alike, so that both see the
 /// same ops and the same tensor keys.
-pub const PREPARE: &[&str] = &["strip-identity", "fold-constants", "duplicate-shape-constants"];
+pub const PREPARE: &[&str] = &[
+    "strip-identity",
+    "fold-constants",
+    "fold-batchnorm",
+    "duplicate-shape-constants",
+];
 
 /// Runs [`PREPARE`] and pins every value's key as a name location (so that keys survive the
 /// insertions the rewriter makes). Returns the reports.
