@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# quantir on the bundled example model (examples/digits_cnn.mlir, a TF-dialect CNN).
+# quantir's main job on the bundled example (examples/digits_cnn.mlir, a TF-dialect CNN):
+# calibrate on sample data, quantize to int8, evaluate against the float model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
 Q=target/release/quantir
 out=target/demo
 mkdir -p "$out"
-echo "== quantir inspect examples/digits_cnn.mlir"
-$Q inspect examples/digits_cnn.mlir
+echo "== 1. inspect"
+$Q inspect examples/digits_cnn.mlir | head -20
 echo
-echo "== quantir opt --pass strip-identity (text and bytecode)"
-$Q opt examples/digits_cnn.mlir --pass strip-identity -o "$out/digits_cnn.stripped.mlir"
-$Q opt "$out/digits_cnn.stripped.mlir" -o "$out/digits_cnn.stripped.mlirbc"
-mlir-opt-22 --allow-unregistered-dialect "$out/digits_cnn.stripped.mlirbc" -o /dev/null && echo "mlir-opt-22 accepts $out/digits_cnn.stripped.mlirbc"
+echo "== 2. calibrate (histogram + MSE range search) on examples/digits_calib.npz"
+$Q calibrate examples/digits_cnn.mlir --data examples/digits_calib.npz --method mse -o "$out/stats.json"
 echo
-echo "== quantir params: int8 parameters for the range [-0.5, 2.0] in each scheme"
-for s in mlir onnx torch; do $Q params --min -0.5 --max 2.0 --dtype int8 --scheme "$s" --json; done
+echo "== 3. quantize: int8 per-channel weights, int32 biases, int8 activations"
+$Q quantize examples/digits_cnn.mlir --stats "$out/stats.json" -o "$out/digits_cnn.int8.mlir"
+mlir-opt-22 --allow-unregistered-dialect "$out/digits_cnn.int8.mlir" -o /dev/null && echo "mlir-opt-22 accepts $out/digits_cnn.int8.mlir"
+echo
+echo "== 4. evaluate on held-out data (report: $out/report.html)"
+$Q evaluate examples/digits_cnn.mlir "$out/digits_cnn.int8.mlir" --data examples/digits_test.npz --labels y --per-layer --report "$out/report.html"

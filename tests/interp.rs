@@ -15,11 +15,12 @@ fn run_model(text: &[u8], name: &str, data: &Path, threads: usize) -> (Vec<Tenso
     let p = Program::compile(&m, None).unwrap();
     let d = Dataset::open(data).unwrap();
     let b = bind(&d, &p.inputs, &[]).unwrap();
+    let idx: Vec<usize> = (0..b.samples).collect();
     let outs = run_samples(
         &p,
         &b,
+        &idx,
         threads,
-        None,
         &Default::default(),
         true,
         &mut |_, _, _| Ok(()),

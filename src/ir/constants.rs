@@ -150,6 +150,30 @@ fn le_bytes<T: Copy, const W: usize>(a: &ArrayD<T>, f: impl Fn(T) -> [u8; W]) ->
     out
 }
 
+/// A `DenseElementsAttr` of 4-bit integers (`i4`, or `ui4` when unsigned) from values held one
+/// per byte, as MLIR stores them.
+pub fn int4_attribute<'c>(ctx: &'c melior::Context, shape: &[usize], values: &[u8], unsigned: bool) -> Attribute<'c> {
+    let shape: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    unsafe {
+        let elem = if unsigned {
+            mlir_sys::mlirIntegerTypeUnsignedGet(ctx.to_raw(), 4)
+        } else {
+            mlir_sys::mlirIntegerTypeGet(ctx.to_raw(), 4)
+        };
+        let ty = mlir_sys::mlirRankedTensorTypeGet(
+            shape.len() as isize,
+            shape.as_ptr(),
+            elem,
+            mlir_sys::mlirAttributeGetNull(),
+        );
+        Attribute::from_raw(mlir_sys::mlirDenseElementsAttrRawBufferGet(
+            ty,
+            values.len(),
+            values.as_ptr() as *const _,
+        ))
+    }
+}
+
 /// Builds a `DenseElementsAttr` holding `t` (one raw buffer; i1 through the bool getter).
 pub fn tensor_to_attribute<'c>(ctx: &'c melior::Context, t: &Tensor) -> Attribute<'c> {
     let shape: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();

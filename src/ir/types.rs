@@ -46,6 +46,9 @@ pub fn element_dtype(t: Type) -> Option<DType> {
             let unsigned = mlir_sys::mlirIntegerTypeIsUnsigned(raw);
             match (mlir_sys::mlirIntegerTypeGetWidth(raw), unsigned) {
                 (1, _) => Some(DType::I1),
+                // 4-bit storage is held one element per byte (MLIR's dense storage does the same)
+                (4, false) => Some(DType::I8),
+                (4, true) => Some(DType::U8),
                 (8, false) => Some(DType::I8),
                 (8, true) => Some(DType::U8),
                 (16, false) => Some(DType::I16),

@@ -40,7 +40,18 @@ pub fn insert_constant<'c, 'a>(
 ) -> Result<OperationRef<'c, 'a>, IrError> {
     let ctx_ref = anchor.context();
     let ctx = unsafe { ctx_ref.to_ref() };
-    let attr = tensor_to_attribute(ctx, t);
+    insert_constant_attr(anchor, tensor_to_attribute(ctx, t), tf, loc)
+}
+
+/// A new constant op holding `attr`, inserted before `anchor`.
+pub fn insert_constant_attr<'c, 'a>(
+    anchor: OperationRef<'c, 'a>,
+    attr: melior::ir::Attribute<'c>,
+    tf: bool,
+    loc: melior::ir::Location<'c>,
+) -> Result<OperationRef<'c, 'a>, IrError> {
+    let ctx_ref = anchor.context();
+    let ctx = unsafe { ctx_ref.to_ref() };
     let name = if tf { "tf.Const" } else { "arith.constant" };
     let op = OperationBuilder::new(name, loc)
         .add_attributes(&[(Identifier::new(ctx, "value"), attr)])

@@ -15,12 +15,13 @@
 //! ```
 //! A weight shared by several ops is quantized once; bias overflows are reported per channel.
 
-use super::fold_constants::{constant_value, insert_constant};
+use super::fold_constants::{constant_value, insert_constant, insert_constant_attr};
 use super::{PassOptions, PassReport};
 use crate::dialects::rule;
 use crate::inspect::is_constant_op;
 use crate::interp::location_string;
 use crate::ir::attrs::op_attrs;
+use crate::ir::constants::int4_attribute;
 use crate::ir::graph::{body_ops, defining_op, erase_op, find_function, insert_after, op_name, set_operand, uses};
 use crate::ir::quant::quantized_tensor_type;
 use crate::ir::IrError;
@@ -82,7 +83,18 @@ fn quantized_constant<'c, 'a>(
     let next = anchor
         .next_in_block()
         .ok_or_else(|| err("a constant at the end of its block"))?;
-    let c = insert_constant(next, storage, tf, loc)?;
+    let c = match (p.dtype, storage) {
+        // 4-bit storage: an i4/ui4 constant, one element per byte
+        (StorageType::Int4, Tensor::I8(a)) => {
+            let bytes: Vec<u8> = a.iter().map(|&v| v as u8).collect();
+            insert_constant_attr(next, int4_attribute(ctx, a.shape(), &bytes, false), tf, loc)?
+        }
+        (StorageType::Uint4, Tensor::U8(a)) => {
+            let bytes: Vec<u8> = a.iter().copied().collect();
+            insert_constant_attr(next, int4_attribute(ctx, a.shape(), &bytes, true), tf, loc)?
+        }
+        _ => insert_constant(next, storage, tf, loc)?,
+    };
     let qty = quantized_tensor_type(ctx, like.r#type(), p)?;
     let s = OperationBuilder::new("quant.scast", loc)
         .add_operands(&[c.result(0).map_err(err)?.into()])

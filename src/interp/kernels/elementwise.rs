@@ -150,7 +150,15 @@ pub fn float_op(op: BinOp) -> fn(f32, f32) -> f32 {
 /// Applies a binary arithmetic op to f32, i32 or i64 operands of the same type.
 pub fn arith(op: BinOp, a: &Tensor, b: &Tensor) -> KernelResult<Tensor> {
     Ok(match (a, b) {
-        (Tensor::F32(x), Tensor::F32(y)) => Tensor::F32(binary(x, y, float_op(op))?),
+        // one monomorphised loop per op (a fn pointer would cost a call per element)
+        (Tensor::F32(x), Tensor::F32(y)) => Tensor::F32(match op {
+            BinOp::Add => binary(x, y, |a, b| a + b)?,
+            BinOp::Sub => binary(x, y, |a, b| a - b)?,
+            BinOp::Mul => binary(x, y, |a, b| a * b)?,
+            BinOp::Div => binary(x, y, |a, b| a / b)?,
+            BinOp::SquaredDifference => binary(x, y, |a, b| (a - b) * (a - b))?,
+            other => binary(x, y, float_op(other))?,
+        }),
         (Tensor::I32(x), Tensor::I32(y)) => Tensor::I32(binary(x, y, int_op::<i32>(op)?)?),
         (Tensor::I64(x), Tensor::I64(y)) => Tensor::I64(binary(x, y, int_op::<i64>(op)?)?),
         _ => return Err(format!("{op:?} of {} and {} is not supported", a.dtype(), b.dtype())),
@@ -267,18 +275,45 @@ pub fn unary_fn(op: UnOp) -> Box<dyn Fn(f32) -> f32 + Send + Sync> {
     }
 }
 
+/// Applies `f` to every element; a generic closure, so each op's loop is compiled on its own
+/// (no call through a pointer per element).
+fn map_f32(a: &ArrayD<f32>, f: impl Fn(f32) -> f32) -> ArrayD<f32> {
+    a.mapv(f)
+}
+
 pub fn unary(op: UnOp, t: &Tensor) -> KernelResult<Tensor> {
-    match (op, t) {
-        (UnOp::Neg, Tensor::I32(a)) => Ok(Tensor::I32(a.mapv(i32::wrapping_neg))),
-        (UnOp::Neg, Tensor::I64(a)) => Ok(Tensor::I64(a.mapv(i64::wrapping_neg))),
-        (UnOp::Abs, Tensor::I32(a)) => Ok(Tensor::I32(a.mapv(i32::wrapping_abs))),
-        (UnOp::Abs, Tensor::I64(a)) => Ok(Tensor::I64(a.mapv(i64::wrapping_abs))),
-        (_, Tensor::F32(a)) => {
-            let f = unary_fn(op);
-            Ok(Tensor::F32(a.mapv(|x| f(x))))
+    let a = match (op, t) {
+        (UnOp::Neg, Tensor::I32(a)) => return Ok(Tensor::I32(a.mapv(i32::wrapping_neg))),
+        (UnOp::Neg, Tensor::I64(a)) => return Ok(Tensor::I64(a.mapv(i64::wrapping_neg))),
+        (UnOp::Abs, Tensor::I32(a)) => return Ok(Tensor::I32(a.mapv(i32::wrapping_abs))),
+        (UnOp::Abs, Tensor::I64(a)) => return Ok(Tensor::I64(a.mapv(i64::wrapping_abs))),
+        (_, Tensor::F32(a)) => a,
+        _ => return Err(format!("{op:?} of {} is not supported", t.dtype())),
+    };
+    Ok(Tensor::F32(match op {
+        UnOp::Relu => map_f32(a, |x| if x > 0.0 || x.is_nan() { x } else { 0.0 }),
+        UnOp::Relu6 => map_f32(a, |x| {
+            if x.is_nan() {
+                x
+            } else if x < 0.0 {
+                0.0
+            } else if x > 6.0 {
+                6.0
+            } else {
+                x
+            }
+        }),
+        UnOp::Neg => map_f32(a, |x| -x),
+        UnOp::Square => map_f32(a, |x| x * x),
+        UnOp::Abs => map_f32(a, f32::abs),
+        UnOp::Rsqrt => map_f32(a, |x| 1.0 / x.sqrt()),
+        UnOp::Sqrt => map_f32(a, f32::sqrt),
+        UnOp::Reciprocal => map_f32(a, |x| 1.0 / x),
+        other => {
+            let f = unary_fn(other);
+            map_f32(a, |x| f(x))
         }
-        _ => Err(format!("{op:?} of {} is not supported", t.dtype())),
-    }
+    }))
 }
 
 /// Select(cond, a, b) with broadcasting of all three (TF SelectV2; Select's rank-1 condition

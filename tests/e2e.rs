@@ -1,0 +1,294 @@
+//! quantir's main job end to end on the bundled digits CNN: calibrate → quantize → evaluate,
+//! through the CLI, checking the quantized module's structure and its accuracy.
+
+mod common;
+
+use melior::ir::operation::OperationLike;
+use melior::ir::ValueLike;
+use quantir::inspect::is_constant_op;
+use quantir::ir::graph::{body_ops, defining_op, find_function, op_name, uses};
+use std::process::{Command, Output};
+
+fn quantir(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_quantir")).args(args).output().unwrap()
+}
+
+fn ok(o: Output) -> Output {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+#[test]
+fn digits_cnn_calibrate_quantize_evaluate() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
+    let model = common::example("digits_cnn.mlir").to_string_lossy().into_owned();
+    let calib = common::example("digits_calib.npz").to_string_lossy().into_owned();
+    let test = common::example("digits_test.npz").to_string_lossy().into_owned();
+    ok(quantir(&[
+        "calibrate",
+        &model,
+        "--data",
+        &calib,
+        "-o",
+        &p("stats.json"),
+    ]));
+    ok(quantir(&[
+        "quantize",
+        &model,
+        "--stats",
+        &p("stats.json"),
+        "-o",
+        &p("q.mlir"),
+    ]));
+    let (accepted, err) = common::mlir_opt_accepts(std::path::Path::new(&p("q.mlir")));
+    assert!(accepted, "{err}");
+
+    // structure: every Conv2D/MatMul weight int8 per-channel, every bias int32, the reshape's
+    // shape constant untouched and private to it
+    let ctx = quantir::ir::new_context();
+    let m = quantir::ir::load(&ctx, std::path::Path::new(&p("q.mlir"))).unwrap();
+    let ops = body_ops(find_function(&m, None).unwrap());
+    let mut weights = 0;
+    for op in ops
+        .iter()
+        .filter(|o| matches!(op_name(*o).as_str(), "tf.Conv2D" | "tf.MatMul"))
+    {
+        let d = defining_op(op.operand(1).unwrap()).unwrap();
+        assert_eq!(op_name(&d), "quant.dcast");
+        let t = d.operand(0).unwrap().r#type().to_string();
+        assert!(t.contains("!quant.uniform<i8<-127:127>:f32:"), "{t}");
+        let storage = defining_op(defining_op(d.operand(0).unwrap()).unwrap().operand(0).unwrap()).unwrap();
+        assert!(storage.result(0).unwrap().r#type().to_string().ends_with("xi8>"));
+        weights += 1;
+    }
+    assert_eq!(weights, 4);
+    let biases: Vec<String> = ops
+        .iter()
+        .filter(|o| op_name(*o) == "tf.BiasAdd")
+        .map(|o| {
+            defining_op(o.operand(1).unwrap())
+                .unwrap()
+                .operand(0)
+                .unwrap()
+                .r#type()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(biases.len(), 4);
+    assert!(
+        biases.iter().all(|t| t.contains("!quant.uniform<i32:f32:0,")),
+        "{biases:?}"
+    );
+    for r in ops.iter().filter(|o| op_name(*o) == "tf.Reshape") {
+        let s = defining_op(r.operand(1).unwrap()).unwrap();
+        assert!(is_constant_op(&s));
+        assert_eq!(uses(s.result(0).unwrap().into()).len(), 1);
+        assert!(s.result(0).unwrap().r#type().to_string().ends_with("xi32>"));
+    }
+
+    // the quantized module runs in the interpreter and keeps the float model's top-1
+    let out = ok(quantir(&[
+        "evaluate",
+        &model,
+        &p("q.mlir"),
+        "--data",
+        &test,
+        "--labels",
+        "y",
+        "--per-layer",
+        "--json",
+        "--report",
+        &p("r.html"),
+    ]));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let o = &r["outputs"][0];
+    assert_eq!(r["samples"], 397);
+    // float 393/397 (TF's own top-1); TFLite's int8 per-channel model scores 36.34 dB here
+    assert!((o["float_accuracy"].as_f64().unwrap() - 393.0 / 397.0).abs() < 1e-12);
+    assert!(
+        o["quantized_accuracy"].as_f64().unwrap() >= 393.0 / 397.0 - 1e-12,
+        "{o}"
+    );
+    assert!(o["top1_agreement"].as_f64().unwrap() >= 0.995, "{o}");
+    assert!(o["sqnr_db"].as_f64().unwrap() > 30.0, "{o}");
+    assert!(r["layers"].as_array().unwrap().len() >= 8);
+    let html = std::fs::read_to_string(p("r.html")).unwrap();
+    assert!(html.contains("Per layer") && html.contains("tf.Conv2D"));
+    ok(quantir(&[
+        "run",
+        &p("q.mlir"),
+        "--data",
+        &test,
+        "-o",
+        &p("q.npz"),
+        "--limit",
+        "3",
+    ]));
+}
+
+#[test]
+fn sharded_calibration_merges_to_the_single_run_and_quantizes_identically() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
+    let model = common::example("digits_cnn.mlir").to_string_lossy().into_owned();
+    let calib = common::example("digits_calib.npz").to_string_lossy().into_owned();
+    for args in [vec!["--threads", "1"], vec!["--threads", "2"]] {
+        let mut a = vec!["calibrate", &model, "--data", &calib, "--method", "percentile"];
+        a.extend(args.iter().copied());
+        let out = p(&format!("all{}.json", args[1]));
+        a.extend(["-o", &out]);
+        ok(quantir(&a));
+    }
+    for i in 0..3 {
+        let shard = format!("{i}/3");
+        ok(quantir(&[
+            "calibrate",
+            &model,
+            "--data",
+            &calib,
+            "--method",
+            "percentile",
+            "--shard",
+            &shard,
+            "-o",
+            &p(&format!("s{i}.json")),
+        ]));
+    }
+    ok(quantir(&[
+        "merge",
+        &p("s2.json"),
+        &p("s0.json"),
+        &p("s1.json"),
+        "-o",
+        &p("merged.json"),
+    ]));
+    let load = |n: &str| quantir::stats_io::load_stats(std::path::Path::new(&p(n))).unwrap();
+    let (one, two, merged) = (load("all1.json"), load("all2.json"), load("merged.json"));
+    assert_eq!(one, two, "statistics depend on the thread count");
+    assert_eq!(merged.num_samples, one.num_samples);
+    for (k, t) in &one.tensors {
+        let m = &merged.tensors[k];
+        assert_eq!((m.min, m.max, m.range), (t.min, t.max, t.range), "{k}");
+        assert_eq!(
+            serde_json::to_string(&m.observer.state).unwrap(),
+            serde_json::to_string(&t.observer.state).unwrap(),
+            "{k}"
+        );
+    }
+    ok(quantir(&[
+        "quantize",
+        &model,
+        "--stats",
+        &p("all1.json"),
+        "-o",
+        &p("a.mlirbc"),
+    ]));
+    ok(quantir(&[
+        "quantize",
+        &model,
+        "--stats",
+        &p("merged.json"),
+        "-o",
+        &p("b.mlirbc"),
+    ]));
+    assert_eq!(
+        std::fs::read(p("a.mlirbc")).unwrap(),
+        std::fs::read(p("b.mlirbc")).unwrap(),
+        "same inputs, same bytes"
+    );
+}
+
+#[test]
+fn quantize_errors_and_weight_only_modes() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
+    let model = common::example("digits_cnn.mlir").to_string_lossy().into_owned();
+    let mlp = common::data("digits_mlp.mlir").to_string_lossy().into_owned();
+    let calib = common::example("digits_calib.npz").to_string_lossy().into_owned();
+    ok(quantir(&["calibrate", &model, "--data", &calib, "-o", &p("cnn.json")]));
+    // statistics of another model are refused
+    let o = quantir(&["quantize", &mlp, "--stats", &p("cnn.json"), "-o", &p("x.mlir")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("the statistics were computed for another model"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!std::path::Path::new(&p("x.mlir")).exists());
+    // no statistics and no data
+    let o = quantir(&["quantize", &model, "-o", &p("x.mlir")]);
+    assert_eq!(o.status.code(), Some(2));
+    // bad method / shard
+    assert_eq!(
+        quantir(&[
+            "calibrate",
+            &model,
+            "--data",
+            &calib,
+            "--method",
+            "magic",
+            "-o",
+            &p("s.json")
+        ])
+        .status
+        .code(),
+        Some(2)
+    );
+    assert_eq!(
+        quantir(&[
+            "calibrate",
+            &model,
+            "--data",
+            &calib,
+            "--shard",
+            "3/3",
+            "-o",
+            &p("s.json")
+        ])
+        .status
+        .code(),
+        Some(2)
+    );
+    // weight-only fp16 needs no data; the model still runs and agrees
+    ok(quantir(&[
+        "quantize",
+        &model,
+        "--activations",
+        "none",
+        "--weights",
+        "fp16",
+        "-o",
+        &p("h.mlir"),
+    ]));
+    let text = std::fs::read_to_string(p("h.mlir")).unwrap();
+    assert!(text.contains("xf16>") && text.contains("tf.Cast") && !text.contains("quant.qcast"));
+    let out = ok(quantir(&[
+        "evaluate",
+        &model,
+        &p("h.mlir"),
+        "--data",
+        &common::example("digits_test.npz").to_string_lossy(),
+        "--json",
+    ]));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r["outputs"][0]["sqnr_db"].as_f64().unwrap() > 60.0, "{r}");
+    // int4 weights, per-tensor, through the onnx scheme
+    ok(quantir(&[
+        "quantize",
+        &model,
+        "--stats",
+        &p("cnn.json"),
+        "--weights",
+        "int4",
+        "--per-tensor",
+        "--scheme",
+        "onnx",
+        "-o",
+        &p("i4.mlir"),
+    ]));
+    let text = std::fs::read_to_string(p("i4.mlir")).unwrap();
+    assert!(text.contains("!quant.uniform<i4:f32,"), "int4 per-tensor weights");
+    let (accepted, err) = common::mlir_opt_accepts(std::path::Path::new(&p("i4.mlir")));
+    assert!(accepted, "{err}");
+}
