@@ -167,6 +167,10 @@ pub fn conv2d(
 }
 
 /// DepthwiseConv2dNative: x [N,H,W,C], filter [KH,KW,C,M], result [N,OH,OW,C·M].
+///
+/// Row by row: for each output row and each filter tap, the valid output columns are
+/// computed once and the tap is accumulated into the whole row, channel-contiguous, so the
+/// inner loop has no bounds decisions.
 pub fn depthwise_conv2d(
     x: &ArrayD<f32>,
     f: &ArrayD<f32>,
@@ -186,40 +190,34 @@ pub fn depthwise_conv2d(
     let f = f.as_standard_layout();
     let (xs, fs) = (x.as_slice().ok_or("layout")?, f.as_slice().ok_or("layout")?);
     let co = c * m;
+    // output channel o = ch·M + j reads input channel ch: expand the input row view per tap
+    // through a weight vector laid out [KH, KW, C·M] (the filter's own layout)
     let mut out = vec![0f32; g.n * g.oh * g.ow * co];
-    // filter regrouped as [KH,KW,M,C] so that the inner loop runs over contiguous channels
-    let mut fr = vec![0f32; kh * kw * m * c];
-    for t in 0..kh * kw {
-        for ch in 0..c {
-            for j in 0..m {
-                fr[(t * m + j) * c + ch] = fs[(t * c + ch) * m + j];
-            }
-        }
-    }
-    let mut acc = vec![0f32; c];
     for b in 0..g.n {
         let img = &xs[b * g.h * g.w * c..(b + 1) * g.h * g.w * c];
         for oy in 0..g.oh {
-            for ox in 0..g.ow {
-                let dst = &mut out[((b * g.oh + oy) * g.ow + ox) * co..((b * g.oh + oy) * g.ow + ox + 1) * co];
-                for j in 0..m {
-                    acc.fill(0.0);
-                    for ky in 0..kh {
-                        let Some(iy) = g.ih(oy, ky) else { continue };
-                        for kx in 0..kw {
-                            let Some(ix) = g.iw(ox, kx) else { continue };
-                            let src = &img[(iy * g.w + ix) * c..(iy * g.w + ix + 1) * c];
-                            let w = &fr[((ky * kw + kx) * m + j) * c..((ky * kw + kx) * m + j + 1) * c];
-                            for ((a, &s), &w) in acc.iter_mut().zip(src).zip(w) {
-                                *a += s * w;
+            let row = &mut out[((b * g.oh + oy) * g.ow) * co..((b * g.oh + oy + 1) * g.ow) * co];
+            for ky in 0..kh {
+                let Some(iy) = g.ih(oy, ky) else { continue };
+                let src_row = &img[iy * g.w * c..(iy + 1) * g.w * c];
+                for kx in 0..kw {
+                    let w = &fs[(ky * kw + kx) * co..(ky * kw + kx + 1) * co];
+                    // output columns whose input column is inside the image
+                    let off = kx * g.dw;
+                    let lo = g.pw.saturating_sub(off).div_ceil(g.sw);
+                    let hi = ((g.w + g.pw).saturating_sub(off)).div_ceil(g.sw).min(g.ow);
+                    for ox in lo..hi {
+                        let ix = ox * g.sw + off - g.pw;
+                        let src = &src_row[ix * c..(ix + 1) * c];
+                        let dst = &mut row[ox * co..(ox + 1) * co];
+                        if m == 1 {
+                            for ((d, &s), &wv) in dst.iter_mut().zip(src).zip(w) {
+                                *d += s * wv;
                             }
-                        }
-                    }
-                    if m == 1 {
-                        dst.copy_from_slice(&acc);
-                    } else {
-                        for ch in 0..c {
-                            dst[ch * m + j] = acc[ch];
+                        } else {
+                            for (o, d) in dst.iter_mut().enumerate() {
+                                *d += src[o / m] * w[o];
+                            }
                         }
                     }
                 }
