@@ -307,3 +307,33 @@ fn data_binding_errors_are_clear() {
         .to_string()
         .contains("junk.npz: cannot read: not an .npz file"));
 }
+
+#[test]
+fn prepared_mobilenet_with_folded_batchnorm_keeps_tensorflow_outputs() {
+    let ctx = quantir::ir::new_context();
+    let text = common::model_text(&common::data("mobilenet_v2_035.mlir.gz"));
+    let m = quantir::ir::load_bytes(&ctx, &text, Path::new("mobilenet.mlir")).unwrap();
+    let reports = quantir::quantize::prepare(&m).unwrap();
+    let folded = reports.iter().find(|(n, _)| n == "fold-batchnorm").unwrap().1.changes["scales folded into weights"];
+    assert_eq!(folded, 52, "every batch norm of MobileNet v2 is folded");
+    let p = Program::compile(&m, None).unwrap();
+    let d = Dataset::open(&common::data("mobilenet_test.npz")).unwrap();
+    let b = bind(&d, &p.inputs, &[]).unwrap();
+    let idx: Vec<usize> = (0..b.samples).collect();
+    let outs = run_samples(
+        &p,
+        &b,
+        &idx,
+        2,
+        &Default::default(),
+        true,
+        &mut |_, _, _| Ok(()),
+        "test",
+    )
+    .unwrap();
+    let got = stack_outputs(&outs, true).unwrap();
+    let want = reference("mobilenet_v2_035_test_outputs.npz");
+    let d = max_abs_diff(got[0].as_f32().unwrap(), &want);
+    assert!(d <= 1e-4, "max |folded − TF| = {d}");
+    assert_eq!(argmax_rows(got[0].as_f32().unwrap()), argmax_rows(&want));
+}

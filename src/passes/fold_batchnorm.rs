@@ -17,7 +17,7 @@
 //! too (negated for `Sub`), so that the bias is fused and quantized to int32.
 
 use super::fold_constants::{constant_value, insert_constant};
-use super::{PassOptions, PassReport};
+use super::{erase_with_dead_constants, PassOptions, PassReport};
 use crate::dialects::rule;
 use crate::inspect::is_constant_op;
 use crate::ir::attrs::op_attrs;
@@ -114,17 +114,7 @@ fn to_bias_add<'c, 'a>(add: OperationRef<'c, 'a>, x: Value<'c, 'a>, bias: Vec<f3
         .map_err(err)?;
     let b = insert_after(c, b)?;
     replace_all_uses(add.result(0).map_err(err)?.into(), b.result(0).map_err(err)?.into());
-    let consts: Vec<OperationRef> = add
-        .operands()
-        .filter_map(defining_op)
-        .filter(|d| is_constant_op(d))
-        .collect();
-    erase_op(add)?;
-    for d in consts {
-        if d.results().all(|r| uses(r.into()).is_empty()) {
-            erase_op(d)?;
-        }
-    }
+    erase_with_dead_constants(add)?;
     Ok(())
 }
 
@@ -203,17 +193,7 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
                 None => {
                     // the Mul disappears: its users read the compute op directly
                     replace_all_uses(after_out, out);
-                    let consts: Vec<OperationRef> = after
-                        .operands()
-                        .filter_map(defining_op)
-                        .filter(|d| is_constant_op(d))
-                        .collect();
-                    erase_op(after)?;
-                    for d in consts {
-                        if d.results().all(|r| uses(r.into()).is_empty()) {
-                            erase_op(d)?;
-                        }
-                    }
+                    erase_with_dead_constants(after)?;
                     // a shift after the Mul becomes the bias
                     if let Some((add, 0)) = single_user(out) {
                         let an = op_name(&add);

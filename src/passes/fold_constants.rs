@@ -12,7 +12,7 @@
 //! Quant casts are never folded (they are what the rewriter inserts); constants left without
 //! uses are erased.
 
-use super::{PassOptions, PassReport};
+use super::{erase_with_dead_constants, PassOptions, PassReport};
 use crate::inspect::is_constant_op;
 use crate::interp::build_kernel;
 use crate::ir::graph::{body_ops, defining_op, erase_op, functions, insert_before, op_name, replace_all_uses, uses};
@@ -96,16 +96,8 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
                 replace_all_uses(r.into(), v.into());
             }
             if op.results().all(|r| uses(r.into()).is_empty()) {
-                let mut operands: Vec<_> = op.operands().filter_map(defining_op).collect();
-                operands.sort_by_key(|d| d.to_raw().ptr as usize);
-                operands.dedup_by_key(|d| d.to_raw().ptr as usize);
-                erase_op(op)?;
+                erase_with_dead_constants(op)?;
                 report.count("ops folded");
-                for d in operands {
-                    if is_constant_op(&d) && d.results().all(|r| uses(r.into()).is_empty()) {
-                        erase_op(d)?;
-                    }
-                }
             }
         }
     }

@@ -77,6 +77,27 @@ pub const PASSES: &[PassInfo] = &[
     },
 ];
 
+/// Erases `op` (which must have no uses left), then each distinct constant that fed it and is
+/// now unused.
+pub(crate) fn erase_with_dead_constants(op: melior::ir::OperationRef) -> Result<(), IrError> {
+    use crate::ir::graph::{defining_op, erase_op, uses};
+    use melior::ir::operation::OperationLike;
+    let mut consts: Vec<melior::ir::OperationRef> = op
+        .operands()
+        .filter_map(defining_op)
+        .filter(|d| crate::inspect::is_constant_op(d))
+        .collect();
+    consts.sort_by_key(|d| d.to_raw().ptr as usize);
+    consts.dedup_by_key(|d| d.to_raw().ptr as usize);
+    erase_op(op)?;
+    for d in consts {
+        if d.results().all(|r| uses(r.into()).is_empty()) {
+            erase_op(d)?;
+        }
+    }
+    Ok(())
+}
+
 /// The pass called `name`.
 pub fn find(name: &str) -> Option<&'static PassInfo> {
     PASSES.iter().find(|p| p.name == name)
