@@ -41,6 +41,9 @@ struct Energy {
     signal: f64,
     noise: f64,
     max_abs: f64,
+    /// Σ f·q and Σ q², for the cosine similarity.
+    dot: f64,
+    quant: f64,
 }
 
 impl Energy {
@@ -50,6 +53,8 @@ impl Energy {
                 let (x, d) = (*x as f64, (*x - *y) as f64);
                 self.signal += x * x;
                 self.noise += d * d;
+                self.dot += x * *y as f64;
+                self.quant += (*y as f64) * (*y as f64);
                 self.max_abs = self.max_abs.max(d.abs());
             }
         }
@@ -58,6 +63,10 @@ impl Energy {
     fn sqnr_db(&self) -> Option<f64> {
         (self.noise > 0.0).then(|| 10.0 * (self.signal.max(f64::MIN_POSITIVE) / self.noise).log10())
     }
+    fn cosine(&self) -> Option<f64> {
+        let n = (self.signal * self.quant).sqrt();
+        (n > 0.0).then(|| self.dot / n)
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -65,6 +74,7 @@ pub struct OutputReport {
     pub name: String,
     /// dB; null when exact.
     pub sqnr_db: Option<f64>,
+    pub cosine: Option<f64>,
     pub max_abs_error: f64,
     pub top1_agreement: Option<f64>,
     pub float_accuracy: Option<f64>,
@@ -74,6 +84,7 @@ pub struct OutputReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct LayerReport {
     pub key: String,
+    #[serde(rename = "op")]
     pub producer: String,
     pub sqnr_db: Option<f64>,
     pub max_abs_error: f64,
@@ -82,8 +93,16 @@ pub struct LayerReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct EvalReport {
     pub samples: usize,
+    /// The first output's figures, at the top level for scripts.
+    pub sqnr_db: Option<f64>,
+    pub cosine: Option<f64>,
+    pub max_abs_err: f64,
+    pub top1_float: Option<f64>,
+    pub top1_quant: Option<f64>,
+    pub top1_agreement: Option<f64>,
     pub outputs: Vec<OutputReport>,
     /// Worst SQNR first.
+    #[serde(rename = "per_layer")]
     pub layers: Vec<LayerReport>,
 }
 
@@ -194,7 +213,7 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
         start += chunk;
     }
     let frac = |k: usize| (n > 0).then(|| k as f64 / n as f64);
-    let outputs = pf
+    let outputs: Vec<OutputReport> = pf
         .output_names
         .iter()
         .zip(&outputs)
@@ -202,6 +221,7 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
         .map(|(j, (name, e))| OutputReport {
             name: name.clone(),
             sqnr_db: e.sqnr_db(),
+            cosine: e.cosine(),
             max_abs_error: e.max_abs,
             top1_agreement: (j == 0).then(|| frac(agree)).flatten(),
             float_accuracy: if j == 0 && labels.is_some() {
@@ -231,8 +251,15 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
             .total_cmp(&b.sqnr_db.unwrap_or(f64::INFINITY))
             .then(a.key.cmp(&b.key))
     });
+    let first: Option<&OutputReport> = outputs.first();
     Ok(EvalReport {
         samples: n,
+        sqnr_db: first.and_then(|o| o.sqnr_db),
+        cosine: first.and_then(|o| o.cosine),
+        max_abs_err: first.map_or(0.0, |o| o.max_abs_error),
+        top1_float: first.and_then(|o| o.float_accuracy),
+        top1_quant: first.and_then(|o| o.quantized_accuracy),
+        top1_agreement: first.and_then(|o| o.top1_agreement),
         outputs,
         layers,
     })
@@ -251,9 +278,10 @@ impl std::fmt::Display for EvalReport {
         for o in &self.outputs {
             writeln!(
                 f,
-                "output {}: SQNR {}, max |error| {:.4}, top-1 agreement {}",
+                "output {}: SQNR {}, cosine {}, max |error| {:.4}, top-1 agreement {}",
                 o.name,
                 db(o.sqnr_db),
+                o.cosine.map_or("-".into(), |c| format!("{c:.6}")),
                 o.max_abs_error,
                 pct(o.top1_agreement)
             )?;

@@ -48,6 +48,8 @@ pub struct Inspection {
     pub constant_bytes: usize,
     /// Float tensors that are not constants (activations), by key.
     pub float_tensors: Vec<FloatTensor>,
+    /// Compute ops the dialect tables mark for int8 (weights and activation inputs quantized).
+    pub quantizable_ops: BTreeMap<String, usize>,
 }
 
 /// True for an op that holds a constant tensor: no operands and an elements-valued `value`
@@ -91,6 +93,7 @@ pub fn inspect(module: &Module) -> Result<Inspection, IrError> {
     let mut op_counts = BTreeMap::new();
     let mut constants: BTreeMap<String, ConstantGroup> = BTreeMap::new();
     let mut float_tensors = Vec::new();
+    let mut quantizable_ops = BTreeMap::new();
     for func in functions(module) {
         let name = function_name(&func);
         let (input_names, output_names) = entry_function_names(func);
@@ -116,6 +119,9 @@ pub fn inspect(module: &Module) -> Result<Inspection, IrError> {
         for op in nested_ops(func) {
             let opname = op_name(&op);
             *op_counts.entry(opname.clone()).or_insert(0) += 1;
+            if crate::dialects::rule(&opname).is_some_and(|r| r.is_compute()) {
+                *quantizable_ops.entry(opname.clone()).or_insert(0) += 1;
+            }
             if is_constant_op(&op) {
                 let value = op.attribute("value").map_err(|e| IrError::Invalid(e.to_string()))?;
                 let what = format!("{opname} in @{name}");
@@ -156,6 +162,7 @@ pub fn inspect(module: &Module) -> Result<Inspection, IrError> {
         constant_count,
         constant_bytes,
         float_tensors,
+        quantizable_ops,
     })
 }
 
@@ -190,6 +197,12 @@ impl std::fmt::Display for Inspection {
         for (elem, g) in &self.constants {
             writeln!(f, "  {:>6}  {elem:<8} {} bytes", g.count, g.bytes)?;
         }
+        let q: Vec<String> = self.quantizable_ops.iter().map(|(k, v)| format!("{v} {k}")).collect();
+        writeln!(
+            f,
+            "\nquantizable ops: {}",
+            if q.is_empty() { "none".into() } else { q.join(", ") }
+        )?;
         writeln!(f, "\nfloat tensors: {}", self.float_tensors.len())?;
         for t in &self.float_tensors {
             writeln!(f, "  {:<40} {:<28} {}", t.key, t.r#type, t.producer)?;

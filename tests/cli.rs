@@ -34,6 +34,10 @@ fn inspect_json_reports_the_digits_cnn() {
     assert_eq!(v["op_counts"]["tf.Const"], 11);
     assert_eq!(v["constant_count"], 11);
     assert_eq!(v["functions"][0]["input_names"][0], "input");
+    assert_eq!(
+        v["quantizable_ops"],
+        serde_json::json!({"tf.Conv2D": 2, "tf.MatMul": 2})
+    );
     assert_eq!(v["functions"][0]["inputs"][0], "tensor<1x8x8x1xf32>");
     let text = quantir(&["inspect", m.to_str().unwrap()]);
     assert!(String::from_utf8_lossy(&text.stdout).contains("tf.Conv2D"));

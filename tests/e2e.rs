@@ -112,7 +112,10 @@ fn digits_cnn_calibrate_quantize_evaluate() {
     );
     assert!(o["top1_agreement"].as_f64().unwrap() >= 0.995, "{o}");
     assert!(o["sqnr_db"].as_f64().unwrap() > 30.0, "{o}");
-    assert!(r["layers"].as_array().unwrap().len() >= 8);
+    assert!(r["per_layer"].as_array().unwrap().len() >= 8);
+    assert_eq!(r["sqnr_db"], o["sqnr_db"]);
+    assert!(r["cosine"].as_f64().unwrap() > 0.999);
+    assert_eq!(r["top1_float"], o["float_accuracy"]);
     let html = std::fs::read_to_string(p("r.html")).unwrap();
     assert!(html.contains("Per layer") && html.contains("tf.Conv2D"));
     ok(quantir(&[

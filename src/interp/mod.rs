@@ -119,6 +119,8 @@ pub struct Program {
     outputs: Vec<usize>,
     /// Slots to drop after each step.
     free_after: Vec<Vec<usize>>,
+    /// Steps whose kernel may take operand 0's buffer (its last use, not an output).
+    consumes_first: Vec<bool>,
 }
 
 /// Which slots to hand to the observer.
@@ -359,6 +361,20 @@ impl Program {
                 }
             }
         }
+        let consumes_first: Vec<bool> = steps
+            .iter()
+            .enumerate()
+            .map(|(i, st)| match st.inputs.first() {
+                Some(&s0) => {
+                    st.kernel.reuses_first_operand()
+                        && consts[s0].is_none()
+                        && !outs.contains(&s0)
+                        && last_use[s0] == Some(i)
+                        && !st.inputs[1..].contains(&s0)
+                }
+                None => false,
+            })
+            .collect();
         let output_names = if output_names.len() == outputs.len() {
             output_names
         } else {
@@ -373,6 +389,7 @@ impl Program {
             consts,
             outputs,
             free_after,
+            consumes_first,
         })
     }
 
@@ -433,13 +450,22 @@ impl Program {
             env[i] = Some(t.clone());
         }
         for (i, st) in self.steps.iter().enumerate() {
-            let args: Vec<&Tensor> = st
-                .inputs
+            // operand 0 dies here and is not used twice by this op: hand its buffer over
+            let owned = match st.inputs.first() {
+                Some(&s0) if self.consumes_first[i] => env[s0].take(),
+                _ => None,
+            };
+            let skip = owned.is_some() as usize;
+            let args: Vec<&Tensor> = st.inputs[skip..]
                 .iter()
                 .map(|&s| self.consts[s].as_ref().or(env[s].as_ref()))
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| self.kernel_error(st, "an operand was not computed".into()))?;
-            let res = st.kernel.run(&args).map_err(|m| self.kernel_error(st, m))?;
+            let res = match owned {
+                Some(first) => st.kernel.run_owned(first, &args),
+                None => st.kernel.run(&args),
+            }
+            .map_err(|m| self.kernel_error(st, m))?;
             if res.len() != st.outputs.len() {
                 return Err(self.kernel_error(
                     st,

@@ -3,7 +3,7 @@
 
 use super::desc::OpDesc;
 use super::kernels::conv::{conv2d, depthwise_conv2d, Padding};
-use super::kernels::elementwise::{arith, compare, logical, select, unary, BinOp, CmpOp, UnOp};
+use super::kernels::elementwise::{arith, compare, logical, select, BinOp, BinaryKernel, CmpOp, UnOp, UnaryKernel};
 use super::kernels::layout::{self, StridedMasks};
 use super::kernels::matmul::{batch_matmul, matmul};
 use super::kernels::norm::{batch_norm, softmax};
@@ -257,7 +257,7 @@ fn identity(_: &OpDesc) -> Result<Box<dyn Kernel>, String> {
 }
 
 fn bin(op: BinOp) -> Result<Box<dyn Kernel>, String> {
-    Ok(one(move |x| arith(op, x[0], x[1])))
+    Ok(Box::new(BinaryKernel(op)))
 }
 
 fn cmp(op: CmpOp) -> Result<Box<dyn Kernel>, String> {
@@ -265,7 +265,7 @@ fn cmp(op: CmpOp) -> Result<Box<dyn Kernel>, String> {
 }
 
 fn un(op: UnOp) -> Result<Box<dyn Kernel>, String> {
-    Ok(one(move |x| unary(op, x[0])))
+    Ok(Box::new(UnaryKernel(op)))
 }
 
 fn red(d: &OpDesc, op: Reduce) -> Result<Box<dyn Kernel>, String> {
@@ -343,6 +343,15 @@ fn einsum_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
 
 fn bias_add(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     let nchw = d.choice("data_format", &["NHWC", "NCHW"], "NHWC")? == "NCHW";
+    let rank1_bias = d
+        .operand_types
+        .get(1)
+        .and_then(|t| t.as_ref())
+        .is_some_and(|t| t.dims.len() == 1);
+    if !nchw && rank1_bias {
+        // NHWC: the bias runs along the last axis, an in-place broadcast add
+        return Ok(Box::new(BinaryKernel(BinOp::Add)));
+    }
     Ok(one(move |x| {
         let (v, b) = (x[0], x[1]);
         if b.shape().len() != 1 {

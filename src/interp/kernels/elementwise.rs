@@ -392,3 +392,111 @@ mod tests {
         );
     }
 }
+
+/// A unary f32 op that can run in place.
+pub struct UnaryKernel(pub UnOp);
+
+fn apply_in_place(op: UnOp, a: &mut ArrayD<f32>) {
+    match op {
+        UnOp::Relu => a.mapv_inplace(|x| if x > 0.0 || x.is_nan() { x } else { 0.0 }),
+        UnOp::Relu6 => a.mapv_inplace(|x| {
+            if x.is_nan() {
+                x
+            } else if x < 0.0 {
+                0.0
+            } else if x > 6.0 {
+                6.0
+            } else {
+                x
+            }
+        }),
+        UnOp::Neg => a.mapv_inplace(|x| -x),
+        UnOp::Square => a.mapv_inplace(|x| x * x),
+        other => {
+            let f = unary_fn(other);
+            a.mapv_inplace(|x| f(x))
+        }
+    }
+}
+
+impl super::Kernel for UnaryKernel {
+    fn run(&self, inputs: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        Ok(vec![unary(self.0, inputs.first().ok_or("missing operand #0")?)?])
+    }
+    fn run_owned(&self, first: Tensor, rest: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        match first {
+            Tensor::F32(mut a) => {
+                apply_in_place(self.0, &mut a);
+                Ok(vec![Tensor::F32(a)])
+            }
+            other => {
+                let mut all = vec![&other];
+                all.extend_from_slice(rest);
+                self.run(&all)
+            }
+        }
+    }
+    fn reuses_first_operand(&self) -> bool {
+        true
+    }
+}
+
+/// A binary arithmetic op that writes into operand 0 when operand 1 broadcasts into it.
+pub struct BinaryKernel(pub BinOp);
+
+fn binary_in_place(op: BinOp, a: &mut ArrayD<f32>, b: &ArrayD<f32>) -> bool {
+    if b.is_empty() || !(b.len() == 1 || is_trailing(b.shape(), a.shape())) {
+        return false;
+    }
+    let (Some(x), Some(y)) = (a.as_slice_mut(), b.as_slice()) else {
+        return false;
+    };
+    if x.len() % y.len() != 0 {
+        return false;
+    }
+    macro_rules! each {
+        ($f:expr) => {{
+            let f = $f;
+            for row in x.chunks_exact_mut(y.len()) {
+                for (p, &q) in row.iter_mut().zip(y) {
+                    *p = f(*p, q);
+                }
+            }
+        }};
+    }
+    match op {
+        BinOp::Add => each!(|p: f32, q: f32| p + q),
+        BinOp::Sub => each!(|p: f32, q: f32| p - q),
+        BinOp::Mul => each!(|p: f32, q: f32| p * q),
+        BinOp::Div => each!(|p: f32, q: f32| p / q),
+        other => each!(float_op(other)),
+    }
+    true
+}
+
+impl super::Kernel for BinaryKernel {
+    fn run(&self, inputs: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        let (a, b) = (
+            inputs.first().ok_or("missing operand #0")?,
+            inputs.get(1).ok_or("missing operand #1")?,
+        );
+        Ok(vec![arith(self.0, a, b)?])
+    }
+    fn run_owned(&self, first: Tensor, rest: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        let b = rest.first().ok_or("missing operand #1")?;
+        match (first, b) {
+            (Tensor::F32(mut a), Tensor::F32(bv)) => {
+                if a.shape() == broadcast_shape(a.shape(), bv.shape())?.as_slice()
+                    && binary_in_place(self.0, &mut a, bv)
+                {
+                    return Ok(vec![Tensor::F32(a)]);
+                }
+                Ok(vec![arith(self.0, &Tensor::F32(a), b)?])
+            }
+            (first, _) => Ok(vec![arith(self.0, &first, b)?]),
+        }
+    }
+    fn reuses_first_operand(&self) -> bool {
+        true
+    }
+}

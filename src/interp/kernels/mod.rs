@@ -20,6 +20,20 @@ pub type KernelResult<T> = Result<T, String>;
 /// A compiled op: its attributes are already parsed; it only sees runtime operands.
 pub trait Kernel: Send + Sync {
     fn run(&self, inputs: &[&Tensor]) -> KernelResult<Vec<Tensor>>;
+
+    /// Runs with ownership of operand 0, which no later op reads, so that elementwise kernels
+    /// can write their result into its buffer instead of allocating one.
+    fn run_owned(&self, first: Tensor, rest: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        let mut all = Vec::with_capacity(rest.len() + 1);
+        all.push(&first);
+        all.extend_from_slice(rest);
+        self.run(&all)
+    }
+
+    /// True when [`Kernel::run_owned`] reuses operand 0's buffer.
+    fn reuses_first_operand(&self) -> bool {
+        false
+    }
 }
 
 /// A kernel from a closure.
