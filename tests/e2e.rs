@@ -295,3 +295,63 @@ fn quantize_errors_and_weight_only_modes() {
     let (accepted, err) = common::mlir_opt_accepts(std::path::Path::new(&p("i4.mlir")));
     assert!(accepted, "{err}");
 }
+
+#[test]
+fn mobilenet_quantizes_with_folded_batchnorm_and_int32_biases() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
+    std::fs::write(
+        p("m.mlir"),
+        common::model_text(&common::data("mobilenet_v2_035.mlir.gz")),
+    )
+    .unwrap();
+    let data = common::data("mobilenet_test.npz").to_string_lossy().into_owned();
+    // calibrate on the first 8 images (MSE), evaluate on all 16
+    ok(quantir(&[
+        "quantize",
+        &p("m.mlir"),
+        "--data",
+        &data,
+        "--limit",
+        "8",
+        "--method",
+        "mse",
+        "-o",
+        &p("q.mlirbc"),
+    ]));
+    let (accepted, err) = common::mlir_opt_accepts(std::path::Path::new(&p("q.mlirbc")));
+    assert!(accepted, "{err}");
+    let ctx = quantir::ir::new_context();
+    let m = quantir::ir::load(&ctx, std::path::Path::new(&p("q.mlirbc"))).unwrap();
+    let ops = body_ops(find_function(&m, None).unwrap());
+    let count = |n: &str| ops.iter().filter(|o| op_name(*o) == n).count();
+    // 52 batch norms folded: no per-channel Mul is left after a convolution, every conv has an
+    // int8 weight and an int32 bias
+    assert_eq!(count("tf.Conv2D") + count("tf.DepthwiseConv2dNative"), 52);
+    assert_eq!(count("tf.BiasAdd"), 53);
+    let int32_biases = ops
+        .iter()
+        .filter(|o| op_name(*o) == "tf.BiasAdd")
+        .filter(|o| {
+            defining_op(o.operand(1).unwrap())
+                .unwrap()
+                .operand(0)
+                .unwrap()
+                .r#type()
+                .to_string()
+                .contains("!quant.uniform<i32")
+        })
+        .count();
+    assert_eq!(int32_biases, 53);
+    let out = ok(quantir(&[
+        "evaluate",
+        &p("m.mlir"),
+        &p("q.mlirbc"),
+        "--data",
+        &data,
+        "--json",
+    ]));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // TFLite's int8 per-channel model of this network: 13.22 dB on these 16 images
+    assert!(r["sqnr_db"].as_f64().unwrap() > 12.0, "{r}");
+}

@@ -121,7 +121,12 @@ fn to_bias_add<'c, 'a>(add: OperationRef<'c, 'a>, x: Value<'c, 'a>, bias: Vec<f3
 pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
     let mut report = PassReport::default();
     for func in functions(module) {
+        // ops this pass erases further down the block; the loop must not touch them again
+        let mut erased: std::collections::HashSet<usize> = std::collections::HashSet::new();
         for op in body_ops(func) {
+            if erased.contains(&(op.to_raw().ptr as usize)) {
+                continue;
+            }
             let Some((wi, _)) = rule(&op_name(&op)).and_then(|r| r.weight) else {
                 continue;
             };
@@ -169,6 +174,7 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
                         } else {
                             b
                         };
+                        erased.insert(user.to_raw().ptr as usize);
                         to_bias_add(user, out, b)?;
                         report.count("adds turned into BiasAdd");
                     }
@@ -189,10 +195,14 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
             report.count("scales folded into weights");
             let after_out: Value = after.result(0).map_err(err)?.into();
             match shift {
-                Some(b) => to_bias_add(after, out, b)?,
+                Some(b) => {
+                    erased.insert(after.to_raw().ptr as usize);
+                    to_bias_add(after, out, b)?
+                }
                 None => {
                     // the Mul disappears: its users read the compute op directly
                     replace_all_uses(after_out, out);
+                    erased.insert(after.to_raw().ptr as usize);
                     erase_with_dead_constants(after)?;
                     // a shift after the Mul becomes the bias
                     if let Some((add, 0)) = single_user(out) {
@@ -204,6 +214,7 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
                                 } else {
                                     b
                                 };
+                                erased.insert(add.to_raw().ptr as usize);
                                 to_bias_add(add, out, b)?;
                             }
                         }

@@ -142,7 +142,13 @@ pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError
     let func = find_function(module, None)?;
     let mut report = PassReport::default();
     let mut done: HashMap<(usize, Option<usize>), (Value, Option<QuantParams>)> = HashMap::new();
+    // constants erased below may stand later in the block (a bias constant inserted next to
+    // its BiasAdd): the loop must not touch them again
+    let mut erased: std::collections::HashSet<usize> = std::collections::HashSet::new();
     for op in body_ops(func) {
+        if erased.contains(&(op.to_raw().ptr as usize)) {
+            continue;
+        }
         let name = op_name(&op);
         let Some(r) = rule(&name) else { continue };
         let Some((wi, axis_rule)) = r.weight else { continue };
@@ -221,6 +227,7 @@ pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError
                     set_operand(badd, 1, nv);
                     report.count("biases quantized to int32");
                     if uses(bdef.result(0).map_err(err)?.into()).is_empty() {
+                        erased.insert(bdef.to_raw().ptr as usize);
                         erase_op(bdef)?;
                     }
                 }
@@ -232,6 +239,7 @@ pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError
         done.insert(id, (value, wparams));
         report.count("weights quantized");
         if uses(def.result(0).map_err(err)?.into()).is_empty() {
+            erased.insert(def.to_raw().ptr as usize);
             erase_op(def)?;
         }
     }
