@@ -68,6 +68,43 @@ fn weight_params(w: &ArrayD<f32>, axis: Option<usize>, config: &QuantConfig) -> 
     }
 }
 
+/// Appends a chain of one-operand ops (`name`, result type) after `first`, each consuming the
+/// previous result; returns the last result.
+fn chain_after<'c, 'a>(
+    first: OperationRef<'c, 'a>,
+    ops: &[(&str, melior::ir::Type<'c>)],
+    loc: Location<'c>,
+) -> Result<Value<'c, 'a>, IrError> {
+    let mut cur = first;
+    for (name, ty) in ops {
+        let op = OperationBuilder::new(name, loc)
+            .add_operands(&[cur.result(0).map_err(err)?.into()])
+            .add_results(&[*ty])
+            .build()
+            .map_err(err)?;
+        cur = insert_after(cur, op)?;
+    }
+    Ok(cur.result(0).map_err(err)?.into())
+}
+
+/// Inserts, after `anchor`, a constant built by `make` (given the op to insert before, the
+/// context and the location) followed by the chain `ops`; returns the chain's float value.
+fn constant_then<'c, 'a>(
+    anchor: OperationRef<'c, 'a>,
+    key: &str,
+    make: impl FnOnce(OperationRef<'c, 'a>, &'c melior::Context, Location<'c>) -> Result<OperationRef<'c, 'a>, IrError>,
+    ops: impl FnOnce(&'c melior::Context) -> Result<Vec<(&'static str, melior::ir::Type<'c>)>, IrError>,
+) -> Result<Value<'c, 'a>, IrError> {
+    let ctx_ref = anchor.context();
+    let ctx = unsafe { ctx_ref.to_ref() };
+    let loc = Location::name(ctx, key, anchor.location());
+    let next = anchor
+        .next_in_block()
+        .ok_or_else(|| err("a constant at the end of its block"))?;
+    let c = make(next, ctx, loc)?;
+    chain_after(c, &ops(ctx)?, loc)
+}
+
 /// Inserts `const(storage) → scast → dcast` after `anchor`; returns the float value.
 fn quantized_constant<'c, 'a>(
     anchor: OperationRef<'c, 'a>,
@@ -77,38 +114,25 @@ fn quantized_constant<'c, 'a>(
     tf: bool,
     key: &str,
 ) -> Result<Value<'c, 'a>, IrError> {
-    let ctx_ref = anchor.context();
-    let ctx = unsafe { ctx_ref.to_ref() };
-    let loc = Location::name(ctx, key, anchor.location());
-    let next = anchor
-        .next_in_block()
-        .ok_or_else(|| err("a constant at the end of its block"))?;
-    let c = match (p.dtype, storage) {
+    let make = |next, ctx, loc| match (p.dtype, storage) {
         // 4-bit storage: an i4/ui4 constant, one element per byte
         (StorageType::Int4, Tensor::I8(a)) => {
             let bytes: Vec<u8> = a.iter().map(|&v| v as u8).collect();
-            insert_constant_attr(next, int4_attribute(ctx, a.shape(), &bytes, false), tf, loc)?
+            insert_constant_attr(next, int4_attribute(ctx, a.shape(), &bytes, false), tf, loc)
         }
         (StorageType::Uint4, Tensor::U8(a)) => {
             let bytes: Vec<u8> = a.iter().copied().collect();
-            insert_constant_attr(next, int4_attribute(ctx, a.shape(), &bytes, true), tf, loc)?
+            insert_constant_attr(next, int4_attribute(ctx, a.shape(), &bytes, true), tf, loc)
         }
-        _ => insert_constant(next, storage, tf, loc)?,
+        _ => insert_constant(next, storage, tf, loc),
     };
-    let qty = quantized_tensor_type(ctx, like.r#type(), p)?;
-    let s = OperationBuilder::new("quant.scast", loc)
-        .add_operands(&[c.result(0).map_err(err)?.into()])
-        .add_results(&[qty])
-        .build()
-        .map_err(err)?;
-    let s = insert_after(c, s)?;
-    let d = OperationBuilder::new("quant.dcast", loc)
-        .add_operands(&[s.result(0).map_err(err)?.into()])
-        .add_results(&[like.r#type()])
-        .build()
-        .map_err(err)?;
-    let d = insert_after(s, d)?;
-    Ok(d.result(0).map_err(err)?.into())
+    let float = like.r#type();
+    constant_then(anchor, key, make, |ctx| {
+        Ok(vec![
+            ("quant.scast", quantized_tensor_type(ctx, float, p)?),
+            ("quant.dcast", float),
+        ])
+    })
 }
 
 /// Inserts `const(half) → cast to f32` after `anchor`.
@@ -119,21 +143,14 @@ fn half_constant<'c, 'a>(
     tf: bool,
     key: &str,
 ) -> Result<Value<'c, 'a>, IrError> {
-    let ctx_ref = anchor.context();
-    let ctx = unsafe { ctx_ref.to_ref() };
-    let loc = Location::name(ctx, key, anchor.location());
-    let next = anchor
-        .next_in_block()
-        .ok_or_else(|| err("a constant at the end of its block"))?;
-    let c = insert_constant(next, half, tf, loc)?;
-    let name = if tf { "tf.Cast" } else { "arith.extf" };
-    let cast = OperationBuilder::new(name, loc)
-        .add_operands(&[c.result(0).map_err(err)?.into()])
-        .add_results(&[like.r#type()])
-        .build()
-        .map_err(err)?;
-    let cast = insert_after(c, cast)?;
-    Ok(cast.result(0).map_err(err)?.into())
+    let cast = if tf { "tf.Cast" } else { "arith.extf" };
+    let float = like.r#type();
+    constant_then(
+        anchor,
+        key,
+        |next, _, loc| insert_constant(next, half, tf, loc),
+        |_| Ok(vec![(cast, float)]),
+    )
 }
 
 pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError> {
