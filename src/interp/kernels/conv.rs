@@ -206,6 +206,22 @@ pub fn depthwise_conv2d(
                     let off = kx * g.dw;
                     let lo = g.pw.saturating_sub(off).div_ceil(g.sw);
                     let hi = ((g.w + g.pw).saturating_sub(off)).div_ceil(g.sw).min(g.ow);
+                    if lo >= hi {
+                        continue;
+                    }
+                    if m == 1 && g.sw == 1 {
+                        // stride 1: the taps of consecutive output columns are consecutive input
+                        // pixels, so the whole run is one contiguous multiply-add
+                        let ix0 = lo + off - g.pw;
+                        let src = &src_row[ix0 * c..(ix0 + hi - lo) * c];
+                        let dst = &mut row[lo * co..hi * co];
+                        for (dc, sc) in dst.chunks_exact_mut(c).zip(src.chunks_exact(c)) {
+                            for ((d, &s), &wv) in dc.iter_mut().zip(sc).zip(w) {
+                                *d += s * wv;
+                            }
+                        }
+                        continue;
+                    }
                     for ox in lo..hi {
                         let ix = ox * g.sw + off - g.pw;
                         let src = &src_row[ix * c..(ix + 1) * c];
