@@ -23,6 +23,9 @@ pub fn out_dim(
     pad: &Padding,
     dim: usize,
 ) -> KernelResult<(usize, usize)> {
+    if input == 0 || k == 0 {
+        return Err(format!("empty spatial dim (input {input}, window {k})"));
+    }
     let eff = (k - 1) * dilation + 1;
     let stride = stride.max(1);
     Ok(match pad {
@@ -303,6 +306,10 @@ mod tests {
             (6, 2)
         );
         assert!(out_dim(2, 3, 1, 1, &Padding::Valid, 0).is_err());
+        assert!(
+            out_dim(0, 3, 1, 1, &Padding::Same, 0).is_err(),
+            "an empty input is an error, not an underflow"
+        );
     }
 
     #[test]
