@@ -337,3 +337,27 @@ fn prepared_mobilenet_with_folded_batchnorm_keeps_tensorflow_outputs() {
     assert!(d <= 1e-4, "max |folded − TF| = {d}");
     assert_eq!(argmax_rows(got[0].as_f32().unwrap()), argmax_rows(&want));
 }
+
+#[test]
+fn fused_epilogues_give_the_same_bits_as_the_separate_ops() {
+    // watching every value forces the unfused path; watching none lets conv → mul → add → relu6
+    // run as one step
+    let ctx = quantir::ir::new_context();
+    let text = common::model_text(&common::data("mobilenet_v2_035.mlir.gz"));
+    let m = quantir::ir::load_bytes(&ctx, &text, Path::new("mobilenet.mlir")).unwrap();
+    let p = Program::compile(&m, None).unwrap();
+    let d = Dataset::open(&common::data("mobilenet_test.npz")).unwrap();
+    let b = bind(&d, &p.inputs, &[]).unwrap();
+    let x = b.sample(3).unwrap();
+    let all: Vec<String> = p.values.iter().filter(|v| !v.constant).map(|v| v.key.clone()).collect();
+    let mut seen = 0;
+    let unfused = p
+        .run_observed(&x, &p.watch(&all).unwrap(), &mut |_, _| {
+            seen += 1;
+            Ok(())
+        })
+        .unwrap();
+    let fused = p.run(&x).unwrap();
+    assert!(seen > 200);
+    assert!(fused[0].bit_eq(&unfused[0]));
+}

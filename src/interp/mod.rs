@@ -108,6 +108,22 @@ struct Step {
     loc: String,
 }
 
+/// A compute op whose single consumer is a per-channel bias add (and, optionally, a ReLU or
+/// ReLU6 after that): run as one step that applies bias and activation in a single pass over
+/// the compute op's output, unless an observer watches one of the values in between.
+#[derive(Debug, Clone)]
+struct Fusion {
+    /// The steps folded into this one.
+    tail: Vec<usize>,
+    /// Per-channel scale and bias (constant slots) and the activation: y = act(y·scale + bias).
+    scale: Option<usize>,
+    bias: Option<usize>,
+    act: Option<kernels::elementwise::UnOp>,
+    /// Values the fused step does not materialise, and the value it produces.
+    skipped: Vec<usize>,
+    out: usize,
+}
+
 /// A compiled function.
 pub struct Program {
     pub function: String,
@@ -121,6 +137,8 @@ pub struct Program {
     free_after: Vec<Vec<usize>>,
     /// Steps whose kernel may take operand 0's buffer (its last use, not an output).
     consumes_first: Vec<bool>,
+    /// Per step: the bias/activation steps it absorbs when nothing between is watched.
+    fusions: Vec<Option<Fusion>>,
 }
 
 /// Which slots to hand to the observer.
@@ -375,6 +393,73 @@ impl Program {
                 None => false,
             })
             .collect();
+        // compute op → [Mul(per-channel const)] → [BiasAdd | AddV2 | Add (per-channel const)]
+        // → [Relu | Relu6], at least one of them, each intermediate value used once
+        let uses_of = |slot: usize| steps.iter().filter(|st| st.inputs.contains(&slot)).count();
+        let sole_user = |slot: usize, at: usize| -> bool {
+            at < steps.len()
+                && !outs.contains(&slot)
+                && uses_of(slot) == 1
+                && steps[at].inputs.len() <= 2
+                && steps[at].inputs.first() == Some(&slot)
+                && steps[at].outputs.len() == 1
+        };
+        let per_channel = |slot: usize, of: usize| matches!(&consts[slot], Some(Tensor::F32(t)) if t.ndim() == 1 && values[of].dims.last() == Some(&Dim::Static(t.len())));
+        let mut fusions: Vec<Option<Fusion>> = vec![None; steps.len()];
+        for i in 0..steps.len() {
+            let head = &steps[i];
+            if !matches!(head.op.as_str(), "tf.Conv2D" | "tf.DepthwiseConv2dNative" | "tf.MatMul")
+                || head.outputs.len() != 1
+            {
+                continue;
+            }
+            let (mut cur, mut at) = (head.outputs[0], i + 1);
+            let mut f = Fusion {
+                tail: vec![],
+                scale: None,
+                bias: None,
+                act: None,
+                skipped: vec![],
+                out: cur,
+            };
+            let take = |f: &mut Fusion, cur: &mut usize, at: &mut usize| {
+                f.tail.push(*at);
+                f.skipped.push(*cur);
+                *cur = steps[*at].outputs[0];
+                *at += 1;
+            };
+            if sole_user(cur, at)
+                && steps[at].op == "tf.Mul"
+                && steps[at].inputs.len() == 2
+                && per_channel(steps[at].inputs[1], cur)
+            {
+                f.scale = Some(steps[at].inputs[1]);
+                take(&mut f, &mut cur, &mut at);
+            }
+            if sole_user(cur, at)
+                && matches!(steps[at].op.as_str(), "tf.BiasAdd" | "tf.AddV2" | "tf.Add")
+                && steps[at].inputs.len() == 2
+                && per_channel(steps[at].inputs[1], cur)
+            {
+                f.bias = Some(steps[at].inputs[1]);
+                take(&mut f, &mut cur, &mut at);
+            }
+            if sole_user(cur, at)
+                && matches!(steps[at].op.as_str(), "tf.Relu" | "tf.Relu6")
+                && steps[at].inputs.len() == 1
+            {
+                f.act = Some(if steps[at].op == "tf.Relu" {
+                    kernels::elementwise::UnOp::Relu
+                } else {
+                    kernels::elementwise::UnOp::Relu6
+                });
+                take(&mut f, &mut cur, &mut at);
+            }
+            if !f.tail.is_empty() {
+                f.out = cur;
+                fusions[i] = Some(f);
+            }
+        }
         let output_names = if output_names.len() == outputs.len() {
             output_names
         } else {
@@ -390,6 +475,7 @@ impl Program {
             outputs,
             free_after,
             consumes_first,
+            fusions,
         })
     }
 
@@ -449,7 +535,45 @@ impl Program {
             }
             env[i] = Some(t.clone());
         }
+        let mut absorbed_until = 0usize;
         for (i, st) in self.steps.iter().enumerate() {
+            if i < absorbed_until {
+                // absorbed into a fused step: only its bookkeeping remains
+                for &s in &self.free_after[i] {
+                    env[s] = None;
+                }
+                continue;
+            }
+            if let Some(f) = self.fusions[i]
+                .as_ref()
+                .filter(|f| !f.skipped.iter().any(|s| watch.slots.contains(s)))
+            {
+                let args: Vec<&Tensor> = st
+                    .inputs
+                    .iter()
+                    .map(|&s| self.consts[s].as_ref().or(env[s].as_ref()))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| self.kernel_error(st, "an operand was not computed".into()))?;
+                let mut res = st.kernel.run(&args).map_err(|m| self.kernel_error(st, m))?;
+                let Some(Tensor::F32(mut y)) = res.pop() else {
+                    return Err(self.kernel_error(st, "fused epilogue on a non-f32 value".into()));
+                };
+                let vec_of = |slot: Option<usize>| slot.and_then(|s| self.consts[s].as_ref()).and_then(Tensor::as_f32);
+                kernels::elementwise::epilogue_in_place(&mut y, vec_of(f.scale), vec_of(f.bias), f.act);
+                let t = Tensor::F32(y);
+                if watch.slots.contains(&f.out) {
+                    observe(&self.values[f.out].key, &t).map_err(|message| InterpError::Observer {
+                        key: self.values[f.out].key.clone(),
+                        message,
+                    })?;
+                }
+                env[f.out] = Some(t);
+                for &s in &self.free_after[i] {
+                    env[s] = None;
+                }
+                absorbed_until = f.tail.last().map_or(i + 1, |&t| t + 1);
+                continue;
+            }
             // operand 0 dies here and is not used twice by this op: hand its buffer over
             let owned = match st.inputs.first() {
                 Some(&s0) if self.consumes_first[i] => env[s0].take(),

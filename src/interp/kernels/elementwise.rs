@@ -500,3 +500,55 @@ impl super::Kernel for BinaryKernel {
         true
     }
 }
+
+/// y[..., c] = act(y[..., c] · scale[c] + bias[c]) in one pass over a contiguous array whose
+/// last axis is the channel (the fused epilogue of a convolution or matmul). The operations
+/// and their order are those of the separate Mul, Add and activation ops, so results are
+/// bit-identical to running them one by one.
+pub fn epilogue_in_place(
+    y: &mut ArrayD<f32>,
+    scale: Option<&ArrayD<f32>>,
+    bias: Option<&ArrayD<f32>>,
+    act: Option<UnOp>,
+) {
+    let c = *y.shape().last().unwrap_or(&0);
+    let Some(x) = y.as_slice_mut() else { return };
+    if c == 0 || x.len() % c != 0 {
+        return;
+    }
+    let ones = vec![1.0f32; c];
+    let zeros = vec![0.0f32; c];
+    let k = scale.and_then(|s| s.as_slice()).unwrap_or(&ones);
+    let b = bias.and_then(|s| s.as_slice()).unwrap_or(&zeros);
+    let (has_k, has_b) = (scale.is_some(), bias.is_some());
+    macro_rules! each {
+        ($f:expr) => {{
+            let f = $f;
+            for row in x.chunks_exact_mut(c) {
+                for ((p, &kk), &bb) in row.iter_mut().zip(k).zip(b) {
+                    let mut v = *p;
+                    if has_k {
+                        v *= kk;
+                    }
+                    if has_b {
+                        v += bb;
+                    }
+                    *p = f(v);
+                }
+            }
+        }};
+    }
+    match act {
+        Some(UnOp::Relu) => each!(|v: f32| if v > 0.0 || v.is_nan() { v } else { 0.0 }),
+        Some(UnOp::Relu6) => each!(|v: f32| if v.is_nan() {
+            v
+        } else if v < 0.0 {
+            0.0
+        } else if v > 6.0 {
+            6.0
+        } else {
+            v
+        }),
+        _ => each!(|v: f32| v),
+    }
+}
