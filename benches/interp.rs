@@ -1,5 +1,7 @@
 //! Interpreter speed: whole MobileNet v2 0.35 per sample (single thread), the conv and
 //! depthwise shapes it runs, the digits MLP matmuls, and transformer-sized batch matmuls.
+mod common;
+
 use criterion::{criterion_group, criterion_main, Criterion};
 use ndarray::{ArrayD, Dimension, IxDyn};
 use quantir::interp::kernels::conv::{conv2d, depthwise_conv2d, Padding};
@@ -7,7 +9,6 @@ use quantir::interp::kernels::matmul::{batch_matmul, matmul};
 use quantir::interp::Program;
 use quantir::tensor::Tensor;
 use std::hint::black_box;
-use std::io::Read;
 
 fn arr(shape: &[usize]) -> ArrayD<f32> {
     ArrayD::from_shape_fn(IxDyn(shape), |i| {
@@ -16,13 +17,7 @@ fn arr(shape: &[usize]) -> ArrayD<f32> {
 }
 
 fn bench(c: &mut Criterion) {
-    let gz = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/mobilenet_v2_035.mlir.gz"
-    ))
-    .unwrap();
-    let mut text = Vec::new();
-    flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut text).unwrap();
+    let text = common::mobilenet_text();
     let ctx = quantir::ir::new_context();
     let m = quantir::ir::load_bytes(&ctx, &text, std::path::Path::new("mobilenet.mlir")).unwrap();
     let p = Program::compile(&m, None).unwrap();

@@ -1,16 +1,11 @@
 //! Load + save of the MobileNet v2 (0.35) TF-dialect module: text parse, text print, bytecode.
+mod common;
+
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
-use std::io::Read;
 
 fn bench(c: &mut Criterion) {
-    let gz = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/mobilenet_v2_035.mlir.gz"
-    ))
-    .unwrap();
-    let mut text = Vec::new();
-    flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut text).unwrap();
+    let text = common::mobilenet_text();
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("mobilenet.mlir");
     std::fs::write(&src, &text).unwrap();

@@ -1,17 +1,12 @@
 //! Rewriter pass timings on MobileNet v2 0.35 (each pass on a freshly loaded module) and the
 //! whole quantization of the prepared module from a statistics file.
+mod common;
+
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use quantir::passes::{find, PassOptions};
-use std::io::Read;
 
 fn bench(c: &mut Criterion) {
-    let gz = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/mobilenet_v2_035.mlir.gz"
-    ))
-    .unwrap();
-    let mut text = Vec::new();
-    flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut text).unwrap();
+    let text = common::mobilenet_text();
     let ctx = quantir::ir::new_context();
     let load = || quantir::ir::load_bytes(&ctx, &text, std::path::Path::new("mobilenet.mlir")).unwrap();
     let none = PassOptions::default();

@@ -316,18 +316,7 @@ impl Program {
                         .ok_or_else(|| unsupported(format!("operand #{i} is defined outside the function body")))?,
                 );
             }
-            let desc = OpDesc {
-                name: name.clone(),
-                attrs: op_attrs(&op),
-                operand_types: op.operands().map(|v| tensor_type(v.r#type())).collect(),
-                result_types: op
-                    .results()
-                    .map(|r| tensor_type(r.r#type()))
-                    .collect::<Vec<Option<TensorType>>>(),
-                operand_quant: op.operands().map(|v| quant_of(v.r#type())).collect(),
-                result_quant: op.results().map(|r| quant_of(r.r#type())).collect(),
-                consts: in_slots.iter().map(|&s| consts[s].clone()).collect(),
-            };
+            let desc = op_desc(op, in_slots.iter().map(|&s| consts[s].clone()).collect());
             let kernel = build(&desc).map_err(unsupported)?;
             let out_slots: Vec<usize> = op
                 .results()

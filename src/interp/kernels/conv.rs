@@ -117,6 +117,26 @@ impl Window2d {
     }
 }
 
+/// The window of a rank-4 filter [KH, KW, C, X] over `x`, checking that `x` has C channels;
+/// `expect` describes the filter layout for the error.
+fn filter_window(
+    x: &ArrayD<f32>,
+    f: &ArrayD<f32>,
+    expect: &str,
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    pad: &Padding,
+) -> KernelResult<(Window2d, [usize; 4])> {
+    let &[kh, kw, c, o] = f.shape() else {
+        return Err(format!("{expect}, got {:?}", f.shape()));
+    };
+    let g = Window2d::new(x.shape(), kh, kw, strides, dilations, pad)?;
+    if g.c != c {
+        return Err(format!("input has {} channels, the filter expects {c}", g.c));
+    }
+    Ok((g, [kh, kw, c, o]))
+}
+
 /// Conv2D: x [N,H,W,Cin], filter [KH,KW,Cin/groups... = Cin,Cout] (TF HWIO), result [N,OH,OW,Cout].
 pub fn conv2d(
     x: &ArrayD<f32>,
@@ -125,14 +145,7 @@ pub fn conv2d(
     dilations: [usize; 2],
     pad: &Padding,
 ) -> KernelResult<ArrayD<f32>> {
-    let [kh, kw, ci, co] = f.shape() else {
-        return Err(format!("Conv2D filter must be HWIO rank 4, got {:?}", f.shape()));
-    };
-    let (kh, kw, ci, co) = (*kh, *kw, *ci, *co);
-    let g = Window2d::new(x.shape(), kh, kw, strides, dilations, pad)?;
-    if g.c != ci {
-        return Err(format!("input has {} channels, the filter expects {ci}", g.c));
-    }
+    let (g, [kh, kw, ci, co]) = filter_window(x, f, "Conv2D filter must be HWIO rank 4", strides, dilations, pad)?;
     let x = x.as_standard_layout();
     let f = f.as_standard_layout();
     let (xs, fs) = (x.as_slice().ok_or("layout")?, f.as_slice().ok_or("layout")?);
@@ -181,14 +194,7 @@ pub fn depthwise_conv2d(
     dilations: [usize; 2],
     pad: &Padding,
 ) -> KernelResult<ArrayD<f32>> {
-    let [kh, kw, c, m] = f.shape() else {
-        return Err(format!("depthwise filter must be [KH,KW,C,M], got {:?}", f.shape()));
-    };
-    let (kh, kw, c, m) = (*kh, *kw, *c, *m);
-    let g = Window2d::new(x.shape(), kh, kw, strides, dilations, pad)?;
-    if g.c != c {
-        return Err(format!("input has {} channels, the filter expects {c}", g.c));
-    }
+    let (g, [kh, kw, c, m]) = filter_window(x, f, "depthwise filter must be [KH,KW,C,M]", strides, dilations, pad)?;
     let x = x.as_standard_layout();
     let f = f.as_standard_layout();
     let (xs, fs) = (x.as_slice().ok_or("layout")?, f.as_slice().ok_or("layout")?);
