@@ -231,18 +231,34 @@ pub enum UnOp {
     Cos,
 }
 
+/// max(x, 0), NaN kept.
+#[inline(always)]
+pub fn relu(x: f32) -> f32 {
+    if x > 0.0 || x.is_nan() {
+        x
+    } else {
+        0.0
+    }
+}
+
+/// min(max(x, 0), 6), NaN kept.
+#[inline(always)]
+pub fn relu6(x: f32) -> f32 {
+    if x.is_nan() {
+        x
+    } else if x < 0.0 {
+        0.0
+    } else if x > 6.0 {
+        6.0
+    } else {
+        x
+    }
+}
+
 pub fn unary_fn(op: UnOp) -> Box<dyn Fn(f32) -> f32 + Send + Sync> {
     match op {
-        UnOp::Relu => Box::new(|x: f32| {
-            if x > 0.0 {
-                x
-            } else if x.is_nan() {
-                x
-            } else {
-                0.0
-            }
-        }),
-        UnOp::Relu6 => Box::new(|x: f32| if x.is_nan() { x } else { x.clamp(0.0, 6.0) }),
+        UnOp::Relu => Box::new(relu),
+        UnOp::Relu6 => Box::new(relu6),
         UnOp::Elu => Box::new(|x: f32| if x > 0.0 { x } else { x.exp_m1() }),
         UnOp::LeakyRelu(alpha) => Box::new(move |x: f32| if x > 0.0 { x } else { alpha * x }),
         UnOp::Sigmoid => Box::new(|x: f32| 1.0 / (1.0 + (-x).exp())),
@@ -291,18 +307,8 @@ pub fn unary(op: UnOp, t: &Tensor) -> KernelResult<Tensor> {
         _ => return Err(format!("{op:?} of {} is not supported", t.dtype())),
     };
     Ok(Tensor::F32(match op {
-        UnOp::Relu => map_f32(a, |x| if x > 0.0 || x.is_nan() { x } else { 0.0 }),
-        UnOp::Relu6 => map_f32(a, |x| {
-            if x.is_nan() {
-                x
-            } else if x < 0.0 {
-                0.0
-            } else if x > 6.0 {
-                6.0
-            } else {
-                x
-            }
-        }),
+        UnOp::Relu => map_f32(a, relu),
+        UnOp::Relu6 => map_f32(a, relu6),
         UnOp::Neg => map_f32(a, |x| -x),
         UnOp::Square => map_f32(a, |x| x * x),
         UnOp::Abs => map_f32(a, f32::abs),
@@ -398,18 +404,8 @@ pub struct UnaryKernel(pub UnOp);
 
 fn apply_in_place(op: UnOp, a: &mut ArrayD<f32>) {
     match op {
-        UnOp::Relu => a.mapv_inplace(|x| if x > 0.0 || x.is_nan() { x } else { 0.0 }),
-        UnOp::Relu6 => a.mapv_inplace(|x| {
-            if x.is_nan() {
-                x
-            } else if x < 0.0 {
-                0.0
-            } else if x > 6.0 {
-                6.0
-            } else {
-                x
-            }
-        }),
+        UnOp::Relu => a.mapv_inplace(relu),
+        UnOp::Relu6 => a.mapv_inplace(relu6),
         UnOp::Neg => a.mapv_inplace(|x| -x),
         UnOp::Square => a.mapv_inplace(|x| x * x),
         other => {
@@ -539,16 +535,8 @@ pub fn epilogue_in_place(
         }};
     }
     match act {
-        Some(UnOp::Relu) => each!(|v: f32| if v > 0.0 || v.is_nan() { v } else { 0.0 }),
-        Some(UnOp::Relu6) => each!(|v: f32| if v.is_nan() {
-            v
-        } else if v < 0.0 {
-            0.0
-        } else if v > 6.0 {
-            6.0
-        } else {
-            v
-        }),
+        Some(UnOp::Relu) => each!(relu),
+        Some(UnOp::Relu6) => each!(relu6),
         _ => each!(|v: f32| v),
     }
 }
