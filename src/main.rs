@@ -70,23 +70,8 @@ enum Command {
         stats: Option<PathBuf>,
         #[command(flatten)]
         calib: OptCalibArgs,
-        /// Parameter scheme: mlir (TF/MLIR nudged), onnx, torch.
-        #[arg(long, default_value = "mlir")]
-        scheme: String,
-        /// Weight storage: int8, int4, fp16, bf16.
-        #[arg(long, default_value = "int8")]
-        weights: String,
-        /// Activation storage: int8, uint8, int16, none (weight-only).
-        #[arg(long, default_value = "int8")]
-        activations: String,
-        /// Per-tensor weights instead of per-channel.
-        #[arg(long)]
-        per_tensor: bool,
-        #[arg(long)]
-        symmetric_activations: bool,
-        /// Leave ops (by name, `*` wildcards) or tensors (by key) in float (repeatable).
-        #[arg(long)]
-        exclude: Vec<String>,
+        #[command(flatten)]
+        recipe: RecipeArgs,
         #[arg(short, long)]
         output: PathBuf,
     },
@@ -193,9 +178,10 @@ struct OptCalibArgs {
 
 #[derive(clap::Args)]
 struct CalibOpts {
-    /// minmax, avg-minmax, ema-minmax, percentile, percentile-symmetric, entropy, mse, mse-symmetric.
-    #[arg(long, default_value = "minmax")]
-    method: String,
+    /// minmax, avg-minmax, ema-minmax, percentile, percentile-symmetric, entropy, mse,
+    /// mse-symmetric [default: minmax].
+    #[arg(long)]
+    method: Option<String>,
     /// Percentile for the percentile methods (default 99.999).
     #[arg(long)]
     percentile: Option<f64>,
@@ -229,39 +215,57 @@ fn parse_shard(s: &str) -> Result<(usize, usize)> {
     Ok((i, n))
 }
 
-fn quant_config(
-    scheme: &str,
-    weights: &str,
-    activations: &str,
+/// How to quantize: the options of `quantize`, on top of an optional `--config` recipe file.
+#[derive(clap::Args)]
+struct RecipeArgs {
+    /// A recipe file (TOML): defaults plus per-op / per-tensor overrides; flags given on the
+    /// command line win over its top-level settings.
+    #[arg(long, value_name = "RECIPE.toml")]
+    config: Option<PathBuf>,
+    /// Parameter scheme: mlir (TF/MLIR nudged), onnx, torch [default: mlir].
+    #[arg(long)]
+    scheme: Option<String>,
+    /// Weight storage: int8, int4, fp16, bf16 [default: int8].
+    #[arg(long)]
+    weights: Option<String>,
+    /// Activation storage: int8, uint8, int16, none (weight-only) [default: int8].
+    #[arg(long)]
+    activations: Option<String>,
+    /// Per-tensor weights instead of per-channel.
+    #[arg(long)]
     per_tensor: bool,
-    symmetric: bool,
+    #[arg(long)]
+    symmetric_activations: bool,
+    /// Quantize the model's outputs too (fully integer graph); by default they stay float.
+    #[arg(long)]
+    quantize_outputs: bool,
+    /// Leave ops (by name, `*` wildcards) or tensors (by key) in float (repeatable).
+    #[arg(long)]
     exclude: Vec<String>,
-) -> Result<quantize::QuantConfig> {
-    let weights = match weights {
-        "int8" => quantize::WeightMode::Int8,
-        "int4" => quantize::WeightMode::Int4,
-        "fp16" => quantize::WeightMode::Fp16,
-        "bf16" => quantize::WeightMode::Bf16,
-        w => return Err(UsageError(format!("--weights takes int8, int4, fp16 or bf16, got '{w}'")).into()),
-    };
-    let activations = match activations {
-        "none" => None,
-        a => Some(
-            a.parse::<StorageType>()
-                .map_err(|e| UsageError(format!("--activations: {e}")))?,
-        ),
-    };
-    Ok(quantize::QuantConfig {
-        scheme: scheme
-            .parse()
-            .map_err(|e: params::ParamsError| UsageError(e.to_string()))?,
-        weights,
-        activations,
-        per_channel: !per_tensor,
-        symmetric_activations: symmetric,
-        exclude,
-        ..Default::default()
-    })
+}
+
+impl RecipeArgs {
+    fn config(&self) -> Result<quantize::QuantConfig> {
+        let mut c = match &self.config {
+            Some(p) => quantize::recipe::load(p)?,
+            None => quantize::QuantConfig::default(),
+        };
+        let usage = |e: String| anyhow::Error::from(UsageError(e));
+        if let Some(s) = &self.scheme {
+            c.scheme = s.parse().map_err(|e: params::ParamsError| usage(e.to_string()))?;
+        }
+        if let Some(w) = &self.weights {
+            c.weights = w.parse().map_err(|e: String| usage(format!("--weights: {e}")))?;
+        }
+        if let Some(a) = &self.activations {
+            c.activations = quantize::parse_activations(a).map_err(|e| usage(format!("--activations: {e}")))?;
+        }
+        c.per_channel &= !self.per_tensor;
+        c.symmetric_activations |= self.symmetric_activations;
+        c.quantize_outputs |= self.quantize_outputs;
+        c.exclude.extend(self.exclude.iter().cloned());
+        Ok(c)
+    }
 }
 
 /// Loads the data, binds it to the prepared model's inputs and calibrates.
@@ -271,8 +275,15 @@ fn run_calibration(
     o: &CalibOpts,
     config: &quantize::QuantConfig,
 ) -> Result<quantir::calibration::StatsFile> {
-    let method =
-        quantir::calibration::Method::from_name(&o.method, o.percentile).map_err(|e| UsageError(e.to_string()))?;
+    // the command line wins over a recipe's method, which wins over minmax
+    let (name, pct) = match &o.method {
+        Some(m) => (m.as_str(), o.percentile),
+        None => (
+            config.method.as_deref().unwrap_or("minmax"),
+            o.percentile.or(config.percentile),
+        ),
+    };
+    let method = quantir::calibration::Method::from_name(name, pct).map_err(|e| UsageError(e.to_string()))?;
     let shard = o.shard.as_deref().map(parse_shard).transpose()?;
     let overrides = parse_overrides(&o.inputs)?;
     let program = interp::Program::compile(module, None)?;
@@ -399,22 +410,10 @@ fn run(cli: Cli) -> Result<()> {
             model,
             stats: stats_file,
             calib,
-            scheme,
-            weights,
-            activations,
-            per_tensor,
-            symmetric_activations,
-            exclude,
+            recipe,
             output,
         } => {
-            let config = quant_config(
-                &scheme,
-                &weights,
-                &activations,
-                per_tensor,
-                symmetric_activations,
-                exclude,
-            )?;
+            let config = recipe.config()?;
             let ctx = ir::new_context();
             let module = ir::load(&ctx, &model)?;
             let stats = match (&stats_file, &calib.data) {

@@ -55,18 +55,9 @@ fn mlir_opt_ok(m: &Module) {
     assert!(ok, "{err}");
 }
 
-const NONE: PassOptions = PassOptions {
-    stats: None,
-    config: QuantConfig {
-        scheme: quantir::params::Scheme::Mlir,
-        activations: Some(quantir::params::StorageType::Int8),
-        symmetric_activations: false,
-        weights: quantir::quantize::WeightMode::Int8,
-        per_channel: true,
-        exclude: Vec::new(),
-        bias_overflow: quantir::params::BiasOverflowPolicy::Clip,
-    },
-};
+fn none() -> PassOptions {
+    PassOptions::default()
+}
 
 // --- duplicate-shape-constants: TensorFlow's lit test, case by case (notes §1.4) ---
 
@@ -82,7 +73,7 @@ fn dup_1_const_for_shape_operand_at_idx_1() {
   return %0, %1 : tensor<2x1xf32>, tensor<i32>
 }"#,
     );
-    run(&m, "duplicate-shape-constants", &NONE);
+    run(&m, "duplicate-shape-constants", &none());
     assert_eq!(count(&m, "tf.Const"), 2);
     let (e, a) = (nth(&m, "tf.ExpandDims", 0), nth(&m, "tf.AddV2", 0));
     assert_ne!(def_of(e, 1), def_of(a, 0));
@@ -106,7 +97,7 @@ fn dup_2_const_at_idx_2_and_3_variadic_concat() {
   return %0, %1, %2, %3 : tensor<2x2xf32>, tensor<1xi32>, tensor<2x8xf32>, tensor<i32>
 }"#,
     );
-    run(&m, "duplicate-shape-constants", &NONE);
+    run(&m, "duplicate-shape-constants", &none());
     assert_eq!(count(&m, "tf.Const"), 4);
     let (g, c) = (nth(&m, "tf.GatherV2", 0), nth(&m, "tf.ConcatV2", 0));
     assert_eq!((uses_of_def(g, 2), uses_of_def(c, 4)), (1, 1));
@@ -134,7 +125,7 @@ fn dup_4_multiple_shape_operands() {
   return %0, %1, %2, %3, %4, %5 : tensor<1x2x3x3xf32>, tensor<3xi32>, tensor<3x2xi32>, tensor<3xi32>, tensor<3xi32>, tensor<i32>
 }"#,
     );
-    let r = run(&m, "duplicate-shape-constants", &NONE);
+    let r = run(&m, "duplicate-shape-constants", &none());
     assert_eq!(count(&m, "tf.Const"), 10);
     assert_eq!(r.changes["constants duplicated"], 5);
     let conv = nth(&m, "tf.XlaConvV2", 0);
@@ -152,7 +143,7 @@ fn dup_5_block_argument_warns_and_changes_nothing() {
 }"#;
     let m = load(&ctx, src);
     let before = quantir::ir::print_module(&m);
-    let r = run(&m, "duplicate-shape-constants", &NONE);
+    let r = run(&m, "duplicate-shape-constants", &none());
     assert_eq!(quantir::ir::print_module(&m), before);
     assert_eq!(r.warnings.len(), 1);
     assert!(
@@ -174,7 +165,7 @@ fn dup_6_7_single_use_untouched_shared_recursively_duplicated() {
   return %0 : tensor<2xf32>
 }"#;
     let m = load(&ctx, single);
-    run(&m, "duplicate-shape-constants", &NONE);
+    run(&m, "duplicate-shape-constants", &none());
     assert_eq!(count(&m, "tf.Const"), 2);
     let shared = r#"func.func @f(%x: tensor<2x2xf32>) -> (tensor<2xf32>, tensor<i32>) {
   %c0 = "tf.Const"() {value = dense<0> : tensor<i32>} : () -> tensor<i32>
@@ -185,7 +176,7 @@ fn dup_6_7_single_use_untouched_shared_recursively_duplicated() {
   return %0, %1 : tensor<2xf32>, tensor<i32>
 }"#;
     let m = load(&ctx, shared);
-    run(&m, "duplicate-shape-constants", &NONE);
+    run(&m, "duplicate-shape-constants", &none());
     assert_eq!(count(&m, "tf.Const"), 4);
     let add = nth(&m, "tf.AddV2", 0);
     assert_eq!((uses_of_def(add, 0), uses_of_def(add, 1)), (1, 1));
@@ -206,7 +197,7 @@ fn dup_8_stops_at_shape_ops() {
   return %0, %1 : tensor<1x3xf32>, tensor<1x3xf32>
 }"#,
     );
-    run(&m, "duplicate-shape-constants", &NONE);
+    run(&m, "duplicate-shape-constants", &none());
     assert_eq!(count(&m, "tf.Const"), 2);
 }
 
@@ -230,7 +221,7 @@ fn dup_beyond_tensorflow_arith_split_chain_and_idempotence() {
   return %0, %1, %2#0, %2#1, %3, %4 : tensor<6x4xf32>, tensor<2xi32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<i32>, tensor<24xf32>
 }"#,
     );
-    let r = run(&m, "duplicate-shape-constants", &NONE);
+    let r = run(&m, "duplicate-shape-constants", &none());
     assert_eq!(
         r.changes["constants duplicated"], 3,
         "arith.constant perm, Split axis, the leaf under Abs→Neg"
@@ -245,7 +236,7 @@ fn dup_beyond_tensorflow_arith_split_chain_and_idempotence() {
     );
     assert_eq!(uses_of_def(nth(&m, "tf.Abs", 0), 0), 1);
     let once = quantir::ir::print_module(&m);
-    let again = run(&m, "duplicate-shape-constants", &NONE);
+    let again = run(&m, "duplicate-shape-constants", &none());
     assert!(again.changes.is_empty());
     assert_eq!(quantir::ir::print_module(&m), once, "idempotent");
     mlir_opt_ok(&m);
@@ -290,7 +281,8 @@ fn qdq_placement_on_conv_relu_maxpool_reshape_matmul() {
         .map(|a| (a.key.clone(), a.same_as.clone()))
         .collect();
     // conv input (the argument), conv output point after BiasAdd+Relu (op #6), MaxPool and
-    // Reshape reuse it, MatMul output; the MatMul input is the Reshape output (already there)
+    // Reshape reuse it; the MatMul input is the Reshape output (already there); the MatMul
+    // output is the model's output and stays float
     assert_eq!(
         keys,
         vec![
@@ -300,13 +292,20 @@ fn qdq_placement_on_conv_relu_maxpool_reshape_matmul() {
                 "@main/op#8:result#0".to_string(),
                 Some("@main/op#6:result#0".to_string())
             ),
-            ("@main/op#9:result#0".to_string(), None),
             (
                 "@main/op#7:result#0".to_string(),
                 Some("@main/op#6:result#0".to_string())
             ),
         ]
     );
+    // a fully integer graph quantizes the output too
+    let all_int = QuantConfig {
+        quantize_outputs: true,
+        ..Default::default()
+    };
+    let with_out = quantir::quantize::plan(&m, None, &all_int).unwrap();
+    assert_eq!(with_out.activations.len(), 5);
+    assert!(with_out.activations.iter().any(|a| a.key == "@main/op#9:result#0"));
     let stats = chain_stats(
         &m,
         &[
@@ -325,7 +324,7 @@ fn qdq_placement_on_conv_relu_maxpool_reshape_matmul() {
         (2, 1)
     );
     let q = run(&m, "insert-qdq", &opts);
-    assert_eq!(q.changes["q/dq pairs inserted"], 5);
+    assert_eq!(q.changes["q/dq pairs inserted"], 4);
     // the Reshape's shape operand is still a plain i32 constant
     let reshape = nth(&m, "tf.Reshape", 0);
     assert!(defining_op(reshape.operand(1).unwrap()).is_some_and(|d| is_constant_op(&d)));
@@ -337,7 +336,7 @@ fn qdq_placement_on_conv_relu_maxpool_reshape_matmul() {
         .filter(|o| op_name(*o) == "quant.qcast")
         .map(|o| o.result(0).unwrap().r#type().to_string())
         .collect();
-    assert_eq!(qcasts.len(), 5);
+    assert_eq!(qcasts.len(), 4);
     let relu_q = "!quant.uniform<i8:f32, 0.0078431372549019607:-128>"; // 2/255
     assert_eq!(qcasts.iter().filter(|t| t.contains(relu_q)).count(), 3, "{qcasts:?}");
     mlir_opt_ok(&m);
@@ -468,7 +467,7 @@ fn fold_constants_folds_bias_reshapes() {
   return %0 : tensor<1x4xf32>
 }"#,
     );
-    let r = run(&m, "fold-constants", &NONE);
+    let r = run(&m, "fold-constants", &none());
     assert_eq!(r.changes["ops folded"], 2);
     assert_eq!(count(&m, "tf.Reshape") + count(&m, "tf.Squeeze"), 0);
     assert_eq!(count(&m, "tf.Const"), 1);

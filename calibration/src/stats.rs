@@ -36,6 +36,9 @@ pub struct StatsFile {
     pub bins: usize,
     pub non_finite: NonFinitePolicy,
     pub num_samples: u64,
+    /// Tensors observed with another method than `method` (a recipe's per-tensor overrides).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub method_overrides: BTreeMap<String, Method>,
     pub tensors: BTreeMap<String, TensorStats>,
 }
 
@@ -48,12 +51,14 @@ impl StatsFile {
             bins,
             non_finite,
             num_samples: 0,
+            method_overrides: BTreeMap::new(),
             tensors: BTreeMap::new(),
         }
     }
 
     fn observer_for(&mut self, key: &str, per_channel_axis: Option<usize>) -> &mut TensorStats {
-        let (method, bins, nf) = (self.method, self.bins, self.non_finite);
+        let method = self.method_overrides.get(key).copied().unwrap_or(self.method);
+        let (bins, nf) = (self.bins, self.non_finite);
         self.tensors.entry(key.to_string()).or_insert_with(|| {
             let observer = match per_channel_axis {
                 Some(a) => Observer::per_channel(a, nf),
@@ -132,6 +137,13 @@ impl StatsFile {
                 "method",
                 format!("{:?}", self.method),
                 format!("{:?}", o.method),
+            ));
+        }
+        if self.method_overrides != o.method_overrides {
+            return Err(differ(
+                "per-tensor methods",
+                format!("{:?}", self.method_overrides),
+                format!("{:?}", o.method_overrides),
             ));
         }
         if self.bins != o.bins {

@@ -29,7 +29,7 @@ use crate::params::{
     compute, compute_per_axis, quantize, quantize_bias, to_bf16, to_f16, QuantParams, RangeOptions, Rounding,
     StorageType,
 };
-use crate::quantize::{plan, QuantConfig, WeightMode};
+use crate::quantize::{plan, Resolved, WeightMode};
 use crate::tensor::Tensor;
 use melior::ir::operation::{OperationBuilder, OperationLike};
 use melior::ir::{Location, Module, OperationRef, Value, ValueLike};
@@ -41,8 +41,8 @@ fn err(e: impl std::fmt::Display) -> IrError {
 }
 
 /// Per-channel (or global) symmetric parameters of a weight.
-fn weight_params(w: &ArrayD<f32>, axis: Option<usize>, config: &QuantConfig) -> Result<QuantParams, IrError> {
-    let dtype = if config.weights == WeightMode::Int4 {
+fn weight_params(w: &ArrayD<f32>, axis: Option<usize>, res: &Resolved) -> Result<QuantParams, IrError> {
+    let dtype = if res.weights == WeightMode::Int4 {
         StorageType::Int4
     } else {
         StorageType::Int8
@@ -59,11 +59,11 @@ fn weight_params(w: &ArrayD<f32>, axis: Option<usize>, config: &QuantConfig) -> 
     match axis {
         Some(a) => {
             let (mins, maxs): (Vec<f64>, Vec<f64>) = w.axis_iter(Axis(a)).map(min_max).unzip();
-            compute_per_axis(config.scheme, dtype, &mins, &maxs, a, &opts).map_err(err)
+            compute_per_axis(res.scheme, dtype, &mins, &maxs, a, &opts).map_err(err)
         }
         None => {
             let (lo, hi) = min_max(w.view());
-            compute(config.scheme, dtype, lo, hi, &opts).map_err(err)
+            compute(res.scheme, dtype, lo, hi, &opts).map_err(err)
         }
     }
 }
@@ -169,9 +169,6 @@ pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError
         let name = op_name(&op);
         let Some(r) = rule(&name) else { continue };
         let Some((wi, axis_rule)) = r.weight else { continue };
-        if config.exclude.iter().any(|p| crate::quantize::glob(p, &name)) {
-            continue;
-        }
         let Ok(w) = op.operand(wi) else { continue };
         let Some(def) = defining_op(w).filter(|d| is_constant_op(d)) else {
             continue;
@@ -184,7 +181,16 @@ pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError
             "{}/weight",
             crate::ir::keys::location_name(def.location()).unwrap_or_else(|| location_string(def.location()))
         );
-        let axis = if config.per_channel {
+        let out_key = op
+            .result(0)
+            .ok()
+            .and_then(|r| crate::ir::keys::location_name(r.owner().location()))
+            .unwrap_or_default();
+        let res = config.resolve(&[&name, &out_key, &key]);
+        if res.exclude {
+            continue;
+        }
+        let axis = if res.per_channel {
             axis_rule.axis(wt.shape(), &op_attrs(&op))
         } else {
             None
@@ -195,14 +201,14 @@ pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError
             report.count("shared weights reused");
             continue;
         }
-        let (value, wparams) = match config.weights {
+        let (value, wparams) = match res.weights {
             WeightMode::Fp16 => (half_constant(def, w, &Tensor::F16(to_f16(&wt.view())), tf, &key)?, None),
             WeightMode::Bf16 => (
                 half_constant(def, w, &Tensor::BF16(to_bf16(&wt.view())), tf, &key)?,
                 None,
             ),
             WeightMode::Int8 | WeightMode::Int4 => {
-                let mut p = weight_params(&wt, axis, config)?;
+                let mut p = weight_params(&wt, axis, &res)?;
                 // the bias after this op, at input scale × weight scale
                 if let Some(bias) = bias_after(op, &plan, r.activations.first().copied()) {
                     let (badd, bdef, bvals, s_in) = bias;

@@ -69,13 +69,22 @@ pub fn sample_indices(
 pub fn calibrate(module: &Module, data: &Binding, opts: &CalibrateOptions) -> Result<StatsFile, CalibrateError> {
     prepare(module)?;
     let hash = model_hash(module);
-    let keys = plan(module, None, &opts.config)?.observed_keys();
+    let plan = plan(module, None, &opts.config)?;
+    let keys = plan.observed_keys();
     if keys.is_empty() {
         return Err(CalibrateError::NothingToCalibrate);
     }
     let program = Program::compile(module, None)?;
     let watch = program.watch(&keys)?;
     let mut stats = StatsFile::new(hash, opts.method, opts.bins, opts.non_finite);
+    for p in plan.activations.iter().filter(|p| p.same_as.is_none()) {
+        if let Some((name, pct)) = &p.method {
+            let m = Method::from_name(name, *pct)?;
+            if m != opts.method {
+                stats.method_overrides.insert(p.key.clone(), m);
+            }
+        }
+    }
     let indices = sample_indices(data.samples, opts.limit, opts.shard)?;
     let mut first_error = None;
     run_samples(

@@ -4,9 +4,11 @@
 
 pub mod calibrate;
 pub mod plan;
+pub mod recipe;
 
 pub use calibrate::{calibrate, CalibrateOptions};
 pub use plan::{plan, ActivationPoint, Plan};
+pub use recipe::{parse_activations, Override, Resolved};
 
 use crate::calibration::StatsFile;
 use crate::ir::IrError;
@@ -40,6 +42,14 @@ pub struct QuantConfig {
     /// Op names (`tf.MatMul`, `*Conv*`) or tensor keys left in float.
     pub exclude: Vec<String>,
     pub bias_overflow: BiasOverflowPolicy,
+    /// Quantize the model's outputs too (a fully integer graph); off by default, the outputs
+    /// come out of the last op in float.
+    pub quantize_outputs: bool,
+    /// Calibration method when `quantize` calibrates itself (a recipe's `method`).
+    pub method: Option<String>,
+    pub percentile: Option<f64>,
+    /// Per-op / per-tensor overrides, later ones winning.
+    pub overrides: Vec<recipe::Override>,
 }
 
 impl Default for QuantConfig {
@@ -52,6 +62,10 @@ impl Default for QuantConfig {
             per_channel: true,
             exclude: Vec::new(),
             bias_overflow: BiasOverflowPolicy::Clip,
+            quantize_outputs: false,
+            method: None,
+            percentile: None,
+            overrides: Vec::new(),
         }
     }
 }

@@ -8,7 +8,7 @@
 //!   the input's parameters.
 //! Integer, boolean and shape-determining values are never points.
 
-use super::{glob, QuantConfig};
+use super::{QuantConfig, Resolved};
 use crate::calibration::StatsFile;
 use crate::dialects::{rule, shape_operands};
 use crate::inspect::is_constant_op;
@@ -16,7 +16,7 @@ use crate::ir::graph::{body_ops, defining_op, find_function, op_name, uses};
 use crate::ir::keys::TensorKeys;
 use crate::ir::types::tensor_type;
 use crate::ir::IrError;
-use crate::params::{compute, QuantParams, RangeOptions};
+use crate::params::{compute, QuantParams, RangeOptions, Scheme, StorageType};
 use crate::tensor::DType;
 use melior::ir::operation::OperationLike;
 use melior::ir::{Module, OperationRef, Value, ValueLike};
@@ -30,6 +30,11 @@ pub struct ActivationPoint<'c, 'a> {
     /// Reuses the parameters of this key (same-scale ops); observed itself when `None`.
     pub same_as: Option<String>,
     pub params: Option<QuantParams>,
+    /// Storage and scheme after the recipe's overrides.
+    pub dtype: StorageType,
+    pub scheme: Scheme,
+    /// Calibration method an override asks for (name, percentile).
+    pub method: Option<(String, Option<f64>)>,
 }
 
 #[derive(Debug, Default)]
@@ -59,10 +64,6 @@ fn is_float_tensor(v: Value) -> bool {
     tensor_type(v.r#type()).is_some_and(|t| t.dtype == Some(DType::F32))
 }
 
-fn excluded(config: &QuantConfig, op: &str, key: &str) -> bool {
-    config.exclude.iter().any(|p| glob(p, op) || glob(p, key))
-}
-
 /// A constant, or a quantized constant (`dcast(scast(const))`) as `quantize-weights` leaves
 /// weights and biases, or a half constant converted back.
 pub fn is_constant_like(v: Value) -> bool {
@@ -82,6 +83,19 @@ fn single_user<'c, 'a>(v: Value<'c, 'a>) -> Option<(OperationRef<'c, 'a>, usize)
         [u] => Some((u.owner, u.operand)),
         _ => None,
     }
+}
+
+/// True when every path from `v` ends at the function's return, through same-scale ops only:
+/// the value is a model output (or a reshaped view of one), not an input of any later op.
+fn only_reaches_return(v: Value) -> bool {
+    let us = uses(v);
+    !us.is_empty()
+        && us.iter().all(|u| {
+            let name = op_name(&u.owner);
+            name == "func.return"
+                || (rule(&name).is_some_and(|r| r.same_scale)
+                    && u.owner.result(0).is_ok_and(|r| only_reaches_return(r.into())))
+        })
 }
 
 /// Builds the plan for the main function; with `stats`, computes every point's parameters.
@@ -105,30 +119,41 @@ pub fn plan<'c, 'a>(
             }
         }
     }
-    let mut add = |v: Value<'c, 'a>, same_as: Option<String>, points: &mut Vec<ActivationPoint<'c, 'a>>| {
-        let id = v.to_raw().ptr as usize;
-        if !is_float_tensor(v) || shape_values.contains(&id) || !seen.insert(id) {
-            return;
-        }
-        if is_constant_like(v) {
-            return;
-        }
-        points.push(ActivationPoint {
-            value: v,
-            key: key(v),
-            same_as,
-            params: None,
-        });
-    };
-    if config.activations.is_some() {
+    // `res`: the settings of the op the point belongs to; the point's own key may match an
+    // override too
+    let mut add =
+        |v: Value<'c, 'a>, same_as: Option<String>, names: &[&str], points: &mut Vec<ActivationPoint<'c, 'a>>| {
+            let id = v.to_raw().ptr as usize;
+            if !is_float_tensor(v) || shape_values.contains(&id) || seen.contains(&id) || is_constant_like(v) {
+                return;
+            }
+            let k = key(v);
+            let mut all: Vec<&str> = names.to_vec();
+            all.push(&k);
+            let res: Resolved = config.resolve(&all);
+            let Some(dtype) = res.activations.filter(|_| !res.exclude) else {
+                return;
+            };
+            seen.insert(id);
+            points.push(ActivationPoint {
+                value: v,
+                key: k,
+                same_as,
+                params: None,
+                dtype,
+                scheme: res.scheme,
+                method: res.method,
+            });
+        };
+    if config.activations.is_some() || !config.overrides.is_empty() {
         for op in &ops {
             let name = op_name(op);
             let Some(r) = rule(&name) else { continue };
             let out_key = op.result(0).ok().map(|v| key(v.into())).unwrap_or_default();
-            if r.is_compute() && !excluded(config, &name, &out_key) {
+            if r.is_compute() && !config.resolve(&[&name, &out_key]).exclude {
                 for &i in r.activations {
                     if let Ok(v) = op.operand(i) {
-                        add(v, None, &mut points);
+                        add(v, None, &[&name, &out_key], &mut points);
                     }
                 }
                 // follow the fused bias and activation to the output point
@@ -144,41 +169,45 @@ pub fn plan<'c, 'a>(
                         _ => break,
                     }
                 }
-                add(out, None, &mut points);
+                // A model output keeps the int32 accumulator's precision unless asked otherwise:
+                // requantizing logits to 8 bits clips every value beyond the calibration range
+                // and adds a rounding step no later op needs.
+                if config.quantize_outputs || !only_reaches_return(out) {
+                    add(out, None, &[&name, &out_key], &mut points);
+                }
             }
         }
         // same-scale ops downstream of quantized values, in program order
         for op in &ops {
             let name = op_name(op);
-            if !rule(&name).is_some_and(|r| r.same_scale) || excluded(config, &name, "") {
+            if !rule(&name).is_some_and(|r| r.same_scale) {
                 continue;
             }
             let (Ok(input), Ok(out)) = (op.operand(0), op.result(0)) else {
                 continue;
             };
-            let Some(src) = points
+            let out: Value = out.into();
+            if config.resolve(&[&name, &key(out)]).exclude {
+                continue;
+            }
+            let Some((src, dtype)) = points
                 .iter()
                 .find(|p| p.value == input)
-                .map(|p| p.same_as.clone().unwrap_or(p.key.clone()))
+                .map(|p| (p.same_as.clone().unwrap_or(p.key.clone()), p.dtype))
             else {
                 continue;
             };
-            let out: Value = out.into();
-            // the input of a later compute op takes the scale it already has, not its own
+            // the input of a later compute op takes the scale it already has, not its own,
+            // unless a recipe gave it another storage type (then it is requantized)
             match points.iter_mut().find(|p| p.value == out) {
-                Some(existing) => existing.same_as = Some(src),
-                None => add(out, Some(src), &mut points),
+                Some(existing) if existing.dtype == dtype => existing.same_as = Some(src),
+                Some(_) => {}
+                None => add(out, Some(src), &[&name], &mut points),
             }
         }
     }
     let mut plan = Plan { activations: points };
     if let Some(stats) = stats {
-        let dtype = config.activations.unwrap_or(crate::params::StorageType::Int8);
-        let opts = RangeOptions {
-            symmetric: config.symmetric_activations,
-            narrow_range: config.symmetric_activations && config.scheme == crate::params::Scheme::Mlir,
-            ..Default::default()
-        };
         let mut by_key: HashMap<String, QuantParams> = HashMap::new();
         for p in plan.activations.iter_mut() {
             let src = p.same_as.clone().unwrap_or(p.key.clone());
@@ -191,8 +220,13 @@ pub fn plan<'c, 'a>(
                     "no statistics for tensor '{src}' (calibrate this model with the same quantir version)"
                 ))
             })?;
+            let opts = RangeOptions {
+                symmetric: config.symmetric_activations,
+                narrow_range: config.symmetric_activations && p.scheme == Scheme::Mlir,
+                ..Default::default()
+            };
             let (lo, hi) = t.range;
-            let q = compute(config.scheme, dtype, lo as f64, hi as f64, &opts)
+            let q = compute(p.scheme, p.dtype, lo as f64, hi as f64, &opts)
                 .map_err(|e| IrError::Invalid(format!("tensor '{src}': {e}")))?;
             by_key.insert(src, q.clone());
             p.params = Some(q);

@@ -1,0 +1,198 @@
+//! Recipe files (`quantize --config RECIPE.toml`): the whole [`QuantConfig`] plus calibration
+//! defaults in one TOML document, with per-op / per-tensor overrides.
+//!
+//! ```toml
+//! weights = "int8"            # int8 | int4 | fp16 | bf16
+//! activations = "int8"        # int8 | uint8 | int16 | none
+//! scheme = "mlir"             # mlir | onnx | torch
+//! method = "minmax"           # calibration method (when quantize calibrates itself)
+//! exclude = ["*Softmax*"]
+//!
+//! [[override]]
+//! match = "tf.MatMul"         # glob over op names and tensor keys
+//! activations = "int16"
+//! method = "percentile"
+//!
+//! [[override]]
+//! match = "@main/op#12:result#0"
+//! exclude = true
+//! ```
+//! Later overrides win over earlier ones, field by field.
+
+use super::{QuantConfig, WeightMode};
+use crate::params::{Scheme, StorageType};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// One `[[override]]` table.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Override {
+    /// Glob (`*` wildcards) over op names and tensor keys.
+    #[serde(rename = "match")]
+    pub pattern: String,
+    /// Leave matching ops / tensors in float.
+    pub exclude: bool,
+    pub weights: Option<WeightMode>,
+    /// Activation storage, `"none"` for weight-only.
+    pub activations: Option<String>,
+    pub scheme: Option<Scheme>,
+    pub per_channel: Option<bool>,
+    /// Calibration method of matching tensors.
+    pub method: Option<String>,
+    pub percentile: Option<f64>,
+}
+
+/// The document as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct RecipeFile {
+    scheme: Option<Scheme>,
+    weights: Option<WeightMode>,
+    activations: Option<String>,
+    per_channel: Option<bool>,
+    symmetric_activations: Option<bool>,
+    quantize_outputs: Option<bool>,
+    exclude: Vec<String>,
+    method: Option<String>,
+    percentile: Option<f64>,
+    #[serde(rename = "override")]
+    overrides: Vec<Override>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecipeError {
+    #[error("{path}: cannot read: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+/// Parses `"none"` or a storage type name.
+pub fn parse_activations(s: &str) -> Result<Option<StorageType>, String> {
+    match s {
+        "none" => Ok(None),
+        a => a
+            .parse::<StorageType>()
+            .map(Some)
+            .map_err(|e| format!("{e} (or 'none')")),
+    }
+}
+
+/// Reads a recipe file into a configuration. Every error names the file (and TOML's line and
+/// column for syntax errors).
+pub fn load(path: &Path) -> Result<QuantConfig, RecipeError> {
+    let text = std::fs::read_to_string(path).map_err(|source| RecipeError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    parse(&text).map_err(|message| RecipeError::Invalid {
+        path: path.display().to_string(),
+        message,
+    })
+}
+
+/// Parses recipe text; see the module documentation for the format.
+pub fn parse(text: &str) -> Result<QuantConfig, String> {
+    let f: RecipeFile = toml::from_str(text).map_err(|e| {
+        let at = e.span().map(|span| {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {col}: ")
+        });
+        format!("{}{}", at.unwrap_or_default(), e.message())
+    })?;
+    let mut c = QuantConfig::default();
+    if let Some(s) = f.scheme {
+        c.scheme = s;
+    }
+    if let Some(w) = f.weights {
+        c.weights = w;
+    }
+    if let Some(a) = &f.activations {
+        c.activations = parse_activations(a).map_err(|e| format!("activations: {e}"))?;
+    }
+    c.per_channel = f.per_channel.unwrap_or(c.per_channel);
+    c.symmetric_activations = f.symmetric_activations.unwrap_or(c.symmetric_activations);
+    c.quantize_outputs = f.quantize_outputs.unwrap_or(c.quantize_outputs);
+    c.exclude = f.exclude;
+    c.method = f.method;
+    c.percentile = f.percentile;
+    for (i, o) in f.overrides.iter().enumerate() {
+        if o.pattern.is_empty() {
+            return Err(format!("override {} has no 'match'", i + 1));
+        }
+        if let Some(a) = &o.activations {
+            parse_activations(a).map_err(|e| format!("override '{}': activations: {e}", o.pattern))?;
+        }
+        if let Some(m) = &o.method {
+            crate::calibration::Method::from_name(m, o.percentile)
+                .map_err(|e| format!("override '{}': {e}", o.pattern))?;
+        }
+    }
+    if let Some(m) = &c.method {
+        crate::calibration::Method::from_name(m, c.percentile).map_err(|e| e.to_string())?;
+    }
+    c.overrides = f.overrides;
+    Ok(c)
+}
+
+/// The settings that apply to one op (and its weights and activations) after overrides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    pub exclude: bool,
+    pub weights: WeightMode,
+    pub activations: Option<StorageType>,
+    pub scheme: Scheme,
+    pub per_channel: bool,
+    /// Calibration method name and percentile, when an override sets one.
+    pub method: Option<(String, Option<f64>)>,
+}
+
+impl QuantConfig {
+    /// The settings for something named by any of `names` (op name, tensor keys).
+    pub fn resolve(&self, names: &[&str]) -> Resolved {
+        let hit = |p: &str| names.iter().any(|n| super::glob(p, n));
+        let mut r = Resolved {
+            exclude: self.exclude.iter().any(|p| hit(p)),
+            weights: self.weights,
+            activations: self.activations,
+            scheme: self.scheme,
+            per_channel: self.per_channel,
+            method: None,
+        };
+        for o in self.overrides.iter().filter(|o| hit(&o.pattern)) {
+            r.exclude |= o.exclude;
+            if let Some(w) = o.weights {
+                r.weights = w;
+            }
+            if let Some(a) = o.activations.as_deref().and_then(|a| parse_activations(a).ok()) {
+                r.activations = a;
+            }
+            if let Some(s) = o.scheme {
+                r.scheme = s;
+            }
+            if let Some(p) = o.per_channel {
+                r.per_channel = p;
+            }
+            if let Some(m) = &o.method {
+                r.method = Some((m.clone(), o.percentile));
+            }
+        }
+        r
+    }
+}
+
+impl std::str::FromStr for WeightMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "int8" => Ok(WeightMode::Int8),
+            "int4" => Ok(WeightMode::Int4),
+            "fp16" => Ok(WeightMode::Fp16),
+            "bf16" => Ok(WeightMode::Bf16),
+            w => Err(format!("expected int8, int4, fp16 or bf16, got '{w}'")),
+        }
+    }
+}
