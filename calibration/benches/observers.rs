@@ -14,7 +14,7 @@ fn normal(n: usize) -> Vec<f32> {
         ((s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
     };
     (0..n)
-        .map(|_| ((-2.0 * u().ln()).sqrt() * (6.283185307179586 * u()).cos()) as f32)
+        .map(|_| ((-2.0 * u().ln()).sqrt() * (std::f64::consts::TAU * u()).cos()) as f32)
         .collect()
 }
 

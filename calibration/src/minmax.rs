@@ -39,14 +39,14 @@ fn batch_min_max_portable(xs: &[f32]) -> (f32, f32, usize) {
             let x = c[i];
             lo[i] = if x < lo[i] { x } else { lo[i] };
             hi[i] = if x > hi[i] { x } else { hi[i] };
-            bad[i] |= x != x;
+            bad[i] |= x.is_nan();
         }
     }
     let mut any_bad = bad.iter().any(|&b| b);
     for &x in rest {
         lo[0] = if x < lo[0] { x } else { lo[0] };
         hi[0] = if x > hi[0] { x } else { hi[0] };
-        any_bad |= x != x;
+        any_bad |= x.is_nan();
     }
     let l = lo.iter().fold(f32::INFINITY, |a, &b| a.min(b));
     let h = hi.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));

@@ -106,7 +106,7 @@ pub fn quantize_slice<T: StorageElem>(
     fn body<T: StorageElem, const AWAY: bool>(x: &[f32], out: &mut [T], scale: f32, lo: f32, hi: f32, zp: i32) {
         for (o, &v) in out.iter_mut().zip(x) {
             let t = v / scale;
-            let t = if t == t { t } else { 0.0 }; // NaN → the zero point
+            let t = if t.is_nan() { 0.0 } else { t }; // NaN → the zero point
             let t = if t < lo {
                 lo
             } else if t > hi {
@@ -148,7 +148,7 @@ fn quantize_slice_params<T: StorageElem>(
         let params = scale.iter().zip(lo).zip(hi).zip(zp);
         for ((o, &v), (((&s, &l), &h), &z)) in out.iter_mut().zip(x).zip(params) {
             let t = v / s;
-            let t = if t == t { t } else { 0.0 };
+            let t = if t.is_nan() { 0.0 } else { t };
             let t = if t < l {
                 l
             } else if t > h {
