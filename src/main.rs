@@ -53,6 +53,8 @@ enum Command {
         /// Function to run (default: main, else the first public function).
         #[arg(long)]
         function: Option<String>,
+        #[command(flatten)]
+        images: ImageArgs,
     },
     /// Gather statistics of every tensor that will be quantized, from sample data.
     Calibrate {
@@ -98,6 +100,8 @@ enum Command {
         limit: Option<usize>,
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        images: ImageArgs,
     },
     /// Merge statistics of calibration shards (same model, same method).
     Merge {
@@ -172,6 +176,9 @@ struct OptCalibArgs {
     /// Calibrate on this data first (instead of --stats).
     #[arg(long)]
     data: Option<PathBuf>,
+    /// Calibrate even when the cache holds statistics for this model, data and method.
+    #[arg(long)]
+    no_cache: bool,
     #[command(flatten)]
     opts: CalibOpts,
 }
@@ -198,8 +205,60 @@ struct CalibOpts {
     inputs: Vec<String>,
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Use only the first N samples.
     #[arg(long)]
     limit: Option<usize>,
+    #[command(flatten)]
+    images: ImageArgs,
+}
+
+/// How a folder of images becomes samples.
+#[derive(clap::Args)]
+struct ImageArgs {
+    /// Resize images to H,W (default: the model input's size).
+    #[arg(long, value_name = "H,W")]
+    image_size: Option<String>,
+    /// Per-channel mean subtracted from pixels scaled to [0, 1] (one value or one per channel).
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true, default_value = "0")]
+    mean: Vec<f32>,
+    /// Per-channel standard deviation the centred pixels are divided by.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    std: Vec<f32>,
+    /// Layout of the model's image input: nhwc or nchw.
+    #[arg(long, default_value = "nhwc")]
+    layout: String,
+}
+
+impl ImageArgs {
+    /// Opens `.npz`, `.npy`, a folder of `.npy` or a folder of images.
+    fn open(&self, path: &std::path::Path, limit: Option<usize>) -> Result<formats::data::Dataset> {
+        let size = match &self.image_size {
+            None => None,
+            Some(t) => {
+                let bad = || UsageError(format!("--image-size takes H,W (two positive integers), got '{t}'"));
+                let (h, w) = t.split_once(',').ok_or_else(bad)?;
+                let (h, w) = (
+                    h.trim().parse::<usize>().map_err(|_| bad())?,
+                    w.trim().parse::<usize>().map_err(|_| bad())?,
+                );
+                if h == 0 || w == 0 {
+                    return Err(bad().into());
+                }
+                Some((h, w))
+            }
+        };
+        let options = formats::images::ImageOptions {
+            size,
+            mean: self.mean.clone(),
+            std: self.std.clone(),
+            layout: self
+                .layout
+                .parse()
+                .map_err(|e: String| UsageError(format!("--layout: {e}")))?,
+            limit,
+        };
+        Ok(formats::data::Dataset::open_with(path, &options)?)
+    }
 }
 
 fn parse_shard(s: &str) -> Result<(usize, usize)> {
@@ -274,6 +333,7 @@ fn run_calibration(
     data: &std::path::Path,
     o: &CalibOpts,
     config: &quantize::QuantConfig,
+    cache: Option<&std::path::Path>,
 ) -> Result<quantir::calibration::StatsFile> {
     // the command line wins over a recipe's method, which wins over minmax
     let (name, pct) = match &o.method {
@@ -287,7 +347,7 @@ fn run_calibration(
     let shard = o.shard.as_deref().map(parse_shard).transpose()?;
     let overrides = parse_overrides(&o.inputs)?;
     let program = interp::Program::compile(module, None)?;
-    let dataset = formats::data::Dataset::open(data)?;
+    let dataset = o.images.open(data, o.limit)?;
     let binding = formats::data::bind(&dataset, &program.inputs, &overrides)?;
     let opts = quantize::CalibrateOptions {
         method,
@@ -303,7 +363,19 @@ fn run_calibration(
         config: config.clone(),
     };
     let t0 = std::time::Instant::now();
-    let stats = quantize::calibrate(module, &binding, &opts)?;
+    let done = quantize::calibrate_cached(module, &binding, &opts, cache)?;
+    if let Some(w) = &done.cache_warning {
+        eprintln!("warning: calibration cache: {w}");
+    }
+    let stats = done.stats;
+    if let Some(key) = &done.from_cache {
+        eprintln!(
+            "statistics of {} tensors on {} samples from cache ({key}; --no-cache to recalibrate)",
+            stats.tensors.len(),
+            stats.num_samples
+        );
+        return Ok(stats);
+    }
     eprintln!(
         "calibrated {} tensors on {} samples in {:.2} s ({:?})",
         stats.tensors.len(),
@@ -366,13 +438,14 @@ fn run(cli: Cli) -> Result<()> {
             threads,
             limit,
             function,
+            images,
         } => {
             let overrides = parse_overrides(&inputs)?;
             let ctx = ir::new_context();
             let module = ir::load(&ctx, &model)?;
             let program =
                 interp::Program::compile(&module, function.as_deref()).with_context(|| model.display().to_string())?;
-            let dataset = formats::data::Dataset::open(&data)?;
+            let dataset = images.open(&data, limit)?;
             let binding = formats::data::bind(&dataset, &program.inputs, &overrides)?;
             let t0 = std::time::Instant::now();
             let indices: Vec<usize> = (0..limit.map_or(binding.samples, |l| l.min(binding.samples))).collect();
@@ -387,7 +460,7 @@ fn run(cli: Cli) -> Result<()> {
                 "run",
             )?;
             let secs = t0.elapsed().as_secs_f64();
-            let concat = binding.columns.iter().all(|c| c.2);
+            let concat = binding.columns.iter().all(|c| c.add_batch);
             let stacked = run::stack_outputs(&outs, concat)?;
             let named: Vec<(String, quantir::tensor::Tensor)> =
                 program.output_names.iter().cloned().zip(stacked).collect();
@@ -402,8 +475,14 @@ fn run(cli: Cli) -> Result<()> {
         Command::Calibrate { model, calib, output } => {
             let ctx = ir::new_context();
             let module = ir::load(&ctx, &model)?;
-            let stats = run_calibration(&module, &calib.data, &calib.opts, &quantize::QuantConfig::default())
-                .with_context(|| model.display().to_string())?;
+            let stats = run_calibration(
+                &module,
+                &calib.data,
+                &calib.opts,
+                &quantize::QuantConfig::default(),
+                None,
+            )
+            .with_context(|| model.display().to_string())?;
             stats_io::save_stats(&stats, &output, &[&model, &calib.data])?;
         }
         Command::Quantize {
@@ -421,7 +500,13 @@ fn run(cli: Cli) -> Result<()> {
                 (None, Some(d)) => {
                     // calibrate a copy: calibration prepares its module in place
                     let copy = ir::load(&ctx, &model)?;
-                    run_calibration(&copy, d, &calib.opts, &config).with_context(|| model.display().to_string())?
+                    let cache = if calib.no_cache {
+                        None
+                    } else {
+                        quantize::cache::default_dir()
+                    };
+                    run_calibration(&copy, d, &calib.opts, &config, cache.as_deref())
+                        .with_context(|| model.display().to_string())?
                 }
                 (None, None) => {
                     if config.activations.is_some() {
@@ -473,11 +558,12 @@ fn run(cli: Cli) -> Result<()> {
             threads,
             limit,
             json,
+            images,
         } => {
             let ctx = ir::new_context();
             let float = ir::load(&ctx, &float_model)?;
             let quant = ir::load(&ctx, &quant_model)?;
-            let dataset = formats::data::Dataset::open(&data)?;
+            let dataset = images.open(&data, limit)?;
             let opts = quantir::evaluate::EvalOptions {
                 threads,
                 limit,

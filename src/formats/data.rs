@@ -1,10 +1,12 @@
-//! Sample data: `.npz` files and folders of `.npy` files, matched to a function's arguments.
+//! Sample data: `.npz` files, folders of `.npy` files and folders of images (see
+//! [`images`](super::images)), matched to a function's arguments.
 //!
 //! The first axis of every array indexes samples. Arrays are matched to arguments by name
 //! (`tf.entry_function` input names, ONNX input names), `--input ARG=KEY` overrides, and a
 //! function with one argument takes the only array whose element type and rank fit it.
 //! Shape and dtype mismatches are errors before any work starts.
 
+use super::images::{is_image, ImageFolder, ImageOptions, ImageShape};
 use crate::interp::InputSpec;
 use crate::ir::types::Dim;
 use crate::tensor::Tensor;
@@ -63,6 +65,12 @@ pub enum DataError {
     },
     #[error("{path}: no samples")]
     NoSamples { path: PathBuf },
+    #[error("{path}: a folder of images feeds one image input, but input '{input}' {problem}")]
+    ImageInput {
+        path: PathBuf,
+        input: String,
+        problem: String,
+    },
 }
 
 /// Named arrays whose first axis indexes samples.
@@ -70,6 +78,8 @@ pub enum DataError {
 pub struct Dataset {
     pub path: PathBuf,
     pub arrays: Vec<(String, Tensor)>,
+    /// A folder of images (then `arrays` is empty).
+    pub images: Option<ImageFolder>,
 }
 
 fn read_npz(path: &Path) -> Result<Vec<(String, Tensor)>, DataError> {
@@ -124,15 +134,32 @@ fn read_npy(path: &Path) -> Result<Tensor, DataError> {
 impl Dataset {
     /// Reads an `.npz` file or a folder of `.npy` files (each file one array, named by its stem).
     pub fn open(path: &Path) -> Result<Dataset, DataError> {
+        Dataset::open_with(path, &ImageOptions::default())
+    }
+
+    /// Like [`open`](Self::open); a folder with images and no `.npy` file is an image folder
+    /// decoded with `images`.
+    pub fn open_with(path: &Path, images: &ImageOptions) -> Result<Dataset, DataError> {
         let arrays = if path.is_dir() {
-            let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+            let listing: Vec<PathBuf> = std::fs::read_dir(path)
                 .map_err(|e| DataError::Read {
                     path: path.into(),
                     reason: e.to_string(),
                 })?
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "npy"))
                 .collect();
+            let mut files: Vec<PathBuf> = listing
+                .iter()
+                .filter(|p| p.extension().is_some_and(|x| x == "npy"))
+                .cloned()
+                .collect();
+            if files.is_empty() && listing.iter().any(|p| is_image(p)) {
+                return Ok(Dataset {
+                    path: path.into(),
+                    arrays: Vec::new(),
+                    images: Some(ImageFolder::open(path, images)?),
+                });
+            }
             files.sort();
             files
                 .iter()
@@ -170,6 +197,7 @@ impl Dataset {
         Ok(Dataset {
             path: path.into(),
             arrays,
+            images: None,
         })
     }
 
@@ -197,19 +225,75 @@ fn describe(spec: &InputSpec) -> String {
     spec.r#type.clone()
 }
 
+/// Where one input's samples come from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// Rows of an array (first axis = samples).
+    Array(Tensor),
+    /// One decoded image per sample.
+    Images(ImageFolder, ImageShape),
+}
+
+/// One input's samples.
+#[derive(Debug, Clone)]
+pub struct Column {
+    /// The array's name (the folder's path for images).
+    pub name: String,
+    pub source: Source,
+    /// Samples get a leading batch dim of 1 the data does not have.
+    pub add_batch: bool,
+}
+
 /// The arrays of `data` bound to each input of a function, ready to be cut into samples.
 #[derive(Debug, Clone)]
 pub struct Binding {
     pub path: PathBuf,
-    /// (array name, array, whether a batch dim of 1 is added) per input.
-    pub columns: Vec<(String, Tensor, bool)>,
+    pub columns: Vec<Column>,
     pub samples: usize,
+}
+
+/// Binds an image folder to the function's only input (f32, rank 4).
+fn bind_images(path: &Path, folder: &ImageFolder, inputs: &[InputSpec]) -> Result<Binding, DataError> {
+    let problem = |spec: &InputSpec, problem: String| DataError::ImageInput {
+        path: path.into(),
+        input: spec.name.clone(),
+        problem,
+    };
+    let spec = match inputs {
+        [one] => one,
+        [_, second, ..] => return Err(problem(second, "is a second input".into())),
+        [] => return Err(DataError::NoSamples { path: path.into() }),
+    };
+    if spec.dtype != Some(crate::tensor::DType::F32) {
+        return Err(problem(spec, format!("is {}, not f32", spec.r#type)));
+    }
+    let dims: Vec<Option<usize>> = spec
+        .dims
+        .iter()
+        .map(|d| match d {
+            Dim::Static(n) => Some(*n),
+            Dim::Dynamic => None,
+        })
+        .collect();
+    let shape = folder.shape_for(&dims).map_err(|e| problem(spec, e))?;
+    Ok(Binding {
+        path: path.into(),
+        columns: vec![Column {
+            name: path.display().to_string(),
+            source: Source::Images(folder.clone(), shape),
+            add_batch: true,
+        }],
+        samples: folder.files.len(),
+    })
 }
 
 /// Matches arrays to inputs (by name, override, or the only fitting array) and checks every
 /// shape and dtype before any sample runs.
 pub fn bind(data: &Dataset, inputs: &[InputSpec], overrides: &[(String, String)]) -> Result<Binding, DataError> {
     let path = &data.path;
+    if let Some(folder) = &data.images {
+        return bind_images(path, folder, inputs);
+    }
     let mut columns = Vec::new();
     for spec in inputs {
         let chosen = if let Some((_, a)) = overrides.iter().find(|(i, _)| *i == spec.name || *i == spec.key) {
@@ -280,6 +364,14 @@ pub fn bind(data: &Dataset, inputs: &[InputSpec], overrides: &[(String, String)]
             });
         }
     }
+    let columns = columns
+        .into_iter()
+        .map(|(name, t, add_batch)| Column {
+            name,
+            source: Source::Array(t),
+            add_batch,
+        })
+        .collect();
     if samples == 0 {
         return Err(DataError::NoSamples { path: path.clone() });
     }
@@ -295,24 +387,33 @@ impl Binding {
     pub fn sample(&self, i: usize) -> Result<Vec<Tensor>, DataError> {
         self.columns
             .iter()
-            .map(|(name, t, add_batch)| {
-                let s = crate::map_tensor!(t, a => {
-                    let v = a.index_axis(Axis(0), i).to_owned();
-                    if *add_batch { v.insert_axis(Axis(0)) } else { v }
-                });
-                if let Tensor::F32(a) = &s {
-                    let bad = a.iter().filter(|x| !x.is_finite()).count();
-                    if bad > 0 {
-                        return Err(DataError::NonFinite {
-                            path: self.path.clone(),
-                            array: name.clone(),
-                            sample: i,
-                            count: bad,
-                        });
+            .map(
+                |Column {
+                     name,
+                     source,
+                     add_batch,
+                 }| {
+                    let s = match source {
+                        Source::Array(t) => crate::map_tensor!(t, a => {
+                            let v = a.index_axis(Axis(0), i).to_owned();
+                            if *add_batch { v.insert_axis(Axis(0)) } else { v }
+                        }),
+                        Source::Images(folder, shape) => Tensor::F32(folder.load(i, *shape)?),
+                    };
+                    if let Tensor::F32(a) = &s {
+                        let bad = a.iter().filter(|x| !x.is_finite()).count();
+                        if bad > 0 {
+                            return Err(DataError::NonFinite {
+                                path: self.path.clone(),
+                                array: name.clone(),
+                                sample: i,
+                                count: bad,
+                            });
+                        }
                     }
-                }
-                Ok(s)
-            })
+                    Ok(s)
+                },
+            )
             .collect()
     }
 }

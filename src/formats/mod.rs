@@ -1,3 +1,4 @@
 //! Formats at the edges: sample data (`.npz`, folders of `.npy`).
 
 pub mod data;
+pub mod images;

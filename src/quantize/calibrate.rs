@@ -1,6 +1,7 @@
 //! Calibration: runs the prepared float model over samples and streams the statistics of every
 //! activation the plan will quantize into a [`StatsFile`].
 
+use super::cache::{self, hash_data, Fnv};
 use super::{model_hash, plan, prepare, QuantConfig};
 use crate::calibration::{Method, NonFinitePolicy, StatsFile};
 use crate::formats::data::Binding;
@@ -8,6 +9,8 @@ use crate::interp::Program;
 use crate::run::{run_samples, RunError};
 use crate::tensor::Tensor;
 use melior::ir::Module;
+use std::collections::BTreeMap;
+use std::path::Path;
 
 #[derive(Debug, Clone)]
 pub struct CalibrateOptions {
@@ -65,26 +68,109 @@ pub fn sample_indices(
     }
 }
 
-/// Prepares `module` (in place), runs it over the samples and returns the statistics.
-pub fn calibrate(module: &Module, data: &Binding, opts: &CalibrateOptions) -> Result<StatsFile, CalibrateError> {
-    prepare(module)?;
+/// What a calibration run observes on a prepared module.
+struct Observation {
+    hash: String,
+    keys: Vec<String>,
+    methods: BTreeMap<String, Method>,
+}
+
+fn observation(module: &Module, opts: &CalibrateOptions) -> Result<Observation, CalibrateError> {
     let hash = model_hash(module);
     let plan = plan(module, None, &opts.config)?;
     let keys = plan.observed_keys();
     if keys.is_empty() {
         return Err(CalibrateError::NothingToCalibrate);
     }
-    let program = Program::compile(module, None)?;
-    let watch = program.watch(&keys)?;
-    let mut stats = StatsFile::new(hash, opts.method, opts.bins, opts.non_finite);
+    let mut methods = BTreeMap::new();
     for p in plan.activations.iter().filter(|p| p.same_as.is_none()) {
         if let Some((name, pct)) = &p.method {
             let m = Method::from_name(name, *pct)?;
             if m != opts.method {
-                stats.method_overrides.insert(p.key.clone(), m);
+                methods.insert(p.key.clone(), m);
             }
         }
     }
+    Ok(Observation { hash, keys, methods })
+}
+
+/// Prepares `module` (in place), runs it over the samples and returns the statistics.
+pub fn calibrate(module: &Module, data: &Binding, opts: &CalibrateOptions) -> Result<StatsFile, CalibrateError> {
+    prepare(module)?;
+    let obs = observation(module, opts)?;
+    run_observation(module, data, opts, obs)
+}
+
+/// Statistics and where they came from.
+#[derive(Debug)]
+pub struct Calibrated {
+    pub stats: StatsFile,
+    /// The cache entry's key when the statistics were read from the cache.
+    pub from_cache: Option<String>,
+    /// Why the statistics could not be stored (the job itself succeeded).
+    pub cache_warning: Option<String>,
+}
+
+/// [`calibrate`] through the cache in `cache_dir` (see [`cache`](super::cache)); `None`
+/// calibrates without reading or writing the cache.
+pub fn calibrate_cached(
+    module: &Module,
+    data: &Binding,
+    opts: &CalibrateOptions,
+    cache_dir: Option<&Path>,
+) -> Result<Calibrated, CalibrateError> {
+    prepare(module)?;
+    let obs = observation(module, opts)?;
+    let Some(dir) = cache_dir else {
+        let stats = run_observation(module, data, opts, obs)?;
+        return Ok(Calibrated {
+            stats,
+            from_cache: None,
+            cache_warning: None,
+        });
+    };
+    let mut h = Fnv::default();
+    h.field(&obs.hash);
+    for k in &obs.keys {
+        h.field(k);
+    }
+    h.field(&format!(
+        "{:?}|{:?}|{}|{:?}|{:?}|{:?}",
+        obs.methods, opts.method, opts.bins, opts.non_finite, opts.limit, opts.shard
+    ));
+    hash_data(&mut h, data).map_err(|e| {
+        CalibrateError::Run(RunError::Data(crate::formats::data::DataError::Read {
+            path: data.path.clone(),
+            reason: e.to_string(),
+        }))
+    })?;
+    let key = h.hex();
+    if let Some(stats) = cache::load(dir, &key).filter(|s| s.model_hash == obs.hash) {
+        return Ok(Calibrated {
+            stats,
+            from_cache: Some(key),
+            cache_warning: None,
+        });
+    }
+    let stats = run_observation(module, data, opts, obs)?;
+    let cache_warning = cache::store(dir, &key, &stats).err();
+    Ok(Calibrated {
+        stats,
+        from_cache: None,
+        cache_warning,
+    })
+}
+
+fn run_observation(
+    module: &Module,
+    data: &Binding,
+    opts: &CalibrateOptions,
+    obs: Observation,
+) -> Result<StatsFile, CalibrateError> {
+    let program = Program::compile(module, None)?;
+    let watch = program.watch(&obs.keys)?;
+    let mut stats = StatsFile::new(obs.hash, opts.method, opts.bins, opts.non_finite);
+    stats.method_overrides = obs.methods;
     let indices = sample_indices(data.samples, opts.limit, opts.shard)?;
     let mut first_error = None;
     run_samples(

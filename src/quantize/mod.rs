@@ -2,11 +2,12 @@
 //! [`calibrate`] it on sample data, [`quantize_module`] it from statistics, and
 //! [`evaluate`](crate::evaluate) the result.
 
+pub mod cache;
 pub mod calibrate;
 pub mod plan;
 pub mod recipe;
 
-pub use calibrate::{calibrate, CalibrateOptions};
+pub use calibrate::{calibrate, calibrate_cached, CalibrateOptions, Calibrated};
 pub use plan::{plan, ActivationPoint, Plan};
 pub use recipe::{parse_activations, Override, Resolved};
 
@@ -105,12 +106,7 @@ pub fn prepare(module: &Module) -> Result<Vec<(String, PassReport)>, IrError> {
 /// locations), as 16 hex digits.
 pub fn model_hash(module: &Module) -> String {
     let text = crate::ir::io::print_module_generic(module).unwrap_or_default();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{h:016x}")
+    cache::Fnv::default().bytes(text.as_bytes()).hex()
 }
 
 /// What [`quantize_module`] did.

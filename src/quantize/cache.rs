@@ -1,0 +1,91 @@
+//! The calibration cache of `quantize --data`: statistics stored under a key that hashes
+//! everything calibration depends on — the prepared model, the tensors observed and their
+//! methods, the calibration options and the data's bytes — and nothing that only the rewrite
+//! depends on, so that a second `quantize` with other storage types or exclusions of
+//! float-only ops skips calibration.
+//!
+//! The folder is `$QUANTIR_CACHE_DIR`, else `$XDG_CACHE_HOME/quantir`, else
+//! `~/.cache/quantir`; one JSON stats file per key, written atomically.
+
+use crate::calibration::StatsFile;
+use crate::formats::data::{Binding, Source};
+use std::path::{Path, PathBuf};
+
+/// FNV-1a 64, fed incrementally.
+#[derive(Clone, Copy)]
+pub struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    pub fn bytes(&mut self, b: &[u8]) -> &mut Self {
+        for &x in b {
+            self.0 ^= x as u64;
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        self
+    }
+    /// A length-prefixed field, so that ("ab", "c") and ("a", "bc") differ.
+    pub fn field(&mut self, s: &str) -> &mut Self {
+        self.bytes(&(s.len() as u64).to_le_bytes()).bytes(s.as_bytes())
+    }
+    pub fn hex(&self) -> String {
+        format!("{:016x}", self.0)
+    }
+}
+
+/// The cache folder (see the module documentation); `None` without any of the variables.
+pub fn default_dir() -> Option<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    var("QUANTIR_CACHE_DIR")
+        .or_else(|| var("XDG_CACHE_HOME").map(|p| p.join("quantir")))
+        .or_else(|| var("HOME").map(|p| p.join(".cache").join("quantir")))
+}
+
+/// Hashes the bytes a binding reads: each array's name, dtype, shape and the data file's (or
+/// folder's files') contents, plus image decoding options.
+pub fn hash_data(h: &mut Fnv, binding: &Binding) -> std::io::Result<()> {
+    let path = &binding.path;
+    if path.is_dir() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(path)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        files.sort();
+        for f in files.iter().filter(|f| f.is_file()) {
+            h.field(&f.file_name().unwrap_or_default().to_string_lossy());
+            h.bytes(&std::fs::read(f)?);
+        }
+    } else {
+        h.bytes(&std::fs::read(path)?);
+    }
+    for c in &binding.columns {
+        h.field(&c.name).field(if c.add_batch { "batch" } else { "" });
+        match &c.source {
+            Source::Array(t) => h.field(&format!("{:?}{:?}", t.dtype(), t.shape())),
+            Source::Images(folder, shape) => h.field(&format!("{:?}{:?}{}", folder.options, shape, folder.files.len())),
+        };
+    }
+    h.field(&binding.samples.to_string());
+    Ok(())
+}
+
+fn entry(dir: &Path, key: &str) -> PathBuf {
+    dir.join(format!("stats-{key}.json"))
+}
+
+/// The cached statistics for `key`, if present and readable (a damaged entry is a miss).
+pub fn load(dir: &Path, key: &str) -> Option<StatsFile> {
+    let text = std::fs::read_to_string(entry(dir, key)).ok()?;
+    StatsFile::from_json(&text).ok()
+}
+
+/// Stores `stats` under `key` (creating the folder).
+pub fn store(dir: &Path, key: &str, stats: &StatsFile) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let json = stats.to_json().map_err(|e| e.to_string())?;
+    crate::fsutil::write_atomic(&entry(dir, key), json.as_bytes(), &[]).map_err(|e| e.to_string())
+}

@@ -1,0 +1,299 @@
+//! Sample data from image folders, the calibration cache of `quantize --data`, recipes, and
+//! every error of the main job's commands: exit 1, one clear line, nothing written.
+
+mod common;
+
+use ndarray_npy::NpzWriter;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn quantir(args: &[&str]) -> Output {
+    quantir_env(args, &[])
+}
+
+fn quantir_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_quantir"));
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+fn ok(o: Output) -> Output {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Exit 1, a one-line message containing every part of `needles`.
+fn fails_with(o: &Output, needles: &[&str]) {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
+    for n in needles {
+        assert!(e.contains(n), "'{n}' not in: {e}");
+    }
+}
+
+fn s(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+/// The first `n` digits test images as 8-bit grayscale PNGs, and the same pixels (÷ 255) as an
+/// npz array.
+fn digits_as_pngs(dir: &Path, n: usize) -> std::path::PathBuf {
+    let mut npz =
+        ndarray_npy::NpzReader::new(std::fs::File::open(common::example("digits_test.npz")).unwrap()).unwrap();
+    let x: ndarray::ArrayD<f32> = npz.by_name("x").unwrap();
+    let imgs = dir.join("imgs");
+    std::fs::create_dir(&imgs).unwrap();
+    let mut back = Vec::new();
+    for i in 0..n {
+        let px: Vec<u8> = x
+            .index_axis(ndarray::Axis(0), i)
+            .iter()
+            .map(|v| (v.clamp(0.0, 1.0) * 255.0).round() as u8)
+            .collect();
+        back.extend(px.iter().map(|&p| p as f32 / 255.0));
+        image::GrayImage::from_raw(8, 8, px)
+            .unwrap()
+            .save(imgs.join(format!("{i:03}.png")))
+            .unwrap();
+    }
+    let a = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[n, 8, 8, 1]), back).unwrap();
+    let mut w = NpzWriter::new(std::fs::File::create(dir.join("same.npz")).unwrap());
+    w.add_array("x", &a).unwrap();
+    w.finish().unwrap();
+    imgs
+}
+
+fn read_npz(p: &Path) -> ndarray::ArrayD<f32> {
+    let mut r = ndarray_npy::NpzReader::new(std::fs::File::open(p).unwrap()).unwrap();
+    let name = r.names().unwrap()[0].clone();
+    r.by_name(&name).unwrap()
+}
+
+#[test]
+fn image_folder_gives_the_same_outputs_as_the_same_pixels_in_an_npz() {
+    let dir = tempfile::tempdir().unwrap();
+    let imgs = digits_as_pngs(dir.path(), 12);
+    let model = s(&common::example("digits_cnn.mlir"));
+    let (a, b) = (dir.path().join("a.npz"), dir.path().join("b.npz"));
+    ok(quantir(&["run", &model, "--data", &s(&imgs), "-o", &s(&a)]));
+    ok(quantir(&[
+        "run",
+        &model,
+        "--data",
+        &s(&dir.path().join("same.npz")),
+        "-o",
+        &s(&b),
+    ]));
+    let (a, b) = (read_npz(&a), read_npz(&b));
+    assert_eq!(a.shape(), &[12, 10]);
+    assert_eq!(a, b, "decoded pixels differ from the npz's");
+    // --limit, --mean/--std: (x - 0.5) / 0.5 changes the outputs
+    let c = dir.path().join("c.npz");
+    ok(quantir(&[
+        "run",
+        &model,
+        "--data",
+        &s(&imgs),
+        "-o",
+        &s(&c),
+        "--limit",
+        "5",
+        "--mean",
+        "0.5",
+        "--std",
+        "0.5",
+    ]));
+    let c = read_npz(&c);
+    assert_eq!(c.shape(), &[5, 10]);
+    assert_ne!(c.index_axis(ndarray::Axis(0), 0), a.index_axis(ndarray::Axis(0), 0));
+    // images calibrate and quantize like arrays
+    let q = dir.path().join("q.mlirbc");
+    ok(quantir(&[
+        "quantize",
+        &model,
+        "--data",
+        &s(&imgs),
+        "--no-cache",
+        "-o",
+        &s(&q),
+    ]));
+    // a resize to another size than the model's is refused before any work
+    let o = quantir(&[
+        "run",
+        &model,
+        "--data",
+        &s(&imgs),
+        "-o",
+        &s(&dir.path().join("d.npz")),
+        "--image-size",
+        "4,4",
+    ]);
+    fails_with(&o, &["input", "4,4"]);
+}
+
+#[test]
+fn unreadable_image_is_named_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let imgs = digits_as_pngs(dir.path(), 3);
+    std::fs::write(imgs.join("001.png"), b"not a png at all").unwrap();
+    let model = s(&common::example("digits_cnn.mlir"));
+    let out = dir.path().join("stats.json");
+    let o = quantir(&["calibrate", &model, "--data", &s(&imgs), "-o", &s(&out)]);
+    fails_with(&o, &["001.png"]);
+    assert!(!out.exists());
+}
+
+#[test]
+fn quantize_data_caches_calibration_and_reuses_it_for_other_rewrite_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let env = [("QUANTIR_CACHE_DIR", cache.to_str().unwrap())];
+    let model = s(&common::example("digits_cnn.mlir"));
+    let calib = s(&common::example("digits_calib.npz"));
+    let q = |name: &str, extra: &[&str]| {
+        let out = s(&dir.path().join(name));
+        let mut args = vec!["quantize", &model, "--data", &calib, "-o", &out];
+        args.extend_from_slice(extra);
+        let o = ok(quantir_env(&args, &env));
+        (stderr(&o), std::fs::read(dir.path().join(name)).unwrap())
+    };
+    let (e1, m1) = q("a.mlir", &[]);
+    assert!(e1.contains("calibrated"), "{e1}");
+    assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 1);
+    // same calibration, other rewrite options: from the cache
+    let (e2, _) = q("b.mlir", &["--weights", "int4", "--activations", "int16"]);
+    assert!(e2.contains("from cache"), "{e2}");
+    // the cached statistics give the identical model
+    let (e3, m3) = q("c.mlir", &[]);
+    assert!(e3.contains("from cache"), "{e3}");
+    assert_eq!(m1, m3);
+    // another method is another entry; --no-cache recalibrates
+    let (e4, _) = q("d.mlir", &["--method", "percentile"]);
+    assert!(e4.contains("calibrated"), "{e4}");
+    assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 2);
+    let (e5, _) = q("e.mlir", &["--no-cache"]);
+    assert!(e5.contains("calibrated"), "{e5}");
+}
+
+#[test]
+fn main_job_errors_are_one_line_exit_1_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = s(&common::example("digits_cnn.mlir"));
+    let out = d.join("out.mlir");
+    let nothing_written = || assert!(!out.exists());
+    // empty data set
+    let empty = d.join("empty.npz");
+    let mut w = NpzWriter::new(std::fs::File::create(&empty).unwrap());
+    w.add_array("x", &ndarray::Array4::<f32>::zeros((0, 8, 8, 1))).unwrap();
+    w.finish().unwrap();
+    let o = quantir(&["quantize", &model, "--data", &s(&empty), "--no-cache", "-o", &s(&out)]);
+    fails_with(&o, &["empty.npz", "no samples"]);
+    nothing_written();
+    // data that does not match the model: names the file, the input, expected and found
+    let wrong = d.join("wrong.npz");
+    let mut w = NpzWriter::new(std::fs::File::create(&wrong).unwrap());
+    w.add_array("input", &ndarray::Array4::<f32>::zeros((3, 9, 9, 1)))
+        .unwrap();
+    w.finish().unwrap();
+    let o = quantir(&["calibrate", &model, "--data", &s(&wrong), "-o", &s(&out)]);
+    fails_with(&o, &["wrong.npz", "input", "8x8x1", "[9, 9, 1]"]);
+    nothing_written();
+    // NaN in a sample
+    let nan = d.join("nan.npz");
+    let mut x = ndarray::Array4::<f32>::zeros((4, 8, 8, 1));
+    x[[2, 3, 3, 0]] = f32::NAN;
+    let mut w = NpzWriter::new(std::fs::File::create(&nan).unwrap());
+    w.add_array("x", &x).unwrap();
+    w.finish().unwrap();
+    let o = quantir(&["quantize", &model, "--data", &s(&nan), "--no-cache", "-o", &s(&out)]);
+    fails_with(&o, &["nan.npz", "sample 2", "NaN"]);
+    nothing_written();
+    // statistics that lack a tensor the plan quantizes
+    let stats = d.join("stats.json");
+    ok(quantir(&[
+        "calibrate",
+        &model,
+        "--data",
+        &s(&common::example("digits_calib.npz")),
+        "-o",
+        &s(&stats),
+    ]));
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    let first = v["tensors"].as_object().unwrap().keys().next().unwrap().clone();
+    v["tensors"].as_object_mut().unwrap().remove(&first);
+    std::fs::write(&stats, serde_json::to_vec(&v).unwrap()).unwrap();
+    let o = quantir(&["quantize", &model, "--stats", &s(&stats), "-o", &s(&out)]);
+    fails_with(&o, &["no statistics for tensor", &first]);
+    nothing_written();
+    // a recipe with an unknown key names the file, line and column
+    let recipe = d.join("r.toml");
+    std::fs::write(&recipe, "weights = \"int8\"\nwieghts = \"int4\"\n").unwrap();
+    let o = quantir(&[
+        "quantize",
+        &model,
+        "--stats",
+        &s(&d.join("x.json")),
+        "--config",
+        &s(&recipe),
+        "-o",
+        &s(&out),
+    ]);
+    fails_with(&o, &["r.toml", "line 2, column 1", "wieghts"]);
+    nothing_written();
+}
+
+#[test]
+fn recipe_overrides_storage_per_op_and_excludes_by_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = s(&common::example("digits_cnn.mlir"));
+    let recipe = dir.path().join("r.toml");
+    std::fs::write(
+        &recipe,
+        "method = \"minmax\"\n[[override]]\nmatch = \"tf.MatMul\"\nactivations = \"int16\"\n\
+         [[override]]\nmatch = \"tf.Conv2D\"\nweights = \"fp16\"\n",
+    )
+    .unwrap();
+    let out = dir.path().join("q.mlir");
+    ok(quantir(&[
+        "quantize",
+        &model,
+        "--data",
+        &s(&common::example("digits_calib.npz")),
+        "--no-cache",
+        "--config",
+        &s(&recipe),
+        "-o",
+        &s(&out),
+    ]));
+    let text = std::fs::read_to_string(&out).unwrap();
+    // input, two conv outputs, the MaxPool output at the conv's scale, then both MatMul inputs
+    // requantized to int16; the conv weights half, the matmul weights int8
+    assert_eq!(text.lines().filter(|l| l.contains("quant.qcast")).count(), 6, "{text}");
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("quant.qcast") && l.contains("!quant.uniform<i16:f32"))
+            .count(),
+        2
+    );
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("\"tf.Cast\"") && l.contains("xf16>"))
+            .count(),
+        2
+    );
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("quant.scast") && l.contains("i8<-127:127>"))
+            .count(),
+        2
+    );
+}
