@@ -493,6 +493,7 @@ fn run(cli: Cli) -> Result<()> {
             output,
         } => {
             let config = recipe.config()?;
+            let t0 = std::time::Instant::now();
             let ctx = ir::new_context();
             let module = ir::load(&ctx, &model)?;
             let stats = match (&stats_file, &calib.data) {
@@ -525,26 +526,29 @@ fn run(cli: Cli) -> Result<()> {
                     )
                 }
             };
-            let report =
+            let t_calib = t0.elapsed();
+            let mut report =
                 quantize::quantize_module(&module, &stats, &config).with_context(|| model.display().to_string())?;
             let mut inputs: Vec<&std::path::Path> = vec![&model];
             if let Some(s) = &stats_file {
                 inputs.push(s);
             }
+            let t_save = std::time::Instant::now();
             ir::save(&module, &output, &inputs)?;
+            report
+                .stages
+                .insert(0, ("load + calibrate".into(), t_calib.as_secs_f64()));
+            report.stages.push(("save".into(), t_save.elapsed().as_secs_f64()));
             for w in report.weights.warnings.iter().chain(&report.qdq.warnings) {
                 eprintln!("warning: {w}");
             }
-            let c = |r: &passes::PassReport, k: &str| r.changes.get(k).copied().unwrap_or(0);
+            eprintln!("{report}");
             eprintln!(
-                "quantized {} weights, {} int32 biases, {} activations ({:?} {:?}, scheme {}); wrote {}",
-                c(&report.weights, "weights quantized"),
-                c(&report.weights, "biases quantized to int32"),
-                c(&report.qdq, "q/dq pairs inserted"),
+                "wrote {} ({:?} weights, {} activations, scheme {})",
+                output.display(),
                 config.weights,
-                config.activations,
+                config.activations.map_or("float".to_string(), |a| a.to_string()),
                 config.scheme,
-                output.display()
             );
         }
         Command::Evaluate {
