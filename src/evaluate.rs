@@ -18,8 +18,13 @@ pub struct EvalOptions {
     /// Name of an integer array of class labels in the data.
     pub labels: Option<String>,
     pub per_layer: bool,
+    /// Histogram every quantized activation of the float model (for the HTML report).
+    pub histograms: bool,
     pub overrides: Vec<(String, String)>,
 }
+
+/// An SQNR this many dB below the previous layer's (one bit's worth) marks a sharp drop.
+pub const SHARP_DROP_DB: f64 = 6.02;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
@@ -88,6 +93,25 @@ pub struct LayerReport {
     pub producer: String,
     pub sqnr_db: Option<f64>,
     pub max_abs_error: f64,
+    /// Position in program order.
+    pub order: usize,
+    /// The first layer (program order) whose SQNR falls [`SHARP_DROP_DB`] below the layer
+    /// before it.
+    pub sharp_drop: bool,
+}
+
+/// The float model's values at one quantized activation and the range its quantized type
+/// represents.
+#[derive(Debug, Clone, Serialize)]
+pub struct ActivationHistogram {
+    pub key: String,
+    /// Representable range of the quantized type: scale · (qmin − zp) .. scale · (qmax − zp).
+    pub range: (f64, f64),
+    /// Bin edges (counts.len() + 1) and counts.
+    pub edges: Vec<f64>,
+    pub counts: Vec<u64>,
+    /// Share of values outside the range (clipped by the quantized model).
+    pub clipped: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -104,6 +128,43 @@ pub struct EvalReport {
     /// Worst SQNR first.
     #[serde(rename = "per_layer")]
     pub layers: Vec<LayerReport>,
+    /// Key of the first layer with a sharp SQNR drop, if any.
+    pub first_sharp_drop: Option<String>,
+    /// With `histograms`: one per quantized activation, in program order (not in the JSON).
+    #[serde(skip)]
+    pub histograms: Vec<ActivationHistogram>,
+}
+
+/// The activations a quantized module quantizes: (float tensor key, representable range).
+fn quantized_ranges(quant: &Module) -> Result<Vec<(String, (f64, f64))>, EvalError> {
+    use crate::ir::graph::{body_ops, find_function, op_name};
+    use melior::ir::operation::OperationLike;
+    use melior::ir::ValueLike;
+    let func = find_function(quant, None)?;
+    let keys = crate::ir::keys::TensorKeys::new(func);
+    let mut out = Vec::new();
+    for op in body_ops(func) {
+        if op_name(&op) != "quant.qcast" {
+            continue;
+        }
+        let (Ok(x), Ok(r)) = (op.operand(0), op.result(0)) else {
+            continue;
+        };
+        let Some(key) = keys.get(x) else { continue };
+        use melior::ir::r#type::ShapedTypeLike;
+        let Ok(shaped) = melior::ir::r#type::RankedTensorType::try_from(r.r#type()) else {
+            continue;
+        };
+        let Ok(p) = crate::ir::quant::params_from_type(shaped.element(), crate::params::Scheme::Mlir) else {
+            continue;
+        };
+        if p.scale.len() != 1 || out.iter().any(|(k, _): &(String, _)| k == key) {
+            continue;
+        }
+        let (s, z) = (p.scale[0], p.zero_point[0] as f64);
+        out.push((key.to_string(), (s * (p.qmin as f64 - z), s * (p.qmax as f64 - z))));
+    }
+    Ok(out)
 }
 
 fn argmax(t: &Tensor) -> Option<usize> {
@@ -161,7 +222,30 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
         Vec::new()
     };
     let producers: BTreeMap<String, String> = pf.values.iter().map(|v| (v.key.clone(), v.producer.clone())).collect();
-    let (wf, wq) = (pf.watch(&layer_keys)?, pq.watch(&layer_keys)?);
+    let order: BTreeMap<&str, usize> = pf.values.iter().enumerate().map(|(i, v)| (v.key.as_str(), i)).collect();
+    // quantized activations whose float values get a histogram
+    let ranges: Vec<(String, (f64, f64))> = if opts.histograms {
+        let fkeys: HashSet<&str> = pf.values.iter().map(|v| v.key.as_str()).collect();
+        quantized_ranges(quant)?
+            .into_iter()
+            .filter(|(k, _)| fkeys.contains(k.as_str()))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut hists: BTreeMap<String, (crate::calibration::Histogram, u64)> = ranges
+        .iter()
+        .map(|(k, _)| (k.clone(), (crate::calibration::Histogram::new(128), 0)))
+        .collect();
+    let range_of: BTreeMap<&str, (f64, f64)> = ranges.iter().map(|(k, r)| (k.as_str(), *r)).collect();
+    let mut float_keys = layer_keys.clone();
+    float_keys.extend(
+        ranges
+            .iter()
+            .map(|(k, _)| k.clone())
+            .filter(|k| !layer_keys.contains(k)),
+    );
+    let (wf, wq) = (pf.watch(&float_keys)?, pq.watch(&layer_keys)?);
     let n = opts.limit.map_or(binding.samples, |l| l.min(binding.samples));
     let mut outputs = vec![Energy::default(); pf.output_names.len()];
     let mut layers: BTreeMap<String, Energy> = BTreeMap::new();
@@ -179,6 +263,13 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
             &wf,
             true,
             &mut |i, k, v| {
+                if let (Some((h, clipped)), Some(Tensor::F32(a))) = (hists.get_mut(k), Some(v)) {
+                    let (lo, hi) = range_of[k];
+                    if let Some(xs) = a.as_slice() {
+                        h.observe_slice(xs);
+                        *clipped += xs.iter().filter(|&&x| (x as f64) < lo || (x as f64) > hi).count() as u64;
+                    }
+                }
                 fvals.insert((i, k.to_string()), v.clone());
                 Ok(())
             },
@@ -242,7 +333,35 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
             producer: producers.get(&key).cloned().unwrap_or_default(),
             sqnr_db: e.sqnr_db(),
             max_abs_error: e.max_abs,
+            order: order.get(key.as_str()).copied().unwrap_or(usize::MAX),
+            sharp_drop: false,
             key,
+        })
+        .collect();
+    // the first sharp drop, in program order
+    layers.sort_by_key(|l| l.order);
+    let mut prev: Option<f64> = None;
+    let mut first_sharp_drop = None;
+    for l in layers.iter_mut() {
+        let Some(v) = l.sqnr_db else { continue };
+        if prev.is_some_and(|p| v < p - SHARP_DROP_DB) {
+            l.sharp_drop = true;
+            first_sharp_drop = Some(l.key.clone());
+            break;
+        }
+        prev = Some(v);
+    }
+    let histograms = ranges
+        .iter()
+        .filter_map(|(k, range)| {
+            let (h, clipped) = hists.remove(k)?;
+            (!h.is_empty()).then(|| ActivationHistogram {
+                key: k.clone(),
+                range: *range,
+                edges: (0..=h.counts.len()).map(|i| h.edge(i)).collect(),
+                clipped: clipped as f64 / h.count.max(1) as f64,
+                counts: h.counts,
+            })
         })
         .collect();
     layers.sort_by(|a, b| {
@@ -262,13 +381,15 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
         top1_agreement: first.and_then(|o| o.top1_agreement),
         outputs,
         layers,
+        first_sharp_drop,
+        histograms,
     })
 }
 
-fn db(x: Option<f64>) -> String {
+pub(crate) fn db(x: Option<f64>) -> String {
     x.map_or("exact".into(), |v| format!("{v:.2} dB"))
 }
-fn pct(x: Option<f64>) -> String {
+pub(crate) fn pct(x: Option<f64>) -> String {
     x.map_or("-".into(), |v| format!("{:.2} %", v * 100.0))
 }
 
@@ -297,52 +418,13 @@ impl std::fmt::Display for EvalReport {
         if !self.layers.is_empty() {
             writeln!(f, "\nper layer, worst SQNR first:")?;
             for l in self.layers.iter().take(15) {
-                writeln!(f, "  {:>10}  {:<24} {}", db(l.sqnr_db), l.producer, l.key)?;
+                let mark = if l.sharp_drop { "  ← first sharp drop" } else { "" };
+                writeln!(f, "  {:>10}  {:<24} {}{mark}", db(l.sqnr_db), l.producer, l.key)?;
             }
             if self.layers.len() > 15 {
                 writeln!(f, "  ... {} more in --json / --report", self.layers.len() - 15)?;
             }
         }
         Ok(())
-    }
-}
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
-}
-
-impl EvalReport {
-    /// A self-contained HTML page: summary, and a bar per layer scaled by its SQNR.
-    pub fn to_html(&self, title: &str) -> String {
-        let mut h = format!("<!doctype html><meta charset=utf-8><title>quantir: {t}</title><style>body{{font:14px sans-serif;margin:2em}}td,th{{padding:2px 8px;text-align:left}}.bar{{background:#4a7;height:10px}}.bad{{background:#c44}}</style><h1>quantir evaluation: {t}</h1><p>{n} samples</p><table><tr><th>output</th><th>SQNR</th><th>max |error|</th><th>top-1 agreement</th><th>float accuracy</th><th>quantized accuracy</th></tr>", t = esc(title), n = self.samples);
-        for o in &self.outputs {
-            h += &format!(
-                "<tr><td>{}</td><td>{}</td><td>{:.4}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&o.name),
-                db(o.sqnr_db),
-                o.max_abs_error,
-                pct(o.top1_agreement),
-                pct(o.float_accuracy),
-                pct(o.quantized_accuracy)
-            );
-        }
-        h += "</table>";
-        if !self.layers.is_empty() {
-            h +=
-                "<h2>Per layer (worst SQNR first)</h2><table><tr><th>SQNR</th><th></th><th>op</th><th>tensor</th></tr>";
-            for l in &self.layers {
-                let v = l.sqnr_db.unwrap_or(60.0).clamp(0.0, 60.0);
-                let cls = if v < 20.0 { "bar bad" } else { "bar" };
-                h += &format!(
-                    "<tr><td>{}</td><td><div class='{cls}' style='width:{}px'></div></td><td>{}</td><td>{}</td></tr>",
-                    db(l.sqnr_db),
-                    (v * 4.0) as u32,
-                    esc(&l.producer),
-                    esc(&l.key)
-                );
-            }
-            h += "</table>";
-        }
-        h
     }
 }

@@ -573,13 +573,14 @@ fn run(cli: Cli) -> Result<()> {
                 limit,
                 labels,
                 per_layer: per_layer || report.is_some(),
+                histograms: report.is_some(),
                 overrides: parse_overrides(&inputs)?,
             };
             let r = quantir::evaluate::evaluate(&float, &quant, &dataset, &opts)?;
             if let Some(path) = &report {
                 quantir::fsutil::write_atomic(
                     path,
-                    r.to_html(&quant_model.display().to_string()).as_bytes(),
+                    quantir::report::html(&r, &quant_model.display().to_string()).as_bytes(),
                     &[&float_model, &quant_model, &data],
                 )?;
             }

@@ -121,6 +121,14 @@ fn digits_cnn_calibrate_quantize_evaluate() {
     assert_eq!(r["top1_float"], o["float_accuracy"]);
     let html = std::fs::read_to_string(p("r.html")).unwrap();
     assert!(html.contains("Per layer") && html.contains("tf.Conv2D"));
+    // the per-layer chart plus one histogram per quantized activation, all inline SVG
+    assert!(html.contains("Quantized activations"));
+    assert!(html.matches("<svg").count() >= 1 + 4, "charts missing");
+    assert!(!html.contains("<script") && !html.contains("src=\"http"));
+    // program order is recorded and at most one layer is the first sharp drop
+    let layers = r["per_layer"].as_array().unwrap();
+    assert!(layers.iter().all(|l| l["order"].is_u64()));
+    assert!(layers.iter().filter(|l| l["sharp_drop"] == true).count() <= 1);
     ok(quantir(&[
         "run",
         &p("q.mlir"),
