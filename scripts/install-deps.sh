@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what quantir needs to build and test on Debian 12; does nothing when all is present.
-#  - Debian's LLVM/MLIR 22 (melior 0.27 links it statically) and mlir-opt-22 for the tests;
+#  - Debian's LLVM/MLIR 22 (melior 0.27 links it statically), mlir-opt-22 for the tests and
+#    GNU time (/usr/bin/time) for the peak-memory test and the comparison scripts;
 #  - a Python venv under .venv/ with numpy, onnx and onnxruntime for the real-runtime tests
 #    and the comparison scripts (Python is never needed to run quantir itself).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(llvm-22-dev libmlir-22-dev libpolly-22-dev libzstd-dev libclang1-22 libclang-common-22-dev
-      zlib1g-dev libz3-dev libxml2-dev mlir-22-tools)
+      zlib1g-dev libz3-dev libxml2-dev mlir-22-tools time)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

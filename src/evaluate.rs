@@ -194,9 +194,9 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
         None => None,
         Some(name) => {
             let t = data
-                .array(name)
-                .ok_or_else(|| EvalError::Mismatch(format!("{}: no labels array '{name}'", data.path.display())))?;
-            Some(crate::interp::kernels::ints_of(t).ok_or_else(|| {
+                .load(name)
+                .ok_or_else(|| EvalError::Mismatch(format!("{}: no labels array '{name}'", data.path.display())))??;
+            Some(crate::interp::kernels::ints_of(&t).ok_or_else(|| {
                 EvalError::Mismatch(format!(
                     "{}: labels '{name}' are {}, expected integers",
                     data.path.display(),

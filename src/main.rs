@@ -499,14 +499,13 @@ fn run(cli: Cli) -> Result<()> {
             let stats = match (&stats_file, &calib.data) {
                 (Some(p), _) => stats_io::load_stats(p)?,
                 (None, Some(d)) => {
-                    // calibrate a copy: calibration prepares its module in place
-                    let copy = ir::load(&ctx, &model)?;
+                    // calibration prepares the module in place, as quantize_module would
                     let cache = if calib.no_cache {
                         None
                     } else {
                         quantize::cache::default_dir()
                     };
-                    run_calibration(&copy, d, &calib.opts, &config, cache.as_deref())
+                    run_calibration(&module, d, &calib.opts, &config, cache.as_deref())
                         .with_context(|| model.display().to_string())?
                 }
                 (None, None) => {
@@ -516,10 +515,9 @@ fn run(cli: Cli) -> Result<()> {
                         )
                         .into());
                     }
-                    let copy = ir::load(&ctx, &model)?;
-                    quantize::prepare(&copy)?;
+                    quantize::prepare(&module)?;
                     quantir::calibration::StatsFile::new(
-                        quantize::model_hash(&copy),
+                        quantize::model_hash(&module),
                         quantir::calibration::Method::MinMax,
                         0,
                         Default::default(),

@@ -41,6 +41,14 @@ pub fn pool(threads: usize) -> Result<rayon::ThreadPool, RunError> {
         })
 }
 
+/// The samples of one chunk; when the data are read from a stream (lazy `.npz` rows), their
+/// inputs are read here, in sample order, so that the decoder never goes back.
+#[allow(clippy::type_complexity)]
+fn chunk_jobs(data: &Binding, indices: &[usize]) -> Vec<(usize, Option<Result<Vec<Tensor>, DataError>>)> {
+    let stream = data.streams();
+    indices.iter().map(|&i| (i, stream.then(|| data.sample(i)))).collect()
+}
+
 /// Runs the samples `indices`, `threads` at a time. For every chunk of samples the
 /// watched values are handed to `observe(sample, key, value)` in sample order, after the chunk
 /// ran, so that observers see the same sequence whatever the thread count. Returns the
@@ -65,11 +73,14 @@ pub fn run_samples(
     while start < n {
         let end = (start + chunk).min(n);
         type Sample = (Vec<Tensor>, Vec<(String, Tensor)>);
+        let jobs = chunk_jobs(data, &indices[start..end]);
         let results: Vec<Result<Sample, RunError>> = pool.install(|| {
-            indices[start..end]
-                .par_iter()
-                .map(|&i| {
-                    let inputs = data.sample(i)?;
+            jobs.into_par_iter()
+                .map(|(i, pre)| {
+                    let inputs = match pre {
+                        Some(r) => r?,
+                        None => data.sample(i)?,
+                    };
                     let mut seen = Vec::new();
                     let out = program
                         .run_observed(&inputs, watch, &mut |k, v| {
@@ -101,6 +112,62 @@ pub fn run_samples(
     }
     pb.finish_and_clear();
     Ok(outputs)
+}
+
+/// Like [`run_samples`] for reductions: each worker folds the watched values of one sample
+/// into a fresh `S` (`init`, `fold`) as they are computed, and `combine` receives the samples'
+/// states in sample order. Memory holds one state per sample in flight instead of every
+/// watched tensor, and the result is independent of the thread count when `combine` is an
+/// exact merge.
+#[allow(clippy::too_many_arguments)]
+pub fn run_samples_fold<S: Send>(
+    program: &Program,
+    data: &Binding,
+    indices: &[usize],
+    threads: usize,
+    watch: &Watch,
+    init: &(dyn Fn() -> S + Sync),
+    fold: &(dyn Fn(&mut S, usize, &str, &Tensor) -> Result<(), String> + Sync),
+    combine: &mut dyn FnMut(usize, S) -> Result<(), String>,
+    what: &str,
+) -> Result<(), RunError> {
+    let n = indices.len();
+    let pool = pool(threads)?;
+    let chunk = pool.current_num_threads().max(1) * 2;
+    let pb = progress(n, what);
+    let mut start = 0;
+    while start < n {
+        let end = (start + chunk).min(n);
+        let jobs = chunk_jobs(data, &indices[start..end]);
+        let results: Vec<Result<S, RunError>> = pool.install(|| {
+            jobs.into_par_iter()
+                .map(|(i, pre)| {
+                    let inputs = match pre {
+                        Some(r) => r?,
+                        None => data.sample(i)?,
+                    };
+                    let mut state = init();
+                    program
+                        .run_observed(&inputs, watch, &mut |k, v| fold(&mut state, i, k, v))
+                        .map_err(|source| RunError::Interp { sample: i, source })?;
+                    Ok(state)
+                })
+                .collect()
+        });
+        for (&i, r) in indices[start..end].iter().zip(results) {
+            combine(i, r?).map_err(|m| RunError::Interp {
+                sample: i,
+                source: InterpError::Observer {
+                    key: String::new(),
+                    message: m,
+                },
+            })?;
+        }
+        pb.inc((end - start) as u64);
+        start = end;
+    }
+    pb.finish_and_clear();
+    Ok(())
 }
 
 /// Stacks per-sample outputs along a new first axis; when the inputs had a batch dim of 1 added,

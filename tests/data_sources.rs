@@ -297,3 +297,68 @@ fn recipe_overrides_storage_per_op_and_excludes_by_key() {
         2
     );
 }
+
+/// Peak resident memory of one `quantir` run in KB, from GNU time.
+fn peak_rss_kb(args: &[&str]) -> u64 {
+    let o = Command::new("/usr/bin/time")
+        .args(["-f", "%M"])
+        .arg(env!("CARGO_BIN_EXE_quantir"))
+        .args(args)
+        .output()
+        .expect("/usr/bin/time (Debian package 'time', installed by scripts/install-deps.sh)");
+    assert!(o.status.success(), "{}", stderr(&o));
+    stderr(&o).trim().lines().last().unwrap().trim().parse().unwrap()
+}
+
+/// One 3×3 convolution on a 64×128 single-channel image: 32 KB per sample, so that 2,000
+/// samples (64 MB) held in memory would dwarf the process.
+const WIDE_CONV: &str = r#"func.func @main(%x: tensor<1x64x128x1xf32>) -> tensor<1x64x128x4xf32> {
+  %w = "tf.Const"() <{value = dense<0.25> : tensor<3x3x1x4xf32>}> : () -> tensor<3x3x1x4xf32>
+  %0 = "tf.Conv2D"(%x, %w) <{data_format = "NHWC", padding = "SAME", strides = [1, 1, 1, 1]}> : (tensor<1x64x128x1xf32>, tensor<3x3x1x4xf32>) -> tensor<1x64x128x4xf32>
+  %1 = "tf.Relu"(%0) : (tensor<1x64x128x4xf32>) -> tensor<1x64x128x4xf32>
+  return %1 : tensor<1x64x128x4xf32>
+}"#;
+
+#[test]
+fn calibration_memory_does_not_grow_with_the_number_of_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("wide.mlir");
+    std::fs::write(&model, WIDE_CONV).unwrap();
+    let data = |n: usize, name: &str| {
+        let a =
+            ndarray::Array4::<f32>::from_shape_fn((n, 64, 128, 1), |(i, y, x, _)| ((i * 7 + y + x) % 16) as f32 / 16.0);
+        let p = dir.path().join(name);
+        let mut w = NpzWriter::new_compressed(std::fs::File::create(&p).unwrap());
+        w.add_array("x", &a).unwrap();
+        w.finish().unwrap();
+        s(&p)
+    };
+    let (small, large) = (data(100, "100.npz"), data(2000, "2000.npz"));
+    let out = s(&dir.path().join("s.json"));
+    for method in ["minmax", "entropy"] {
+        let a = peak_rss_kb(&[
+            "calibrate",
+            &s(&model),
+            "--data",
+            &small,
+            "--method",
+            method,
+            "-o",
+            &out,
+        ]);
+        let b = peak_rss_kb(&[
+            "calibrate",
+            &s(&model),
+            "--data",
+            &large,
+            "--method",
+            method,
+            "-o",
+            &out,
+        ]);
+        assert!(
+            (b as f64) <= 1.10 * a as f64,
+            "{method}: peak RSS {a} KB with 100 samples, {b} KB with 2,000"
+        );
+    }
+}

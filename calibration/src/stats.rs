@@ -149,6 +149,16 @@ impl StatsFile {
         if self.bins != o.bins {
             return Err(differ("bins", self.bins.to_string(), o.bins.to_string()));
         }
+        self.absorb(o)?;
+        self.num_samples += o.num_samples;
+        self.finalize()
+    }
+
+    /// Merges the observers of `o` into these (tensors missing here are copied), without
+    /// choosing ranges: the streaming step of a calibration run that observes samples in
+    /// parallel and absorbs their statistics in sample order. Exact for every mergeable
+    /// method, so the result equals observing the samples one after the other.
+    pub fn absorb(&mut self, o: &StatsFile) -> Result<(), CalibError> {
         for (key, t) in &o.tensors {
             match self.tensors.get_mut(key) {
                 Some(mine) => mine
@@ -160,8 +170,7 @@ impl StatsFile {
                 }
             }
         }
-        self.num_samples += o.num_samples;
-        self.finalize()
+        Ok(())
     }
 
     pub fn to_json(&self) -> Result<String, CalibError> {

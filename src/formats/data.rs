@@ -7,11 +7,14 @@
 //! Shape and dtype mismatches are errors before any work starts.
 
 use super::images::{is_image, ImageFolder, ImageOptions, ImageShape};
+use super::npy_stream::LazyArray;
 use crate::interp::InputSpec;
 use crate::ir::types::Dim;
+use crate::tensor::DType;
 use crate::tensor::Tensor;
 use ndarray::{ArrayD, Axis, IxDyn};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
@@ -77,9 +80,68 @@ pub enum DataError {
 #[derive(Debug, Clone)]
 pub struct Dataset {
     pub path: PathBuf,
-    pub arrays: Vec<(String, Tensor)>,
+    /// Shared with the bindings made from it. `.npy` files and `.npz` entries are read row by
+    /// row when their samples run (a calibration set is often the largest thing in memory).
+    pub arrays: Vec<(String, Arc<Array>)>,
     /// A folder of images (then `arrays` is empty).
     pub images: Option<ImageFolder>,
+}
+
+/// An array of a data set: in memory, or read row by row from its file.
+#[derive(Debug)]
+pub enum Array {
+    Loaded(Tensor),
+    Lazy(LazyArray),
+}
+
+impl Array {
+    pub fn dtype(&self) -> DType {
+        match self {
+            Array::Loaded(t) => t.dtype(),
+            Array::Lazy(l) => l.dtype,
+        }
+    }
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            Array::Loaded(t) => t.shape(),
+            Array::Lazy(l) => &l.shape,
+        }
+    }
+    /// Row `i` (without the first axis).
+    fn row(&self, path: &Path, name: &str, i: usize) -> Result<Tensor, DataError> {
+        match self {
+            Array::Loaded(t) => Ok(crate::map_tensor!(t, a => a.index_axis(Axis(0), i).to_owned())),
+            Array::Lazy(l) => l.row(i).map_err(|reason| DataError::Read {
+                path: path.into(),
+                reason: format!("array '{name}': {reason}"),
+            }),
+        }
+    }
+}
+
+/// Streams every entry of an `.npz` (or an `.npy`) when it can, else reads it whole.
+fn open_arrays(path: &Path, npy: bool) -> Result<Vec<(String, Array)>, DataError> {
+    let err = |reason: String| DataError::Read {
+        path: path.into(),
+        reason,
+    };
+    if npy {
+        let name = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+        return Ok(vec![(
+            name,
+            match LazyArray::open_npy(path).map_err(err)? {
+                Some(l) => Array::Lazy(l),
+                None => Array::Loaded(read_npy(path)?),
+            },
+        )]);
+    }
+    match LazyArray::open_npz(path).map_err(err)? {
+        Some(v) => Ok(v.into_iter().map(|(n, l)| (n, Array::Lazy(l))).collect()),
+        None => Ok(read_npz(path)?
+            .into_iter()
+            .map(|(n, t)| (n, Array::Loaded(t)))
+            .collect()),
+    }
 }
 
 fn read_npz(path: &Path) -> Result<Vec<(String, Tensor)>, DataError> {
@@ -161,27 +223,18 @@ impl Dataset {
                 });
             }
             files.sort();
-            files
-                .iter()
-                .map(|f| {
-                    Ok((
-                        f.file_stem().unwrap_or_default().to_string_lossy().into_owned(),
-                        read_npy(f)?,
-                    ))
-                })
-                .collect::<Result<Vec<_>, DataError>>()?
+            let mut arrays = Vec::new();
+            for f in &files {
+                arrays.extend(open_arrays(f, true)?);
+            }
+            arrays
         } else if !path.exists() {
             return Err(DataError::Read {
                 path: path.into(),
                 reason: "No such file or directory".into(),
             });
-        } else if path.extension().is_some_and(|x| x == "npy") {
-            vec![(
-                path.file_stem().unwrap_or_default().to_string_lossy().into_owned(),
-                read_npy(path)?,
-            )]
         } else {
-            read_npz(path)?
+            open_arrays(path, path.extension().is_some_and(|x| x == "npy"))?
         };
         if arrays.is_empty() {
             return Err(DataError::Empty { path: path.into() });
@@ -196,13 +249,24 @@ impl Dataset {
         }
         Ok(Dataset {
             path: path.into(),
-            arrays,
+            arrays: arrays.into_iter().map(|(n, a)| (n, Arc::new(a))).collect(),
             images: None,
         })
     }
 
-    pub fn array(&self, name: &str) -> Option<&Tensor> {
-        self.arrays.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    pub fn array(&self, name: &str) -> Option<&Array> {
+        self.arrays.iter().find(|(n, _)| n == name).map(|(_, t)| t.as_ref())
+    }
+
+    /// The whole array `name` in memory (labels and other small arrays).
+    pub fn load(&self, name: &str) -> Option<Result<Tensor, DataError>> {
+        Some(match self.array(name)? {
+            Array::Loaded(t) => Ok(t.clone()),
+            Array::Lazy(l) => l.load().map_err(|reason| DataError::Read {
+                path: self.path.clone(),
+                reason: format!("array '{name}': {reason}"),
+            }),
+        })
     }
 }
 
@@ -229,7 +293,7 @@ fn describe(spec: &InputSpec) -> String {
 #[derive(Debug, Clone)]
 pub enum Source {
     /// Rows of an array (first axis = samples).
-    Array(Tensor),
+    Array(Arc<Array>),
     /// One decoded image per sample.
     Images(ImageFolder, ImageShape),
 }
@@ -349,7 +413,13 @@ pub fn bind(data: &Dataset, inputs: &[InputSpec], overrides: &[(String, String)]
             });
         }
         let add_batch = spec.dims.len() == sample.len() + 1;
-        columns.push((chosen, t.clone(), add_batch));
+        let shared = data
+            .arrays
+            .iter()
+            .find(|(n, _)| *n == chosen)
+            .map(|(_, a)| a.clone())
+            .ok_or_else(|| DataError::Empty { path: path.clone() })?;
+        columns.push((chosen, shared, add_batch));
     }
     let samples = columns.first().map(|c| c.1.shape()[0]).unwrap_or(0);
     for w in columns.windows(2) {
@@ -383,6 +453,13 @@ pub fn bind(data: &Dataset, inputs: &[InputSpec], overrides: &[(String, String)]
 }
 
 impl Binding {
+    /// True when some input is read from a stream that is cheapest to read in sample order.
+    pub fn streams(&self) -> bool {
+        self.columns
+            .iter()
+            .any(|c| matches!(&c.source, Source::Array(a) if matches!(a.as_ref(), Array::Lazy(_))))
+    }
+
     /// The inputs of sample `i`; float samples holding NaN or ±Inf are an error naming them.
     pub fn sample(&self, i: usize) -> Result<Vec<Tensor>, DataError> {
         self.columns
@@ -394,10 +471,14 @@ impl Binding {
                      add_batch,
                  }| {
                     let s = match source {
-                        Source::Array(t) => crate::map_tensor!(t, a => {
-                            let v = a.index_axis(Axis(0), i).to_owned();
-                            if *add_batch { v.insert_axis(Axis(0)) } else { v }
-                        }),
+                        Source::Array(t) => {
+                            let row = t.row(&self.path, name, i)?;
+                            if *add_batch {
+                                crate::map_tensor!(&row, a => a.clone().insert_axis(Axis(0)))
+                            } else {
+                                row
+                            }
+                        }
                         Source::Images(folder, shape) => Tensor::F32(folder.load(i, *shape)?),
                     };
                     if let Tensor::F32(a) = &s {

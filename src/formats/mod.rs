@@ -2,3 +2,4 @@
 
 pub mod data;
 pub mod images;
+pub mod npy_stream;

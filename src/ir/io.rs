@@ -146,12 +146,27 @@ pub fn print_module(module: &Module) -> String {
         .unwrap_or_else(|_| module.as_operation().to_string())
 }
 
-/// The module printed in generic form (every op as `"dialect.op"(...)`), as some tools want.
-pub fn print_module_generic(module: &Module) -> Result<String, IrError> {
-    module
-        .as_operation()
-        .to_string_with_flags(OperationPrintingFlags::new().print_generic_operation_form())
-        .map_err(|e| IrError::Invalid(format!("cannot print module: {e}")))
+/// Streams the generic printed form of `module` (no locations) to `sink` in chunks, without
+/// building the text: a hash of a large model then needs no copy of it in memory.
+pub fn print_module_generic_to(module: &Module, sink: &mut dyn FnMut(&[u8])) {
+    unsafe extern "C" fn forward(s: mlir_sys::MlirStringRef, data: *mut std::ffi::c_void) {
+        let sink = unsafe { &mut *(data as *mut &mut dyn FnMut(&[u8])) };
+        if s.length > 0 && !s.data.is_null() {
+            sink(unsafe { std::slice::from_raw_parts(s.data as *const u8, s.length) });
+        }
+    }
+    let mut sink = sink;
+    unsafe {
+        let flags = mlir_sys::mlirOpPrintingFlagsCreate();
+        mlir_sys::mlirOpPrintingFlagsPrintGenericOpForm(flags);
+        mlir_sys::mlirOperationPrintWithFlags(
+            module.as_operation().to_raw(),
+            flags,
+            Some(forward),
+            &mut sink as *mut &mut dyn FnMut(&[u8]) as *mut _,
+        );
+        mlir_sys::mlirOpPrintingFlagsDestroy(flags);
+    }
 }
 
 /// The bytes of `module` in `format`.

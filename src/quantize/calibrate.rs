@@ -6,7 +6,7 @@ use super::{model_hash, plan, prepare, QuantConfig};
 use crate::calibration::{Method, NonFinitePolicy, StatsFile};
 use crate::formats::data::Binding;
 use crate::interp::Program;
-use crate::run::{run_samples, RunError};
+use crate::run::{run_samples, run_samples_fold, RunError};
 use crate::tensor::Tensor;
 use melior::ir::Module;
 use std::collections::BTreeMap;
@@ -173,6 +173,52 @@ fn run_observation(
     stats.method_overrides = obs.methods;
     let indices = sample_indices(data.samples, opts.limit, opts.shard)?;
     let mut first_error = None;
+    let mergeable = |m: &Method| !matches!(m, Method::EmaMinMax { .. });
+    if mergeable(&opts.method) && stats.method_overrides.values().all(mergeable) {
+        // each sample's statistics are gathered where it runs and merged in sample order
+        // (exact), so memory holds small per-sample states, not every watched activation
+        struct Partial {
+            stats: StatsFile,
+            error: Option<crate::calibration::CalibError>,
+        }
+        let empty = stats.clone();
+        run_samples_fold(
+            &program,
+            data,
+            &indices,
+            opts.threads,
+            &watch,
+            &|| Partial {
+                stats: empty.clone(),
+                error: None,
+            },
+            &|p: &mut Partial, sample, key, value: &Tensor| {
+                if let (Tensor::F32(a), None) = (value, &p.error) {
+                    if let Err(e) = p.stats.observe(key, sample, &a.view(), None) {
+                        p.error = Some(e);
+                    }
+                }
+                Ok(())
+            },
+            &mut |_, p: Partial| {
+                if let Some(e) = p.error {
+                    let msg = e.to_string();
+                    first_error.get_or_insert(e);
+                    return Err(msg);
+                }
+                stats.absorb(&p.stats).map_err(|e| e.to_string())
+            },
+            "calibrate",
+        )
+        .map_err(|e| match first_error.take() {
+            Some(c) => CalibrateError::Calib(c),
+            None => CalibrateError::Run(e),
+        })?;
+        stats.num_samples = indices.len() as u64;
+        stats.finalize()?;
+        return Ok(stats);
+    }
+    // order-dependent observers (exponential moving averages) see every value in sample order
     run_samples(
         &program,
         data,

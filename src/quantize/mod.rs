@@ -106,8 +106,11 @@ pub fn prepare(module: &Module) -> Result<Vec<(String, PassReport)>, IrError> {
 /// A stable identity of a prepared module: FNV-1a 64 of its generic printed form (no
 /// locations), as 16 hex digits.
 pub fn model_hash(module: &Module) -> String {
-    let text = crate::ir::io::print_module_generic(module).unwrap_or_default();
-    cache::Fnv::default().bytes(text.as_bytes()).hex()
+    let mut h = cache::Fnv::default();
+    crate::ir::io::print_module_generic_to(module, &mut |chunk| {
+        h.bytes(chunk);
+    });
+    h.hex()
 }
 
 /// What [`quantize_module`] did.

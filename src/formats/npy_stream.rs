@@ -1,0 +1,267 @@
+//! Arrays read row by row from `.npy` files and from the entries of `.npz` archives (stored or
+//! deflated), so that a calibration set never sits in memory whole: only its header is read
+//! when the data set is opened, and each sample's row when that sample runs.
+//!
+//! Rows are read forwards through one decoder; asking for an earlier row reopens the entry.
+//! Samples are requested in ascending order (the runner reads each chunk's rows in order), so
+//! every byte is decoded once.
+
+use crate::tensor::{DType, Tensor};
+use ndarray::{ArrayD, IxDyn};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Where the `.npy` bytes of an array are.
+#[derive(Debug, Clone)]
+struct Location {
+    offset: u64,
+    len: u64,
+    deflated: bool,
+}
+
+struct Cursor {
+    reader: Box<dyn Read + Send>,
+    next_row: usize,
+}
+
+/// One array of an `.npy` file or `.npz` entry, read lazily.
+pub struct LazyArray {
+    pub path: PathBuf,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    at: Location,
+    /// Bytes from the start of the `.npy` data to the first element.
+    header_len: usize,
+    cursor: Mutex<Option<Cursor>>,
+}
+
+impl std::fmt::Debug for LazyArray {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "LazyArray({} {}{:?})", self.path.display(), self.dtype, self.shape)
+    }
+}
+
+/// The element type of a little-endian (or byte-sized) `descr`.
+fn dtype_of(descr: &str) -> Option<(DType, usize)> {
+    Some(match descr {
+        "<f4" => (DType::F32, 4),
+        "<f8" => (DType::F64, 8),
+        "<i8" => (DType::I64, 8),
+        "<i4" => (DType::I32, 4),
+        "<i2" => (DType::I16, 2),
+        "<u2" => (DType::U16, 2),
+        "|u1" => (DType::U8, 1),
+        "|i1" => (DType::I8, 1),
+        "|b1" => (DType::I1, 1),
+        _ => return None,
+    })
+}
+
+/// Parses the `.npy` header at the start of `r`: (dtype, shape, header length in bytes).
+/// `None` for a form this reader does not stream (Fortran order, big-endian, structured).
+fn parse_header(r: &mut dyn Read) -> Result<Option<(DType, Vec<usize>, usize)>, String> {
+    let mut pre = [0u8; 10];
+    r.read_exact(&mut pre)
+        .map_err(|e| format!("truncated .npy header: {e}"))?;
+    if &pre[..6] != b"\x93NUMPY" {
+        return Err("not an .npy array (bad magic)".into());
+    }
+    let (len, fixed) = match pre[6] {
+        1 => (u16::from_le_bytes([pre[8], pre[9]]) as usize, 10),
+        2 | 3 => {
+            let mut more = [0u8; 2];
+            r.read_exact(&mut more).map_err(|e| e.to_string())?;
+            (u32::from_le_bytes([pre[8], pre[9], more[0], more[1]]) as usize, 12)
+        }
+        v => return Err(format!("unsupported .npy version {v}")),
+    };
+    let mut text = vec![0u8; len];
+    r.read_exact(&mut text)
+        .map_err(|e| format!("truncated .npy header: {e}"))?;
+    let text = String::from_utf8_lossy(&text);
+    let field = |key: &str| -> Option<&str> {
+        let at = text.find(&format!("'{key}'"))? + key.len() + 2;
+        Some(text[at..].trim_start().strip_prefix(':')?.trim_start())
+    };
+    let descr = field("descr").and_then(|v| v.strip_prefix('\'')?.split('\'').next());
+    let fortran = field("fortran_order").is_some_and(|v| v.starts_with("True"));
+    let shape = field("shape")
+        .and_then(|v| v.strip_prefix('(')?.split(')').next())
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| s.trim_end_matches('L').parse::<usize>())
+                .collect::<Result<Vec<_>, _>>()
+        });
+    let (Some(descr), Some(Ok(shape))) = (descr, shape) else {
+        return Err(format!("unreadable .npy header: {text}"));
+    };
+    match dtype_of(descr) {
+        Some((dtype, _)) if !fortran => Ok(Some((dtype, shape, fixed + len))),
+        _ => Ok(None),
+    }
+}
+
+impl LazyArray {
+    fn open_at(path: &Path, at: Location) -> Result<Option<LazyArray>, String> {
+        let mut r = Self::raw_reader(path, &at).map_err(|e| e.to_string())?;
+        let Some((dtype, shape, header_len)) = parse_header(&mut r)? else {
+            return Ok(None);
+        };
+        Ok(Some(LazyArray {
+            path: path.into(),
+            dtype,
+            shape,
+            at,
+            header_len,
+            cursor: Mutex::new(None),
+        }))
+    }
+
+    /// An `.npy` file; `None` when its form is not streamed (read it eagerly then).
+    pub fn open_npy(path: &Path) -> Result<Option<LazyArray>, String> {
+        let len = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+        Self::open_at(
+            path,
+            Location {
+                offset: 0,
+                len,
+                deflated: false,
+            },
+        )
+    }
+
+    /// Every entry of an `.npz` archive as (name without `.npy`, array); `None` when one entry
+    /// is not streamed (read the archive eagerly then).
+    pub fn open_npz(path: &Path) -> Result<Option<Vec<(String, LazyArray)>>, String> {
+        let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+        let mut zip = zip::ZipArchive::new(f).map_err(|e| format!("not an .npz file ({e})"))?;
+        let mut out = Vec::new();
+        for i in 0..zip.len() {
+            let (name, at) = {
+                let e = zip.by_index_raw(i).map_err(|e| e.to_string())?;
+                let deflated = match e.compression() {
+                    zip::CompressionMethod::Stored => false,
+                    zip::CompressionMethod::Deflated => true,
+                    _ => return Ok(None),
+                };
+                (
+                    e.name().trim_end_matches(".npy").to_string(),
+                    Location {
+                        offset: e.data_start(),
+                        len: e.compressed_size(),
+                        deflated,
+                    },
+                )
+            };
+            match Self::open_at(path, at)? {
+                Some(a) => out.push((name, a)),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(out))
+    }
+
+    fn raw_reader(path: &Path, at: &Location) -> std::io::Result<Box<dyn Read + Send>> {
+        let mut f = std::fs::File::open(path)?;
+        f.seek(SeekFrom::Start(at.offset))?;
+        let limited = std::io::BufReader::with_capacity(1 << 16, f.take(at.len));
+        Ok(if at.deflated {
+            Box::new(flate2::read::DeflateDecoder::new(limited))
+        } else {
+            Box::new(limited)
+        })
+    }
+
+    fn row_elems(&self) -> usize {
+        self.shape.iter().skip(1).product()
+    }
+
+    fn item_size(&self) -> usize {
+        match self.dtype {
+            DType::F64 | DType::I64 => 8,
+            DType::F32 | DType::I32 => 4,
+            DType::I16 | DType::U16 => 2,
+            _ => 1,
+        }
+    }
+
+    /// Rows `[i, i + n)` as one tensor of shape `[n, ...]`.
+    fn read_rows(&self, i: usize, n: usize) -> Result<Tensor, String> {
+        let rows = self.shape.first().copied().unwrap_or(0);
+        if i + n > rows {
+            return Err(format!("rows {i}..{} of {rows}", i + n));
+        }
+        let row_bytes = self.row_elems() * self.item_size();
+        let mut guard = self
+            .cursor
+            .lock()
+            .map_err(|_| "reader poisoned by a panic".to_string())?;
+        if guard.as_ref().is_none_or(|c| c.next_row > i) {
+            let mut reader = Self::raw_reader(&self.path, &self.at).map_err(|e| e.to_string())?;
+            std::io::copy(&mut (&mut reader).take(self.header_len as u64), &mut std::io::sink())
+                .map_err(|e| e.to_string())?;
+            *guard = Some(Cursor { reader, next_row: 0 });
+        }
+        let c = guard.as_mut().ok_or("no reader")?;
+        let skip = ((i - c.next_row) * row_bytes) as u64;
+        let skipped =
+            std::io::copy(&mut (&mut c.reader).take(skip), &mut std::io::sink()).map_err(|e| e.to_string())?;
+        let mut bytes = vec![0u8; n * row_bytes];
+        if skipped != skip {
+            return Err("the file ends before its declared shape".into());
+        }
+        c.reader
+            .read_exact(&mut bytes)
+            .map_err(|e| format!("the file ends before its declared shape ({e})"))?;
+        c.next_row = i + n;
+        drop(guard);
+        let mut dims = vec![n];
+        dims.extend_from_slice(&self.shape[1..]);
+        let dims = IxDyn(&dims);
+        macro_rules! le {
+            ($t:ty, $v:ident, $k:expr) => {
+                Tensor::$v(
+                    ArrayD::from_shape_vec(
+                        dims,
+                        bytes
+                            .chunks_exact($k)
+                            .map(|b| <$t>::from_le_bytes(b.try_into().unwrap_or([0; $k])))
+                            .collect(),
+                    )
+                    .map_err(|e| e.to_string())?,
+                )
+            };
+        }
+        Ok(match self.dtype {
+            DType::F32 => le!(f32, F32, 4),
+            DType::F64 => le!(f64, F64, 8),
+            DType::I64 => le!(i64, I64, 8),
+            DType::I32 => le!(i32, I32, 4),
+            DType::I16 => le!(i16, I16, 2),
+            DType::U16 => le!(u16, U16, 2),
+            DType::U8 => Tensor::U8(ArrayD::from_shape_vec(dims, bytes).map_err(|e| e.to_string())?),
+            DType::I8 => Tensor::I8(
+                ArrayD::from_shape_vec(dims, bytes.into_iter().map(|b| b as i8).collect())
+                    .map_err(|e| e.to_string())?,
+            ),
+            DType::I1 => Tensor::I1(
+                ArrayD::from_shape_vec(dims, bytes.into_iter().map(|b| b != 0).collect()).map_err(|e| e.to_string())?,
+            ),
+            other => return Err(format!("dtype {other} is not streamed")),
+        })
+    }
+
+    /// Row `i` without its first axis.
+    pub fn row(&self, i: usize) -> Result<Tensor, String> {
+        let t = self.read_rows(i, 1)?;
+        Ok(crate::map_tensor!(&t, a => a.index_axis(ndarray::Axis(0), 0).to_owned()))
+    }
+
+    /// The whole array (labels, small arrays).
+    pub fn load(&self) -> Result<Tensor, String> {
+        self.read_rows(0, self.shape.first().copied().unwrap_or(0))
+    }
+}
