@@ -31,19 +31,19 @@ fn bench(c: &mut Criterion) {
     // MobileNet v2 0.35 shapes: first 3×3 s2 conv, a 1×1 expansion, depthwise 3×3 s1 and s2
     let (xi, fi) = (arr(&[1, 224, 224, 3]), arr(&[3, 3, 3, 16]));
     g.bench_function("conv3x3_s2_224x224x3_to_16", |b| {
-        b.iter(|| conv2d(&xi, &fi, [2, 2], [1, 1], &Padding::Same).unwrap())
+        b.iter(|| conv2d(&xi, &fi, [2, 2], [1, 1], &Padding::Same, None).unwrap())
     });
     let (xe, fe) = (arr(&[1, 56, 56, 8]), arr(&[1, 1, 8, 48]));
     g.bench_function("conv1x1_56x56x8_to_48", |b| {
-        b.iter(|| conv2d(&xe, &fe, [1, 1], [1, 1], &Padding::Same).unwrap())
+        b.iter(|| conv2d(&xe, &fe, [1, 1], [1, 1], &Padding::Same, None).unwrap())
     });
     let (xd, fd) = (arr(&[1, 112, 112, 16]), arr(&[3, 3, 16, 1]));
     g.bench_function("depthwise3x3_s1_112x112x16", |b| {
-        b.iter(|| depthwise_conv2d(&xd, &fd, [1, 1], [1, 1], &Padding::Same).unwrap())
+        b.iter(|| depthwise_conv2d(&xd, &fd, [1, 1], [1, 1], &Padding::Same, None).unwrap())
     });
     let (xd2, fd2) = (arr(&[1, 112, 112, 48]), arr(&[3, 3, 48, 1]));
     g.bench_function("depthwise3x3_s2_112x112x48", |b| {
-        b.iter(|| depthwise_conv2d(&xd2, &fd2, [2, 2], [1, 1], &Padding::Same).unwrap())
+        b.iter(|| depthwise_conv2d(&xd2, &fd2, [2, 2], [1, 1], &Padding::Same, None).unwrap())
     });
     // digits MLP: [1,64]·[64,64]; transformer-sized: 4×16×8 · 4×8×16
     let (a, w) = (arr(&[1, 64]), arr(&[64, 64]));

@@ -10,8 +10,8 @@ mkdir -p "$out"
 echo "== 1. inspect"
 $Q inspect examples/digits_cnn.mlir | head -20
 echo
-echo "== 2. calibrate (histogram + MSE range search) on examples/digits_calib.npz"
-$Q calibrate examples/digits_cnn.mlir --data examples/digits_calib.npz --method mse -o "$out/stats.json"
+echo "== 2. calibrate (min/max, the default) on examples/digits_calib.npz"
+$Q calibrate examples/digits_cnn.mlir --data examples/digits_calib.npz -o "$out/stats.json"
 echo
 echo "== 3. quantize: int8 per-channel weights, int32 biases, int8 activations"
 $Q quantize examples/digits_cnn.mlir --stats "$out/stats.json" -o "$out/digits_cnn.int8.mlir"

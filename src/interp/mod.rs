@@ -543,12 +543,29 @@ impl Program {
                     .map(|&s| self.consts[s].as_ref().or(env[s].as_ref()))
                     .collect::<Option<Vec<_>>>()
                     .ok_or_else(|| self.kernel_error(st, "an operand was not computed".into()))?;
-                let mut res = st.kernel.run(&args).map_err(|m| self.kernel_error(st, m))?;
+                let vec_of = |slot: Option<usize>| {
+                    slot.and_then(|s| self.consts[s].as_ref())
+                        .and_then(Tensor::as_f32)
+                        .and_then(|a| a.as_slice())
+                };
+                let ep = kernels::elementwise::Epilogue {
+                    scale: vec_of(f.scale),
+                    bias: vec_of(f.bias),
+                    act: f.act,
+                };
+                let (mut res, applied) = match st.kernel.run_fused(&args, &ep) {
+                    Some(r) => (r.map_err(|m| self.kernel_error(st, m))?, true),
+                    None => (st.kernel.run(&args).map_err(|m| self.kernel_error(st, m))?, false),
+                };
                 let Some(Tensor::F32(mut y)) = res.pop() else {
                     return Err(self.kernel_error(st, "fused epilogue on a non-f32 value".into()));
                 };
-                let vec_of = |slot: Option<usize>| slot.and_then(|s| self.consts[s].as_ref()).and_then(Tensor::as_f32);
-                kernels::elementwise::epilogue_in_place(&mut y, vec_of(f.scale), vec_of(f.bias), f.act);
+                if !applied {
+                    let c = *y.shape().last().unwrap_or(&0);
+                    if let Some(x) = y.as_slice_mut() {
+                        ep.apply(x, c);
+                    }
+                }
                 let t = Tensor::F32(y);
                 if watch.slots.contains(&f.out) {
                     observe(&self.values[f.out].key, &t).map_err(|message| InterpError::Observer {

@@ -10,6 +10,7 @@ use super::kernels::norm::{batch_norm, softmax};
 use super::kernels::pool::pool2d;
 use super::kernels::reduce::{reduce, reduce_bool, Reduce};
 use super::kernels::{einsum::einsum, f32_arg, int_arg, ints_of, one, FnKernel, Kernel, KernelResult};
+use crate::interp::kernels::elementwise::Epilogue;
 use crate::tensor::{DType, Tensor};
 
 pub type Builder = fn(&OpDesc) -> Result<Box<dyn Kernel>, String>;
@@ -300,26 +301,51 @@ fn padding(d: &OpDesc) -> Result<Padding, String> {
     }
 }
 
-fn conv(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+/// Conv2D and DepthwiseConv2dNative, with their fused-epilogue form.
+struct ConvKernel {
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    padding: Padding,
+    depthwise: bool,
+}
+
+impl ConvKernel {
+    fn go(&self, x: &[&Tensor], ep: Option<&Epilogue>) -> KernelResult<Vec<Tensor>> {
+        let (a, f) = (f32_arg(x, 0)?, f32_arg(x, 1)?);
+        let (s, d, p) = (self.strides, self.dilations, &self.padding);
+        Ok(vec![Tensor::F32(if self.depthwise {
+            depthwise_conv2d(a, f, s, d, p, ep)?
+        } else {
+            conv2d(a, f, s, d, p, ep)?
+        })])
+    }
+}
+
+impl Kernel for ConvKernel {
+    fn run(&self, x: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        self.go(x, None)
+    }
+    fn run_fused(&self, x: &[&Tensor], ep: &Epilogue) -> Option<KernelResult<Vec<Tensor>>> {
+        Some(self.go(x, Some(ep)))
+    }
+}
+
+fn conv_kernel(d: &OpDesc, depthwise: bool) -> Result<Box<dyn Kernel>, String> {
     nhwc(d)?;
-    let (s, dl, p) = (hw(d, "strides")?, hw(d, "dilations")?, padding(d)?);
-    Ok(one(move |x| {
-        Ok(Tensor::F32(conv2d(f32_arg(x, 0)?, f32_arg(x, 1)?, s, dl, &p)?))
+    Ok(Box::new(ConvKernel {
+        strides: hw(d, "strides")?,
+        dilations: hw(d, "dilations")?,
+        padding: padding(d)?,
+        depthwise,
     }))
 }
 
+fn conv(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    conv_kernel(d, false)
+}
+
 fn depthwise(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
-    nhwc(d)?;
-    let (s, dl, p) = (hw(d, "strides")?, hw(d, "dilations")?, padding(d)?);
-    Ok(one(move |x| {
-        Ok(Tensor::F32(depthwise_conv2d(
-            f32_arg(x, 0)?,
-            f32_arg(x, 1)?,
-            s,
-            dl,
-            &p,
-        )?))
-    }))
+    conv_kernel(d, true)
 }
 
 fn mat_mul(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {

@@ -1,6 +1,7 @@
 //! 2-D convolution (NHWC input, HWIO filter) by im2col + GEMM — a 1×1 stride-1 convolution is
 //! a GEMM on the input itself — and depthwise convolution as its own direct kernel.
 
+use super::elementwise::Epilogue;
 use super::matmul::gemm_rm;
 use super::{from_vec, KernelResult};
 use ndarray::ArrayD;
@@ -137,13 +138,22 @@ fn filter_window(
     Ok((g, [kh, kw, c, o]))
 }
 
-/// Conv2D: x [N,H,W,Cin], filter [KH,KW,Cin/groups... = Cin,Cout] (TF HWIO), result [N,OH,OW,Cout].
+/// Output pixels per GEMM call: patches and results of one block stay in L2, and the epilogue
+/// runs on them while they are there.
+fn block_pixels(kdim: usize, co: usize) -> usize {
+    (32 * 1024 / (kdim + co).max(1)).clamp(16, 4096)
+}
+
+/// Conv2D: x [N,H,W,Cin], filter [KH,KW,Cin,Cout] (TF HWIO), result [N,OH,OW,Cout], with an
+/// optional fused epilogue. Im2col + GEMM over blocks of output pixels (a 1×1 stride-1
+/// convolution is a GEMM on the input itself).
 pub fn conv2d(
     x: &ArrayD<f32>,
     f: &ArrayD<f32>,
     strides: [usize; 2],
     dilations: [usize; 2],
     pad: &Padding,
+    ep: Option<&Epilogue>,
 ) -> KernelResult<ArrayD<f32>> {
     let (g, [kh, kw, ci, co]) = filter_window(x, f, "Conv2D filter must be HWIO rank 4", strides, dilations, pad)?;
     let x = x.as_standard_layout();
@@ -153,31 +163,37 @@ pub fn conv2d(
     let kdim = kh * kw * ci;
     let mut out = vec![0f32; g.n * pixels * co];
     let direct = kh == 1 && kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 && g.oh == g.h && g.ow == g.w;
-    let mut patches = if direct { Vec::new() } else { vec![0f32; pixels * kdim] };
+    let block = block_pixels(kdim, co).min(pixels.max(1));
+    let mut patches = if direct { Vec::new() } else { vec![0f32; block * kdim] };
     for b in 0..g.n {
         let img = &xs[b * g.h * g.w * ci..(b + 1) * g.h * g.w * ci];
-        let dst = &mut out[b * pixels * co..(b + 1) * pixels * co];
-        if direct {
-            gemm_rm(pixels, co, kdim, img, fs, dst);
-            continue;
-        }
-        for oy in 0..g.oh {
-            for ox in 0..g.ow {
-                let row = &mut patches[(oy * g.ow + ox) * kdim..(oy * g.ow + ox + 1) * kdim];
-                for ky in 0..kh {
-                    for kx in 0..kw {
-                        let seg = &mut row[(ky * kw + kx) * ci..(ky * kw + kx + 1) * ci];
-                        match (g.ih(oy, ky), g.iw(ox, kx)) {
-                            (Some(iy), Some(ix)) => {
-                                seg.copy_from_slice(&img[(iy * g.w + ix) * ci..(iy * g.w + ix + 1) * ci])
+        let dst_img = &mut out[b * pixels * co..(b + 1) * pixels * co];
+        for p0 in (0..pixels).step_by(block) {
+            let p1 = (p0 + block).min(pixels);
+            let dst = &mut dst_img[p0 * co..p1 * co];
+            if direct {
+                gemm_rm(p1 - p0, co, kdim, &img[p0 * kdim..p1 * kdim], fs, dst);
+            } else {
+                for (p, row) in (p0..p1).zip(patches.chunks_exact_mut(kdim)) {
+                    let (oy, ox) = (p / g.ow, p % g.ow);
+                    for ky in 0..kh {
+                        for kx in 0..kw {
+                            let seg = &mut row[(ky * kw + kx) * ci..(ky * kw + kx + 1) * ci];
+                            match (g.ih(oy, ky), g.iw(ox, kx)) {
+                                (Some(iy), Some(ix)) => {
+                                    seg.copy_from_slice(&img[(iy * g.w + ix) * ci..(iy * g.w + ix + 1) * ci])
+                                }
+                                _ => seg.fill(0.0),
                             }
-                            _ => seg.fill(0.0),
                         }
                     }
                 }
+                gemm_rm(p1 - p0, co, kdim, &patches[..(p1 - p0) * kdim], fs, dst);
+            }
+            if let Some(ep) = ep {
+                ep.apply(dst, co);
             }
         }
-        gemm_rm(pixels, co, kdim, &patches, fs, dst);
     }
     from_vec(&[g.n, g.oh, g.ow, co], out)
 }
@@ -193,15 +209,43 @@ pub fn depthwise_conv2d(
     strides: [usize; 2],
     dilations: [usize; 2],
     pad: &Padding,
+    ep: Option<&Epilogue>,
 ) -> KernelResult<ArrayD<f32>> {
     let (g, [kh, kw, c, m]) = filter_window(x, f, "depthwise filter must be [KH,KW,C,M]", strides, dilations, pad)?;
     let x = x.as_standard_layout();
     let f = f.as_standard_layout();
     let (xs, fs) = (x.as_slice().ok_or("layout")?, f.as_slice().ok_or("layout")?);
     let co = c * m;
+    let mut out = vec![0f32; g.n * g.oh * g.ow * co];
+    // the same loops compiled for AVX2 where the CPU has it (multiplies and adds stay
+    // separate, so results are identical to the portable path)
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn avx2(g: &Window2d, dims: [usize; 4], xs: &[f32], fs: &[f32], out: &mut [f32], ep: Option<&Epilogue>) {
+        depthwise_loops(g, dims, xs, fs, out, ep)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (checked above)
+        unsafe { avx2(&g, [kh, kw, c, m], xs, fs, &mut out, ep) };
+        return from_vec(&[g.n, g.oh, g.ow, co], out);
+    }
+    depthwise_loops(&g, [kh, kw, c, m], xs, fs, &mut out, ep);
+    from_vec(&[g.n, g.oh, g.ow, co], out)
+}
+
+#[inline(always)]
+fn depthwise_loops(
+    g: &Window2d,
+    [kh, kw, c, m]: [usize; 4],
+    xs: &[f32],
+    fs: &[f32],
+    out: &mut [f32],
+    ep: Option<&Epilogue>,
+) {
+    let co = c * m;
     // output channel o = ch·M + j reads input channel ch: expand the input row view per tap
     // through a weight vector laid out [KH, KW, C·M] (the filter's own layout)
-    let mut out = vec![0f32; g.n * g.oh * g.ow * co];
     for b in 0..g.n {
         let img = &xs[b * g.h * g.w * c..(b + 1) * g.h * g.w * c];
         for oy in 0..g.oh {
@@ -247,9 +291,12 @@ pub fn depthwise_conv2d(
                     }
                 }
             }
+            // the row is complete and still in cache
+            if let Some(ep) = ep {
+                ep.apply(row, co);
+            }
         }
     }
-    from_vec(&[g.n, g.oh, g.ow, co], out)
 }
 
 #[cfg(test)]
@@ -335,7 +382,7 @@ mod tests {
             });
             let g = Window2d::new(x.shape(), 3, 2, s, d, &pad).unwrap();
             assert!(
-                close(&conv2d(&x, &f, s, d, &pad).unwrap(), &conv_ref(&x, &f, &g, false)),
+                close(&conv2d(&x, &f, s, d, &pad, None).unwrap(), &conv_ref(&x, &f, &g, false)),
                 "conv {pad:?} {s:?} {d:?}"
             );
             let fd = ArrayD::from_shape_fn(IxDyn(&[3, 2, 3, 2]), |i| {
@@ -343,7 +390,7 @@ mod tests {
             });
             assert!(
                 close(
-                    &depthwise_conv2d(&x, &fd, s, d, &pad).unwrap(),
+                    &depthwise_conv2d(&x, &fd, s, d, &pad, None).unwrap(),
                     &conv_ref(&x, &fd, &g, true)
                 ),
                 "depthwise {pad:?}"
@@ -353,7 +400,7 @@ mod tests {
         let f = ArrayD::from_shape_fn(IxDyn(&[1, 1, 3, 5]), |i| (i[2] * 5 + i[3]) as f32 * 0.1);
         let g = Window2d::new(x.shape(), 1, 1, [1, 1], [1, 1], &Padding::Same).unwrap();
         assert!(close(
-            &conv2d(&x, &f, [1, 1], [1, 1], &Padding::Same).unwrap(),
+            &conv2d(&x, &f, [1, 1], [1, 1], &Padding::Same, None).unwrap(),
             &conv_ref(&x, &f, &g, false)
         ));
     }

@@ -21,6 +21,13 @@ pub type KernelResult<T> = Result<T, String>;
 pub trait Kernel: Send + Sync {
     fn run(&self, inputs: &[&Tensor]) -> KernelResult<Vec<Tensor>>;
 
+    /// Runs with a per-channel scale, bias and activation applied to the result inside the
+    /// kernel, block by block while the data is in cache; `None` when the kernel has no fused
+    /// form (the caller then applies the epilogue in a separate pass).
+    fn run_fused(&self, _inputs: &[&Tensor], _ep: &elementwise::Epilogue) -> Option<KernelResult<Vec<Tensor>>> {
+        None
+    }
+
     /// Runs with ownership of operand 0, which no later op reads, so that elementwise kernels
     /// can write their result into its buffer instead of allocating one.
     fn run_owned(&self, first: Tensor, rest: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
