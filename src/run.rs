@@ -64,54 +64,40 @@ pub fn run_samples(
     observe: &mut dyn FnMut(usize, &str, &Tensor) -> Result<(), String>,
     what: &str,
 ) -> Result<Vec<Vec<Tensor>>, RunError> {
-    let n = indices.len();
-    let pool = pool(threads)?;
-    let chunk = pool.current_num_threads().max(1) * 2;
-    let pb = progress(n, what);
     let mut outputs = Vec::new();
-    let mut start = 0;
-    while start < n {
-        let end = (start + chunk).min(n);
-        type Sample = (Vec<Tensor>, Vec<(String, Tensor)>);
-        let jobs = chunk_jobs(data, &indices[start..end]);
-        let results: Vec<Result<Sample, RunError>> = pool.install(|| {
-            jobs.into_par_iter()
-                .map(|(i, pre)| {
-                    let inputs = match pre {
-                        Some(r) => r?,
-                        None => data.sample(i)?,
-                    };
-                    let mut seen = Vec::new();
-                    let out = program
-                        .run_observed(&inputs, watch, &mut |k, v| {
-                            seen.push((k.to_string(), v.clone()));
-                            Ok(())
-                        })
-                        .map_err(|source| RunError::Interp { sample: i, source })?;
-                    Ok((out, seen))
-                })
-                .collect()
-        });
-        for (&i, r) in indices[start..end].iter().zip(results) {
-            let (out, seen) = r?;
+    run_chunks(
+        program,
+        data,
+        indices,
+        threads,
+        watch,
+        &Vec::new,
+        &|seen: &mut Vec<(String, Tensor)>, _, k, v| {
+            seen.push((k.to_string(), v.clone()));
+            Ok(())
+        },
+        &mut |i, out, seen| {
             for (k, v) in &seen {
-                observe(i, k, v).map_err(|m| RunError::Interp {
-                    sample: i,
-                    source: InterpError::Observer {
-                        key: k.clone(),
-                        message: m,
-                    },
-                })?;
+                observe(i, k, v).map_err(|m| observer_error(i, k, m))?;
             }
             if keep_outputs {
                 outputs.push(out);
             }
-        }
-        pb.inc((end - start) as u64);
-        start = end;
-    }
-    pb.finish_and_clear();
+            Ok(())
+        },
+        what,
+    )?;
     Ok(outputs)
+}
+
+fn observer_error(sample: usize, key: &str, message: String) -> RunError {
+    RunError::Interp {
+        sample,
+        source: InterpError::Observer {
+            key: key.to_string(),
+            message,
+        },
+    }
 }
 
 /// Like [`run_samples`] for reductions: each worker folds the watched values of one sample
@@ -131,6 +117,33 @@ pub fn run_samples_fold<S: Send>(
     combine: &mut dyn FnMut(usize, S) -> Result<(), String>,
     what: &str,
 ) -> Result<(), RunError> {
+    run_chunks(
+        program,
+        data,
+        indices,
+        threads,
+        watch,
+        init,
+        fold,
+        &mut |i, _, state| combine(i, state).map_err(|m| observer_error(i, "", m)),
+        what,
+    )
+}
+
+/// The loop under both: chunks of 2 × threads samples run in parallel, each folding its watched
+/// values into its own state; `combine` then sees (sample, outputs, state) in sample order.
+#[allow(clippy::too_many_arguments)]
+fn run_chunks<S: Send>(
+    program: &Program,
+    data: &Binding,
+    indices: &[usize],
+    threads: usize,
+    watch: &Watch,
+    init: &(dyn Fn() -> S + Sync),
+    fold: &(dyn Fn(&mut S, usize, &str, &Tensor) -> Result<(), String> + Sync),
+    combine: &mut dyn FnMut(usize, Vec<Tensor>, S) -> Result<(), RunError>,
+    what: &str,
+) -> Result<(), RunError> {
     let n = indices.len();
     let pool = pool(threads)?;
     let chunk = pool.current_num_threads().max(1) * 2;
@@ -139,7 +152,7 @@ pub fn run_samples_fold<S: Send>(
     while start < n {
         let end = (start + chunk).min(n);
         let jobs = chunk_jobs(data, &indices[start..end]);
-        let results: Vec<Result<S, RunError>> = pool.install(|| {
+        let results: Vec<Result<(Vec<Tensor>, S), RunError>> = pool.install(|| {
             jobs.into_par_iter()
                 .map(|(i, pre)| {
                     let inputs = match pre {
@@ -147,21 +160,16 @@ pub fn run_samples_fold<S: Send>(
                         None => data.sample(i)?,
                     };
                     let mut state = init();
-                    program
+                    let out = program
                         .run_observed(&inputs, watch, &mut |k, v| fold(&mut state, i, k, v))
                         .map_err(|source| RunError::Interp { sample: i, source })?;
-                    Ok(state)
+                    Ok((out, state))
                 })
                 .collect()
         });
         for (&i, r) in indices[start..end].iter().zip(results) {
-            combine(i, r?).map_err(|m| RunError::Interp {
-                sample: i,
-                source: InterpError::Observer {
-                    key: String::new(),
-                    message: m,
-                },
-            })?;
+            let (out, state) = r?;
+            combine(i, out, state)?;
         }
         pb.inc((end - start) as u64);
         start = end;

@@ -174,7 +174,7 @@ fn run_observation(
     let indices = sample_indices(data.samples, opts.limit, opts.shard)?;
     let mut first_error = None;
     let mergeable = |m: &Method| !matches!(m, Method::EmaMinMax { .. });
-    if mergeable(&opts.method) && stats.method_overrides.values().all(mergeable) {
+    let ran = if mergeable(&opts.method) && stats.method_overrides.values().all(mergeable) {
         // each sample's statistics are gathered where it runs and merged in sample order
         // (exact), so memory holds small per-sample states, not every watched activation
         struct Partial {
@@ -210,34 +210,29 @@ fn run_observation(
             },
             "calibrate",
         )
-        .map_err(|e| match first_error.take() {
-            Some(c) => CalibrateError::Calib(c),
-            None => CalibrateError::Run(e),
-        })?;
-        stats.num_samples = indices.len() as u64;
-        stats.finalize()?;
-        return Ok(stats);
-    }
-    // order-dependent observers (exponential moving averages) see every value in sample order
-    run_samples(
-        &program,
-        data,
-        &indices,
-        opts.threads,
-        &watch,
-        false,
-        &mut |sample, key, value: &Tensor| {
-            let Tensor::F32(a) = value else { return Ok(()) };
-            if let Err(e) = stats.observe(key, sample, &a.view(), None) {
-                let msg = e.to_string();
-                first_error.get_or_insert(e);
-                return Err(msg);
-            }
-            Ok(())
-        },
-        "calibrate",
-    )
-    .map_err(|e| match first_error.take() {
+    } else {
+        // order-dependent observers (exponential moving averages) see every value in order
+        run_samples(
+            &program,
+            data,
+            &indices,
+            opts.threads,
+            &watch,
+            false,
+            &mut |sample, key, value: &Tensor| {
+                let Tensor::F32(a) = value else { return Ok(()) };
+                if let Err(e) = stats.observe(key, sample, &a.view(), None) {
+                    let msg = e.to_string();
+                    first_error.get_or_insert(e);
+                    return Err(msg);
+                }
+                Ok(())
+            },
+            "calibrate",
+        )
+        .map(|_| ())
+    };
+    ran.map_err(|e| match first_error.take() {
         Some(c) => CalibrateError::Calib(c),
         None => CalibrateError::Run(e),
     })?;
