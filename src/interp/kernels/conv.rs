@@ -1,8 +1,8 @@
 //! 2-D convolution (NHWC input, HWIO filter) by im2col + GEMM — a 1×1 stride-1 convolution is
 //! a GEMM on the input itself — and depthwise convolution as its own direct kernel.
 
-use super::elementwise::Epilogue;
-use super::matmul::gemm_rm;
+use super::elementwise::{Epilogue, TiledEpilogue};
+use super::matmul::gemm_strided_into;
 use super::{from_vec, KernelResult};
 use ndarray::ArrayD;
 
@@ -161,18 +161,22 @@ pub fn conv2d(
     let (xs, fs) = (x.as_slice().ok_or("layout")?, f.as_slice().ok_or("layout")?);
     let pixels = g.oh * g.ow;
     let kdim = kh * kw * ci;
-    let mut out = vec![0f32; g.n * pixels * co];
+    let total = g.n * pixels * co;
+    // every output value is written by a GEMM before anything reads it: no zero-fill
+    let mut out: Vec<f32> = Vec::with_capacity(total);
+    let base = out.as_mut_ptr();
     let direct = kh == 1 && kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 && g.oh == g.h && g.ow == g.w;
     let block = block_pixels(kdim, co).min(pixels.max(1));
     let mut patches = if direct { Vec::new() } else { vec![0f32; block * kdim] };
+    let ep = ep.and_then(|e| e.tiled(co));
     for b in 0..g.n {
         let img = &xs[b * g.h * g.w * ci..(b + 1) * g.h * g.w * ci];
-        let dst_img = &mut out[b * pixels * co..(b + 1) * pixels * co];
         for p0 in (0..pixels).step_by(block) {
             let p1 = (p0 + block).min(pixels);
-            let dst = &mut dst_img[p0 * co..p1 * co];
-            if direct {
-                gemm_rm(p1 - p0, co, kdim, &img[p0 * kdim..p1 * kdim], fs, dst);
+            let at = (b * pixels + p0) * co;
+            let len = (p1 - p0) * co;
+            let a = if direct {
+                &img[p0 * kdim..p1 * kdim]
             } else {
                 for (p, row) in (p0..p1).zip(patches.chunks_exact_mut(kdim)) {
                     let (oy, ox) = (p / g.ow, p % g.ow);
@@ -188,13 +192,21 @@ pub fn conv2d(
                         }
                     }
                 }
-                gemm_rm(p1 - p0, co, kdim, &patches[..(p1 - p0) * kdim], fs, dst);
-            }
-            if let Some(ep) = ep {
-                ep.apply(dst, co);
+                &patches[..(p1 - p0) * kdim]
+            };
+            // SAFETY: [at, at + len) lies inside the capacity of `out` (at + len ≤ total) and
+            // is written whole by the GEMM before the slice over it is made
+            let dst = unsafe {
+                gemm_strided_into(p1 - p0, co, kdim, a, kdim as isize, 1, fs, co as isize, 1, base.add(at));
+                std::slice::from_raw_parts_mut(base.add(at), len)
+            };
+            if let Some(ep) = &ep {
+                ep.apply(dst);
             }
         }
     }
+    // SAFETY: the blocks cover every pixel of every image, so all `total` values are written
+    unsafe { out.set_len(total) };
     from_vec(&[g.n, g.oh, g.ow, co], out)
 }
 
@@ -216,32 +228,48 @@ pub fn depthwise_conv2d(
     let f = f.as_standard_layout();
     let (xs, fs) = (x.as_slice().ok_or("layout")?, f.as_slice().ok_or("layout")?);
     let co = c * m;
-    let mut out = vec![0f32; g.n * g.oh * g.ow * co];
+    let total = g.n * g.oh * g.ow * co;
+    // each output row is zeroed just before its taps accumulate into it (while it is in
+    // cache), not the whole buffer up front
+    let mut out: Vec<f32> = Vec::with_capacity(total);
+    let ep = ep.and_then(|e| e.tiled(co));
+    let ep = ep.as_ref();
     // the same loops compiled for AVX2 where the CPU has it (multiplies and adds stay
     // separate, so results are identical to the portable path)
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn avx2(g: &Window2d, dims: [usize; 4], xs: &[f32], fs: &[f32], out: &mut [f32], ep: Option<&Epilogue>) {
-        depthwise_loops(g, dims, xs, fs, out, ep)
+    unsafe fn avx2(g: &Window2d, dims: [usize; 4], xs: &[f32], fs: &[f32], out: *mut f32, ep: Option<&TiledEpilogue>) {
+        // SAFETY: forwarded from the caller
+        unsafe { depthwise_loops(g, dims, xs, fs, out, ep) }
     }
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU supports AVX2 (checked above)
-        unsafe { avx2(&g, [kh, kw, c, m], xs, fs, &mut out, ep) };
+        // and `out` has capacity for every output row, each written whole
+        unsafe {
+            avx2(&g, [kh, kw, c, m], xs, fs, out.as_mut_ptr(), ep);
+            out.set_len(total);
+        }
         return from_vec(&[g.n, g.oh, g.ow, co], out);
     }
-    depthwise_loops(&g, [kh, kw, c, m], xs, fs, &mut out, ep);
+    // SAFETY: `out` has capacity for every output row, and each is written whole
+    unsafe {
+        depthwise_loops(&g, [kh, kw, c, m], xs, fs, out.as_mut_ptr(), ep);
+        out.set_len(total);
+    }
     from_vec(&[g.n, g.oh, g.ow, co], out)
 }
 
+/// # Safety
+/// `out` must be valid for writes of N·OH·OW·C·M values; every row is zeroed, then written.
 #[inline(always)]
-fn depthwise_loops(
+unsafe fn depthwise_loops(
     g: &Window2d,
     [kh, kw, c, m]: [usize; 4],
     xs: &[f32],
     fs: &[f32],
-    out: &mut [f32],
-    ep: Option<&Epilogue>,
+    out: *mut f32,
+    ep: Option<&TiledEpilogue>,
 ) {
     let co = c * m;
     // output channel o = ch·M + j reads input channel ch: expand the input row view per tap
@@ -249,7 +277,14 @@ fn depthwise_loops(
     for b in 0..g.n {
         let img = &xs[b * g.h * g.w * c..(b + 1) * g.h * g.w * c];
         for oy in 0..g.oh {
-            let row = &mut out[((b * g.oh + oy) * g.ow) * co..((b * g.oh + oy + 1) * g.ow) * co];
+            let len = g.ow * co;
+            // SAFETY: row (b, oy) lies inside the N·OH·OW·C·M values the caller provides; it is
+            // zeroed before the slice over it is made
+            let row = unsafe {
+                let at = out.add((b * g.oh + oy) * len);
+                std::ptr::write_bytes(at, 0, len);
+                std::slice::from_raw_parts_mut(at, len)
+            };
             for ky in 0..kh {
                 let Some(iy) = g.ih(oy, ky) else { continue };
                 let src_row = &img[iy * g.w * c..(iy + 1) * g.w * c];
@@ -293,7 +328,7 @@ fn depthwise_loops(
             }
             // the row is complete and still in cache
             if let Some(ep) = ep {
-                ep.apply(row, co);
+                ep.apply(row);
             }
         }
     }

@@ -512,12 +512,19 @@ impl Epilogue<'_> {
     /// Applies the epilogue to whole rows of `c` channels (`x.len()` a multiple of `c`, and
     /// `scale`/`bias` of length `c`; anything else is left untouched).
     pub fn apply(&self, x: &mut [f32], c: usize) {
-        if c == 0 || x.len() % c != 0 || [self.scale, self.bias].iter().flatten().any(|v| v.len() != c) {
-            return;
+        if let Some(t) = self.tiled(c) {
+            t.apply(x);
+        }
+    }
+
+    /// The epilogue prepared for rows of `c` channels, once per kernel call; `None` when
+    /// `scale` or `bias` does not have `c` values.
+    pub fn tiled(&self, c: usize) -> Option<TiledEpilogue> {
+        if c == 0 || [self.scale, self.bias].iter().flatten().any(|v| v.len() != c) {
+            return None;
         }
         // Channels are often few (8–48): repeat scale and bias to a tile of ≥ 64 values so the
-        // inner loops are long enough to vectorise; whole rows that do not fill a tile go one
-        // by one.
+        // inner loops are long enough to vectorise
         let reps = 64usize.div_ceil(c).max(1);
         let tile = |v: Option<&[f32]>, neutral: f32| -> Vec<f32> {
             match v {
@@ -525,8 +532,36 @@ impl Epilogue<'_> {
                 None => vec![neutral; c * reps],
             }
         };
-        let (k, b) = (tile(self.scale, 1.0), tile(self.bias, 0.0));
-        let (has_k, has_b) = (self.scale.is_some(), self.bias.is_some());
+        Some(TiledEpilogue {
+            k: tile(self.scale, 1.0),
+            b: tile(self.bias, 0.0),
+            has_k: self.scale.is_some(),
+            has_b: self.bias.is_some(),
+            act: self.act,
+            c,
+        })
+    }
+}
+
+/// An [`Epilogue`] with scale and bias repeated to tiles of whole rows.
+#[derive(Debug, Clone)]
+pub struct TiledEpilogue {
+    k: Vec<f32>,
+    b: Vec<f32>,
+    has_k: bool,
+    has_b: bool,
+    act: Option<UnOp>,
+    c: usize,
+}
+
+impl TiledEpilogue {
+    /// Applies it to whole rows (`x.len()` a multiple of the channel count; else untouched);
+    /// rows that do not fill a tile go one by one.
+    pub fn apply(&self, x: &mut [f32]) {
+        if x.len() % self.c != 0 {
+            return;
+        }
+        let (k, b, has_k, has_b) = (&self.k, &self.b, self.has_k, self.has_b);
         #[inline(always)]
         fn run(x: &mut [f32], k: &[f32], b: &[f32], has_k: bool, has_b: bool, f: impl Fn(f32) -> f32 + Copy) {
             let t = k.len();
@@ -573,10 +608,10 @@ impl Epilogue<'_> {
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2 (checked above)
-            unsafe { dispatch_avx2(x, &k, &b, has_k, has_b, self.act) };
+            unsafe { dispatch_avx2(x, k, b, has_k, has_b, self.act) };
             return;
         }
-        dispatch(x, &k, &b, has_k, has_b, self.act)
+        dispatch(x, k, b, has_k, has_b, self.act)
     }
 }
 

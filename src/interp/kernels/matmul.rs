@@ -20,21 +20,46 @@ pub fn gemm_strided(
     b_cs: isize,
     c: &mut [f32],
 ) {
+    assert!(c.len() >= m * n, "gemm output too small");
+    // SAFETY: c holds m·n writable values (checked above)
+    unsafe { gemm_strided_into(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c.as_mut_ptr()) }
+}
+
+/// [`gemm_strided`] into raw memory that is only written, never read: the m·n results may go
+/// to a buffer that was never initialised (no zero-fill before a GEMM that overwrites it all).
+///
+/// # Safety
+/// `c` must be valid for writes of m·n consecutive f32 values and must not alias `a` or `b`;
+/// the strides must keep every index inside `a` and `b`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_strided_into(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    a_rs: isize,
+    a_cs: isize,
+    b: &[f32],
+    b_rs: isize,
+    b_cs: isize,
+    c: *mut f32,
+) {
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
-        c[..m * n].fill(0.0);
+        // SAFETY: the caller guarantees m·n writable values at c
+        unsafe { std::ptr::write_bytes(c, 0, m * n) };
         return;
     }
-    // SAFETY: every index the strides reach lies inside a, b and c (callers pass strides that
-    // describe these slices), and c does not alias a or b.
+    // SAFETY: the caller guarantees the output and strides; with read_dst = false gemm only
+    // writes c
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            c.as_mut_ptr(),
+            c,
             1,
             n as isize,
             false,
