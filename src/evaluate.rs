@@ -135,6 +135,23 @@ pub struct EvalReport {
     pub histograms: Vec<ActivationHistogram>,
 }
 
+/// Sorts `layers` into program order and marks the first whose SQNR lies more than
+/// [`SHARP_DROP_DB`] below the previous layer with a finite SQNR (exact layers are skipped);
+/// returns its key.
+pub fn mark_first_sharp_drop(layers: &mut [LayerReport]) -> Option<String> {
+    layers.sort_by_key(|l| l.order);
+    let mut prev: Option<f64> = None;
+    for l in layers.iter_mut() {
+        let Some(v) = l.sqnr_db else { continue };
+        if prev.is_some_and(|p| v < p - SHARP_DROP_DB) {
+            l.sharp_drop = true;
+            return Some(l.key.clone());
+        }
+        prev = Some(v);
+    }
+    None
+}
+
 /// The activations a quantized module quantizes: (float tensor key, representable range).
 fn quantized_ranges(quant: &Module) -> Result<Vec<(String, (f64, f64))>, EvalError> {
     use crate::ir::graph::{body_ops, find_function, op_name};
@@ -338,19 +355,7 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
             key,
         })
         .collect();
-    // the first sharp drop, in program order
-    layers.sort_by_key(|l| l.order);
-    let mut prev: Option<f64> = None;
-    let mut first_sharp_drop = None;
-    for l in layers.iter_mut() {
-        let Some(v) = l.sqnr_db else { continue };
-        if prev.is_some_and(|p| v < p - SHARP_DROP_DB) {
-            l.sharp_drop = true;
-            first_sharp_drop = Some(l.key.clone());
-            break;
-        }
-        prev = Some(v);
-    }
+    let first_sharp_drop = mark_first_sharp_drop(&mut layers);
     let histograms = ranges
         .iter()
         .filter_map(|(k, range)| {
@@ -426,5 +431,52 @@ impl std::fmt::Display for EvalReport {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layer(key: &str, order: usize, sqnr_db: Option<f64>) -> LayerReport {
+        LayerReport {
+            key: key.into(),
+            producer: "op".into(),
+            sqnr_db,
+            max_abs_error: 0.0,
+            order,
+            sharp_drop: false,
+        }
+    }
+
+    #[test]
+    fn first_sharp_drop_is_in_program_order_and_skips_exact_layers() {
+        // given worst first, as the report lists them
+        let mut v = vec![
+            layer("d", 3, Some(20.0)),
+            layer("f", 5, Some(10.0)),
+            layer("c", 2, Some(40.0)),
+            layer("a", 0, None),
+            layer("b", 1, Some(45.0)),
+            layer("e", 4, None),
+        ];
+        // b 45 → c 40 is a drop of 5 dB (< 6.02); c 40 → d 20 is the first sharp one; f is later
+        assert_eq!(mark_first_sharp_drop(&mut v).as_deref(), Some("d"));
+        let marked: Vec<&str> = v.iter().filter(|l| l.sharp_drop).map(|l| l.key.as_str()).collect();
+        assert_eq!(marked, ["d"]);
+        assert_eq!(v.iter().map(|l| l.order).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5]);
+        // exactly 6.02 dB below is not sharp; an exact layer between does not reset the reference
+        let mut w = vec![
+            layer("x", 0, Some(30.0)),
+            layer("y", 1, None),
+            layer("z", 2, Some(30.0 - SHARP_DROP_DB)),
+        ];
+        assert_eq!(mark_first_sharp_drop(&mut w), None);
+        let mut u = vec![
+            layer("x", 0, Some(30.0)),
+            layer("y", 1, None),
+            layer("z", 2, Some(23.0)),
+        ];
+        assert_eq!(mark_first_sharp_drop(&mut u).as_deref(), Some("z"));
     }
 }
