@@ -46,6 +46,24 @@ pub fn default_dir() -> Option<PathBuf> {
         .or_else(|| var("HOME").map(|p| p.join(".cache").join("quantir")))
 }
 
+/// Feeds a file's bytes to `h` in 64 KB pieces: a calibration set is never held in memory
+/// whole, not even to compute its cache key.
+fn hash_file(h: &mut Fnv, path: &Path) -> std::io::Result<()> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => {
+                h.bytes(&buf[..n]);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Hashes the bytes a binding reads: each array's name, dtype, shape and the data file's (or
 /// folder's files') contents, plus image decoding options.
 pub fn hash_data(h: &mut Fnv, binding: &Binding) -> std::io::Result<()> {
@@ -57,10 +75,10 @@ pub fn hash_data(h: &mut Fnv, binding: &Binding) -> std::io::Result<()> {
         files.sort();
         for f in files.iter().filter(|f| f.is_file()) {
             h.field(&f.file_name().unwrap_or_default().to_string_lossy());
-            h.bytes(&std::fs::read(f)?);
+            hash_file(h, f)?;
         }
     } else {
-        h.bytes(&std::fs::read(path)?);
+        hash_file(h, path)?;
     }
     for c in &binding.columns {
         h.field(&c.name).field(if c.add_batch { "batch" } else { "" });
