@@ -70,6 +70,17 @@ fn split_names(s: Option<String>) -> Vec<String> {
 
 /// `tf.entry_function`'s `inputs` / `outputs` names of a function.
 pub fn entry_function_names(func: OperationRef) -> (Vec<String>, Vec<String>) {
+    // ONNX import: the graph's input and output names
+    let names = |k: &str| -> Option<Vec<String>> {
+        let a = func.attribute(k).ok()?;
+        match crate::ir::attrs::attr_value(a) {
+            crate::ir::attrs::AttrValue::Array(v) => v.iter().map(|x| x.as_str().map(str::to_string)).collect(),
+            _ => None,
+        }
+    };
+    if let (Some(i), Some(o)) = (names("onnx.input_names"), names("onnx.output_names")) {
+        return (i, o);
+    }
     let Ok(dict) = func.attribute("tf.entry_function") else {
         return (vec![], vec![]);
     };

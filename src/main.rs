@@ -390,7 +390,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Inspect { model, json } => {
             let ctx = ir::new_context();
-            let module = ir::load(&ctx, &model)?;
+            let module = quantir::formats::model::load(&ctx, &model)?;
             let report = inspect::inspect(&module).with_context(|| model.display().to_string())?;
             if json {
                 out(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
@@ -411,10 +411,10 @@ fn run(cli: Cli) -> Result<()> {
                 .into());
             }
             let ctx = ir::new_context();
-            let module = ir::load(&ctx, &model)?;
+            let module = quantir::formats::model::load(&ctx, &model)?;
             let reports = passes::run_pipeline(&module, &names, &passes::PassOptions::default())
                 .with_context(|| model.display().to_string())?;
-            ir::save(&module, &output, &[&model])?;
+            quantir::formats::model::save(&module, &output, &[&model])?;
             for (name, r) in reports {
                 let changes: Vec<String> = r.changes.iter().map(|(k, v)| format!("{v} {k}")).collect();
                 eprintln!(
@@ -442,7 +442,7 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let overrides = parse_overrides(&inputs)?;
             let ctx = ir::new_context();
-            let module = ir::load(&ctx, &model)?;
+            let module = quantir::formats::model::load(&ctx, &model)?;
             let program =
                 interp::Program::compile(&module, function.as_deref()).with_context(|| model.display().to_string())?;
             let dataset = images.open(&data, limit)?;
@@ -474,7 +474,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Calibrate { model, calib, output } => {
             let ctx = ir::new_context();
-            let module = ir::load(&ctx, &model)?;
+            let module = quantir::formats::model::load(&ctx, &model)?;
             let stats = run_calibration(
                 &module,
                 &calib.data,
@@ -495,7 +495,7 @@ fn run(cli: Cli) -> Result<()> {
             let config = recipe.config()?;
             let t0 = std::time::Instant::now();
             let ctx = ir::new_context();
-            let module = ir::load(&ctx, &model)?;
+            let module = quantir::formats::model::load(&ctx, &model)?;
             let stats = match (&stats_file, &calib.data) {
                 (Some(p), _) => stats_io::load_stats(p)?,
                 (None, Some(d)) => {
@@ -532,7 +532,7 @@ fn run(cli: Cli) -> Result<()> {
                 inputs.push(s);
             }
             let t_save = std::time::Instant::now();
-            ir::save(&module, &output, &inputs)?;
+            quantir::formats::model::save(&module, &output, &inputs)?;
             report
                 .stages
                 .insert(0, ("load + calibrate".into(), t_calib.as_secs_f64()));
@@ -563,8 +563,8 @@ fn run(cli: Cli) -> Result<()> {
             images,
         } => {
             let ctx = ir::new_context();
-            let float = ir::load(&ctx, &float_model)?;
-            let quant = ir::load(&ctx, &quant_model)?;
+            let float = quantir::formats::model::load(&ctx, &float_model)?;
+            let quant = quantir::formats::model::load(&ctx, &quant_model)?;
             let dataset = images.open(&data, limit)?;
             let opts = quantir::evaluate::EvalOptions {
                 threads,

@@ -3,6 +3,7 @@
 //! keep their input's scale, and which fuse into the op before them (bias, activation). The
 //! passes read these tables; none of them names an op itself.
 
+pub mod onnx;
 pub mod tf;
 
 use crate::ir::attrs::AttrValue;
@@ -18,6 +19,8 @@ pub enum AxisRule {
     /// Depthwise [KH, KW, C, M]: axis 2 when M == 1 (one output channel per input channel),
     /// per-tensor otherwise.
     DepthwiseChannel,
+    /// The last axis (MatMul weights [..., K, N]).
+    Last,
     /// No per-channel form.
     PerTensor,
 }
@@ -35,6 +38,7 @@ impl AxisRule {
                 (r >= 2).then(|| r - 2 + a)
             }
             AxisRule::DepthwiseChannel => (shape.len() == 4 && shape[3] == 1).then_some(2),
+            AxisRule::Last => shape.len().checked_sub(1).filter(|_| shape.len() >= 2),
             AxisRule::PerTensor => None,
         }
     }
@@ -50,6 +54,9 @@ pub struct OpRule {
     pub weight: Option<(usize, AxisRule)>,
     /// Adds a per-channel bias (operand 1) to the output of the op before it (BiasAdd).
     pub bias: bool,
+    /// The op's own bias operand (ONNX Conv/Gemm input 2), quantized to int32 at input scale ×
+    /// weight scale.
+    pub bias_operand: Option<usize>,
     /// An activation that an int8 kernel fuses into the op before it (Relu, Relu6).
     pub fused_activation: bool,
     /// The output keeps operand 0's scale and zero point (Reshape, MaxPool, ...).
@@ -67,6 +74,7 @@ impl OpRule {
             activations: &[],
             weight: None,
             bias: false,
+            bias_operand: None,
             fused_activation: false,
             same_scale: false,
             shape_operands: &[],
@@ -80,7 +88,12 @@ impl OpRule {
 
 /// The rule of an op of any dialect; `None` for ops no table knows.
 pub fn rule(name: &str) -> Option<&'static OpRule> {
-    tf::RULES.iter().find(|r| r.name == name)
+    let table = if name.starts_with("onnx.") {
+        onnx::RULES
+    } else {
+        tf::RULES
+    };
+    table.iter().find(|r| r.name == name)
 }
 
 /// The resolved shape-determining operand indices of an op with `num_operands` operands.

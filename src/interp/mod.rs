@@ -8,6 +8,7 @@
 
 pub mod desc;
 pub mod kernels;
+pub mod onnx;
 pub mod tf;
 pub mod upstream;
 
@@ -212,12 +213,18 @@ pub fn build_kernel(op: melior::ir::OperationRef, consts: Vec<Option<Tensor>>) -
 
 /// The builder for an op, from every dialect table.
 fn builder(name: &str) -> Option<tf::Builder> {
-    tf::lookup(name).or_else(|| upstream::lookup(name))
+    tf::lookup(name)
+        .or_else(|| onnx::lookup(name))
+        .or_else(|| upstream::lookup(name))
 }
 
 /// True when the interpreter can run an op of this name.
 pub fn supports(name: &str) -> bool {
-    builder(name).is_some() || matches!(name, "tf.Const" | "arith.constant" | "func.return" | "tf.NoOp")
+    builder(name).is_some()
+        || matches!(
+            name,
+            "tf.Const" | "arith.constant" | "onnx.Constant" | "onnx.NoValue" | "func.return" | "tf.NoOp"
+        )
 }
 
 impl Program {
@@ -294,6 +301,15 @@ impl Program {
             }
             if op.region_count() > 0 {
                 return Err(unsupported("ops with regions (control flow) are not supported".into()));
+            }
+            if name == crate::formats::onnx::import::NO_VALUE {
+                // an absent optional ONNX input: kernels see an empty tensor, and their builders
+                // see no operand type (`none` is not a tensor type)
+                let r = op.result(0).map_err(|e| unsupported(e.to_string()))?;
+                let s = new_slot(r.into(), &name, &mut values, &mut consts, &mut slot_of);
+                values[s].constant = true;
+                consts[s] = Some(Tensor::F32(ndarray::ArrayD::zeros(ndarray::IxDyn(&[0]))));
+                continue;
             }
             if is_constant_op(&op) {
                 let attr = op.attribute("value").map_err(|e| unsupported(e.to_string()))?;
@@ -643,6 +659,14 @@ impl Program {
             key,
             message,
         }
+    }
+
+    /// Every value known at compile time (constants and folded values), by key.
+    pub fn constant_values(&self) -> impl Iterator<Item = (&str, &Tensor)> {
+        self.values
+            .iter()
+            .zip(&self.consts)
+            .filter_map(|(v, c)| c.as_ref().map(|t| (v.key.as_str(), t)))
     }
 
     /// Number of ops run per sample (after folding).

@@ -19,6 +19,8 @@ pub enum AttrValue {
     Type(String),
     Array(Vec<AttrValue>),
     Ints(Vec<i64>),
+    /// A dense f32/f64 array (`array<f32: ...>`).
+    Floats(Vec<f64>),
     Dense(Tensor),
     Dict(BTreeMap<String, AttrValue>),
     /// Anything else, printed.
@@ -50,6 +52,14 @@ impl AttrValue {
     pub fn as_str(&self) -> Option<&str> {
         match self {
             AttrValue::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+    /// A list of floats from a dense float array or an array of float attributes.
+    pub fn as_floats(&self) -> Option<Vec<f64>> {
+        match self {
+            AttrValue::Floats(v) => Some(v.clone()),
+            AttrValue::Array(v) => v.iter().map(AttrValue::as_f64).collect(),
             _ => None,
         }
     }
@@ -97,6 +107,13 @@ pub fn attr_value(a: Attribute) -> AttrValue {
         } else if mlir_sys::mlirAttributeIsADenseI64Array(raw) {
             let n = mlir_sys::mlirDenseArrayGetNumElements(raw);
             AttrValue::Ints((0..n).map(|i| mlir_sys::mlirDenseI64ArrayGetElement(raw, i)).collect())
+        } else if mlir_sys::mlirAttributeIsADenseF32Array(raw) {
+            let n = mlir_sys::mlirDenseArrayGetNumElements(raw);
+            AttrValue::Floats(
+                (0..n)
+                    .map(|i| mlir_sys::mlirDenseF32ArrayGetElement(raw, i) as f64)
+                    .collect(),
+            )
         } else if mlir_sys::mlirAttributeIsADenseI32Array(raw) {
             let n = mlir_sys::mlirDenseArrayGetNumElements(raw);
             AttrValue::Ints(

@@ -1,0 +1,60 @@
+//! Models in any format quantir reads: `.mlir` / `.mlirbc` through [`crate::ir`], `.onnx`
+//! through [`super::onnx`]. The format is chosen by extension, else by content.
+
+use super::onnx;
+use crate::ir::{self, IrError};
+use melior::ir::Module;
+use melior::Context;
+use std::path::Path;
+
+/// The serialisations of a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelFormat {
+    Mlir,
+    Onnx,
+}
+
+impl ModelFormat {
+    /// The format a path names by its extension.
+    pub fn from_path(path: &Path) -> Option<Self> {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("mlir" | "mlirbc") => Some(ModelFormat::Mlir),
+            Some("onnx") => Some(ModelFormat::Onnx),
+            _ => None,
+        }
+    }
+}
+
+/// Loads a model file into an MLIR module.
+pub fn load<'c>(ctx: &'c Context, path: &Path) -> Result<Module<'c>, IrError> {
+    match ModelFormat::from_path(path) {
+        Some(ModelFormat::Onnx) => onnx::load(ctx, path),
+        Some(ModelFormat::Mlir) => ir::load(ctx, path),
+        None => {
+            // sniff: an ONNX protobuf starts with its ir_version field
+            let head = std::fs::read(path).map_err(|source| IrError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            if onnx::looks_like_onnx(&head) {
+                onnx::import(ctx, &head, path)
+            } else {
+                ir::load(ctx, path)
+            }
+        }
+    }
+}
+
+/// True when the model at `path` is (or will be written as) ONNX.
+pub fn is_onnx(path: &Path) -> bool {
+    ModelFormat::from_path(path) == Some(ModelFormat::Onnx)
+}
+
+/// Writes `module` atomically in the format `path` names (`.onnx`, `.mlir`, `.mlirbc`),
+/// never over any of `inputs`.
+pub fn save(module: &Module, path: &Path, inputs: &[&Path]) -> Result<(), IrError> {
+    match ModelFormat::from_path(path) {
+        Some(ModelFormat::Onnx) => onnx::save(module, path, inputs),
+        _ => ir::save(module, path, inputs),
+    }
+}

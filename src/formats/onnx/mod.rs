@@ -1,0 +1,17 @@
+//! ONNX at the edges: [`import`] a `ModelProto` into an MLIR module of `onnx.*` ops, and
+//! [`export`] a module (float or quantized) back to ONNX, with `quant.qcast`/`quant.dcast` as
+//! QuantizeLinear/DequantizeLinear. Everything in between is the shared pipeline.
+
+pub mod export;
+pub mod import;
+pub mod proto;
+pub mod types;
+
+pub use export::{export, save};
+pub use import::{import, load};
+
+/// True when `bytes` look like a serialized ONNX model (field 1, `ir_version`, as a varint
+/// first — every exporter writes it first — and not MLIR bytecode or text).
+pub fn looks_like_onnx(bytes: &[u8]) -> bool {
+    bytes.first() == Some(&0x08) && proto::decode_model(bytes).is_ok()
+}
