@@ -29,7 +29,7 @@ enum Command {
         /// A pass to run (repeatable, in order).
         #[arg(long = "pass", value_name = "NAME")]
         passes: Vec<String>,
-        /// Output file: .mlir (text) or .mlirbc (bytecode).
+        /// Output file: .mlir (text), .mlirbc (bytecode) or .onnx (models imported from ONNX).
         #[arg(short, long)]
         output: PathBuf,
     },
@@ -304,10 +304,16 @@ struct RecipeArgs {
 }
 
 impl RecipeArgs {
-    fn config(&self) -> Result<quantize::QuantConfig> {
+    /// The settings; `target` is the output model, whose format picks the default scheme
+    /// (ONNX's parameter arithmetic for an .onnx output, MLIR/TF's otherwise).
+    fn config(&self, target: Option<&std::path::Path>) -> Result<quantize::QuantConfig> {
+        let mut base = quantize::QuantConfig::default();
+        if target.is_some_and(formats::model::is_onnx) {
+            base.scheme = Scheme::Onnx;
+        }
         let mut c = match &self.config {
-            Some(p) => quantize::recipe::load(p)?,
-            None => quantize::QuantConfig::default(),
+            Some(p) => quantize::recipe::load_onto(p, base)?,
+            None => base,
         };
         let usage = |e: String| anyhow::Error::from(UsageError(e));
         if let Some(s) = &self.scheme {
@@ -492,7 +498,7 @@ fn run(cli: Cli) -> Result<()> {
             recipe,
             output,
         } => {
-            let config = recipe.config()?;
+            let config = recipe.config(Some(&output))?;
             let t0 = std::time::Instant::now();
             let ctx = ir::new_context();
             let module = quantir::formats::model::load(&ctx, &model)?;

@@ -165,7 +165,13 @@ pub fn location_string(loc: Location) -> String {
             ));
         }
         if loc.is_name() {
-            return find(loc.name_child_location());
+            let child = loc.name_child_location();
+            // ONNX import: loc("tensor"("node"(file:N:1))) — name the node too
+            if child.is_name() && child.name_child_location().is_file_line_col_range() {
+                let node = child.name_value().as_string_ref().as_str().unwrap_or("?").to_string();
+                return find(child).map(|f| format!("{f} (node '{node}')"));
+            }
+            return find(child);
         }
         if loc.is_fused() {
             return (0..loc.fused_num_locations()).find_map(|i| find(loc.fused_location(i)));

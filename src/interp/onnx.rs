@@ -922,8 +922,7 @@ fn quantize_linear(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
         .result_types
         .first()
         .and_then(|t| t.as_ref())
-        .and_then(|t| storage_of(&t.element))
-        .unwrap_or(StorageType::Uint8);
+        .and_then(|t| storage_of(&t.element));
     let axis = d.int_attr("axis", 1);
     if d.int_attr("block_size", 0) != 0 {
         return Err("blocked quantization (block_size) is not supported".into());
@@ -931,6 +930,18 @@ fn quantize_linear(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     Ok(one(move |x| {
         let a = f32_arg(x, 0)?;
         let ax = norm_axis(axis, a.ndim().max(1)).ok();
+        // the zero point's type is the output type (4-bit types only the result type tells)
+        let storage = match x.get(2).map(|z| z.dtype()) {
+            _ if matches!(storage, Some(StorageType::Int4 | StorageType::Uint4)) => {
+                storage.unwrap_or(StorageType::Uint8)
+            }
+            Some(DType::I8) if !x[2].is_empty() => StorageType::Int8,
+            Some(DType::U8) if !x[2].is_empty() => StorageType::Uint8,
+            Some(DType::I16) => StorageType::Int16,
+            Some(DType::U16) => StorageType::Uint16,
+            Some(DType::I32) => StorageType::Int32,
+            _ => storage.unwrap_or(StorageType::Uint8),
+        };
         let p = qparams(x[1], x.get(2).copied(), storage, ax)?;
         quantize(&a.view(), &p, Rounding::HalfEven).map_err(|e| e.to_string())
     }))
@@ -941,13 +952,24 @@ fn dequantize_linear(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
         .operand_types
         .first()
         .and_then(|t| t.as_ref())
-        .and_then(|t| storage_of(&t.element))
-        .ok_or("DequantizeLinear of a non-integer input")?;
+        .and_then(|t| storage_of(&t.element));
     let axis = d.int_attr("axis", 1);
     if d.int_attr("block_size", 0) != 0 {
         return Err("blocked quantization (block_size) is not supported".into());
     }
     Ok(one(move |x| {
+        // an input of unknown type (before inference): its storage from the values' type
+        let storage = match storage {
+            Some(s) => s,
+            None => match x[0].dtype() {
+                DType::I8 => StorageType::Int8,
+                DType::U8 => StorageType::Uint8,
+                DType::I16 => StorageType::Int16,
+                DType::U16 => StorageType::Uint16,
+                DType::I32 => StorageType::Int32,
+                t => return Err(format!("DequantizeLinear of {t}")),
+            },
+        };
         let ax = norm_axis(axis, x[0].shape().len().max(1)).ok();
         let p = qparams(x[1], x.get(2).copied(), storage, ax)?;
         dequantize(x[0], &p).map(Tensor::F32).map_err(|e| e.to_string())

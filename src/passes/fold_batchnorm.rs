@@ -222,6 +222,7 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
                 }
             }
         }
+        super::fold_batchnorm_onnx::run(func, &mut report)?;
     }
     Ok(report)
 }

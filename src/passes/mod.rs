@@ -5,6 +5,7 @@
 
 pub mod duplicate_shape_constants;
 pub mod fold_batchnorm;
+pub mod fold_batchnorm_onnx;
 pub mod fold_constants;
 pub mod insert_qdq;
 pub mod quantize_weights;

@@ -210,8 +210,12 @@ pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError
             WeightMode::Int8 | WeightMode::Int4 => {
                 let mut p = weight_params(&wt, axis, &res)?;
                 // the bias after this op, at input scale × weight scale
-                if let Some(bias) = bias_after(op, &plan, r.activations.first().copied()) {
-                    let (badd, bdef, bvals, s_in) = bias;
+                let bias = match r.bias_operand {
+                    Some(bi) => bias_operand(op, bi, &plan, r.activations.first().copied()),
+                    None => bias_after(op, &plan, r.activations.first().copied()),
+                };
+                if let Some(bias) = bias {
+                    let (badd, bidx, bdef, bvals, s_in) = bias;
                     let q = quantize_bias(bvals.as_slice().unwrap_or(&[]), s_in, &p.scale, config.bias_overflow)
                         .map_err(err)?;
                     for o in &q.overflows {
@@ -241,13 +245,13 @@ pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError
                         qmax: i32::MAX as i64,
                     };
                     let storage = Tensor::I32(ArrayD::from_shape_vec(bvals.raw_dim(), q.values).map_err(err)?);
-                    let bv: Value = badd.operand(1).map_err(err)?;
+                    let bv: Value = badd.operand(bidx).map_err(err)?;
                     let bkey = format!(
                         "{}/bias",
                         crate::ir::keys::location_name(bdef.location()).unwrap_or_default()
                     );
                     let nv = quantized_constant(bdef, bv, &storage, &bp, op_name(&bdef).starts_with("tf."), &bkey)?;
-                    set_operand(badd, 1, nv);
+                    set_operand(badd, bidx, nv);
                     report.count("biases quantized to int32");
                     if uses(bdef.result(0).map_err(err)?.into()).is_empty() {
                         erased.insert(bdef.to_raw().ptr as usize);
@@ -269,14 +273,36 @@ pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError
     Ok(report)
 }
 
+/// A bias to quantize: the op that reads it, the operand index, the constant, its values and
+/// the scale of the compute op's quantized activation input.
+type BiasSite<'c, 'a> = (OperationRef<'c, 'a>, usize, OperationRef<'c, 'a>, ArrayD<f32>, f64);
+
+/// The op's own bias operand `bi` (ONNX Conv/Gemm input C), when it is a constant f32 rank-1
+/// tensor and the activation input is quantized per-tensor.
+fn bias_operand<'c, 'a>(
+    op: OperationRef<'c, 'a>,
+    bi: usize,
+    plan: &crate::quantize::Plan<'c, 'a>,
+    act: Option<usize>,
+) -> Option<BiasSite<'c, 'a>> {
+    let s_in = plan.params_of(op.operand(act?).ok()?)?;
+    if s_in.scale.len() != 1 {
+        return None;
+    }
+    let bdef = defining_op(op.operand(bi).ok()?).filter(|d| is_constant_op(d))?;
+    let Tensor::F32(b) = constant_value(bdef)? else {
+        return None;
+    };
+    (b.ndim() == 1).then_some((op, bi, bdef, b, s_in.scale[0]))
+}
+
 /// The bias add right after `op` (single use, constant f32 rank-1 bias) and the scale of the
 /// op's quantized activation input.
-#[allow(clippy::type_complexity)]
 fn bias_after<'c, 'a>(
     op: OperationRef<'c, 'a>,
     plan: &crate::quantize::Plan<'c, 'a>,
     act: Option<usize>,
-) -> Option<(OperationRef<'c, 'a>, OperationRef<'c, 'a>, ArrayD<f32>, f64)> {
+) -> Option<BiasSite<'c, 'a>> {
     let s_in = plan.params_of(op.operand(act?).ok()?)?;
     if s_in.scale.len() != 1 {
         return None;
@@ -291,5 +317,5 @@ fn bias_after<'c, 'a>(
     let Tensor::F32(b) = constant_value(bdef)? else {
         return None;
     };
-    (b.ndim() == 1).then_some((u.owner, bdef, b, s_in.scale[0]))
+    (b.ndim() == 1).then_some((u.owner, 1, bdef, b, s_in.scale[0]))
 }

@@ -82,11 +82,16 @@ pub fn parse_activations(s: &str) -> Result<Option<StorageType>, String> {
 /// Reads a recipe file into a configuration. Every error names the file (and TOML's line and
 /// column for syntax errors).
 pub fn load(path: &Path) -> Result<QuantConfig, RecipeError> {
+    load_onto(path, QuantConfig::default())
+}
+
+/// [`load`] over `base`.
+pub fn load_onto(path: &Path, base: QuantConfig) -> Result<QuantConfig, RecipeError> {
     let text = std::fs::read_to_string(path).map_err(|source| RecipeError::Read {
         path: path.display().to_string(),
         source,
     })?;
-    parse(&text).map_err(|message| RecipeError::Invalid {
+    parse_onto(&text, base).map_err(|message| RecipeError::Invalid {
         path: path.display().to_string(),
         message,
     })
@@ -94,6 +99,11 @@ pub fn load(path: &Path) -> Result<QuantConfig, RecipeError> {
 
 /// Parses recipe text; see the module documentation for the format.
 pub fn parse(text: &str) -> Result<QuantConfig, String> {
+    parse_onto(text, QuantConfig::default())
+}
+
+/// Parses recipe text over `base` (settings the recipe leaves out keep `base`'s values).
+pub fn parse_onto(text: &str, base: QuantConfig) -> Result<QuantConfig, String> {
     let f: RecipeFile = toml::from_str(text).map_err(|e| {
         let at = e.span().map(|span| {
             let before = &text[..span.start.min(text.len())];
@@ -103,7 +113,7 @@ pub fn parse(text: &str) -> Result<QuantConfig, String> {
         });
         format!("{}{}", at.unwrap_or_default(), e.message())
     })?;
-    let mut c = QuantConfig::default();
+    let mut c = base;
     if let Some(s) = f.scheme {
         c.scheme = s;
     }

@@ -1,0 +1,348 @@
+//! ONNX in and out, checked against the real onnxruntime (the test venv's Python runs
+//! tests/python/onnx_ref.py): import → run matches TensorFlow's outputs, import → export is
+//! bit-exact in onnxruntime, quantized models run in onnxruntime with the quality targets,
+//! single-op models match onnxruntime, and bad ONNX input fails cleanly.
+
+mod common;
+
+use ndarray::ArrayD;
+use ndarray_npy::NpzReader;
+use prost::Message;
+use quantir::formats::onnx::proto;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn quantir(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_quantir")).args(args).output().unwrap()
+}
+
+fn ok(o: Output) -> Output {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+fn python(args: &[&str]) -> serde_json::Value {
+    let py = common::root().join(".venv/bin/python");
+    let script = common::root().join("tests/python/onnx_ref.py");
+    let o = Command::new(&py)
+        .arg(&script)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (scripts/install-deps.sh creates the venv)", py.display()));
+    assert!(
+        o.status.success(),
+        "onnx_ref.py {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    serde_json::from_str(text.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn s(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn read_npz(p: &Path) -> Vec<(String, ArrayD<f32>)> {
+    let mut r = NpzReader::new(std::fs::File::open(p).unwrap()).unwrap();
+    let mut names = r.names().unwrap();
+    names.sort();
+    names.into_iter().map(|n| (n.clone(), r.by_name(&n).unwrap())).collect()
+}
+
+const MODELS: &[(&str, &str, &str)] = &[
+    ("digits_cnn.onnx", "digits_test.npz", "digits_cnn_test_outputs.npz"),
+    ("digits_mlp.onnx", "digits_mlp_test.npz", "digits_mlp_test_outputs.npz"),
+    (
+        "mobilenet_v2_035.onnx",
+        "mobilenet_test.npz",
+        "mobilenet_v2_035_test_outputs.npz",
+    ),
+];
+
+fn data_path(name: &str) -> std::path::PathBuf {
+    let d = common::data(name);
+    if d.exists() {
+        d
+    } else {
+        common::example(name)
+    }
+}
+
+#[test]
+fn run_matches_tensorflow_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    for (model, test, reference) in MODELS {
+        let out = dir.path().join(format!("{model}.npz"));
+        ok(quantir(&[
+            "run",
+            &s(&common::data(model)),
+            "--data",
+            &s(&data_path(test)),
+            "-o",
+            &s(&out),
+        ]));
+        let got = read_npz(&out);
+        let want = read_npz(&common::data(reference));
+        let (_, g) = &got[0];
+        let w = want
+            .iter()
+            .find(|(_, a)| a.len() == g.len())
+            .unwrap_or_else(|| panic!("{model}: no reference array of {} values", g.len()));
+        let max = g
+            .iter()
+            .zip(w.1.iter())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(max <= 1e-4, "{model}: max abs difference {max} to TensorFlow");
+    }
+}
+
+#[test]
+fn import_export_round_trip_is_bit_exact_in_onnxruntime() {
+    let dir = tempfile::tempdir().unwrap();
+    for (model, test, _) in MODELS {
+        let out = dir.path().join(model);
+        ok(quantir(&["opt", &s(&common::data(model)), "-o", &s(&out)]));
+        let r = python(&["roundtrip", &s(&common::data(model)), &s(&out), &s(&data_path(test))]);
+        assert_eq!(r["bit_exact"], true, "{model}: {r}");
+        assert_eq!(r["metadata_kept"], true, "{model}: {r}");
+    }
+}
+
+#[test]
+fn quantized_digits_run_in_onnxruntime_above_the_peers() {
+    let dir = tempfile::tempdir().unwrap();
+    let ort: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(common::data("ort_results.json")).unwrap()).unwrap();
+    // (model, calibration, test, ORT's key, SQNR target = best peer + 1 dB)
+    for (model, calib, test, key, target) in [
+        ("digits_cnn", "digits_calib.npz", "digits_test.npz", "digits_cnn", 38.0),
+        (
+            "digits_mlp",
+            "digits_mlp_calib.npz",
+            "digits_mlp_test.npz",
+            "digits_mlp",
+            40.6,
+        ),
+    ] {
+        let q = dir.path().join(format!("{model}_q.onnx"));
+        ok(quantir(&[
+            "quantize",
+            &s(&common::data(&format!("{model}.onnx"))),
+            "--data",
+            &s(&data_path(calib)),
+            "--no-cache",
+            "-o",
+            &s(&q),
+        ]));
+        let interp = dir.path().join(format!("{model}_q.npz"));
+        ok(quantir(&[
+            "run",
+            &s(&q),
+            "--data",
+            &s(&data_path(test)),
+            "-o",
+            &s(&interp),
+        ]));
+        let r = python(&[
+            "eval",
+            &s(&common::data(&format!("{model}.onnx"))),
+            &s(&q),
+            &s(&data_path(test)),
+            &s(&interp),
+        ]);
+        let ort_top1 = ort[key]["QInt8/per_channel/MinMax"]["top1"].as_f64().unwrap();
+        let top1 = r["top1"].as_f64().unwrap();
+        let sqnr = r["sqnr"].as_f64().unwrap();
+        assert!(top1 >= ort_top1, "{model}: top-1 {top1} < onnxruntime's {ort_top1}");
+        assert!(sqnr >= target, "{model}: SQNR {sqnr:.2} dB < {target} dB");
+        let w = r["weights_int8"].as_array().unwrap();
+        assert!(
+            !w.is_empty() && w.iter().all(|b| b == true),
+            "{model}: weights not int8 behind DequantizeLinear: {r}"
+        );
+        let (diff, step) = (r["max_diff_vs_quantir"].as_f64().unwrap(), r["step"].as_f64().unwrap());
+        assert!(
+            diff <= step,
+            "{model}: quantir and onnxruntime differ by {diff} > one step {step}"
+        );
+        assert_eq!(r["top1_agreement_vs_quantir"], 1.0, "{model}: {r}");
+    }
+}
+
+#[test]
+fn single_op_models_match_onnxruntime() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = python(&["ops", &s(dir.path())]);
+    let cases: Vec<String> = r["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect();
+    assert!(cases.len() >= 20);
+    for c in &cases {
+        let p = |suffix: &str| dir.path().join(format!("{c}{suffix}"));
+        ok(quantir(&[
+            "run",
+            &s(&p(".onnx")),
+            "--data",
+            &s(&p("_in.npz")),
+            "-o",
+            &s(&p("_q.npz")),
+        ]));
+        let want = read_npz(&p("_out.npz"));
+        let got = read_npz(&p("_q.npz"));
+        assert_eq!(want.len(), got.len(), "{c}");
+        for ((_, w), (n, g)) in want.iter().zip(&got) {
+            assert_eq!(w.shape(), g.shape(), "{c}: {n}");
+            let max = w.iter().zip(g.iter()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(max <= 1e-5, "{c}: {n} differs from onnxruntime by {max}");
+        }
+    }
+}
+
+/// A one-node model: y = OP(x), x: [1, 4].
+fn tiny_model(op: &str, initializer: Option<proto::TensorProto>) -> Vec<u8> {
+    let vi = |n: &str| proto::ValueInfoProto {
+        name: n.into(),
+        r#type: Some(proto::TypeProto {
+            value: Some(proto::type_proto::Value::TensorType(proto::type_proto::Tensor {
+                elem_type: proto::data_type::FLOAT,
+                shape: Some(proto::TensorShapeProto {
+                    dim: [1, 4]
+                        .iter()
+                        .map(|&d| proto::Dimension {
+                            value: Some(proto::Dim::Value(d)),
+                            denotation: String::new(),
+                        })
+                        .collect(),
+                }),
+            })),
+            denotation: String::new(),
+        }),
+        ..Default::default()
+    };
+    let mut inputs = vec!["x".to_string()];
+    if let Some(t) = &initializer {
+        inputs.push(t.name.clone());
+    }
+    proto::ModelProto {
+        ir_version: 8,
+        opset_import: vec![proto::OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+        graph: Some(proto::GraphProto {
+            node: vec![proto::NodeProto {
+                input: inputs,
+                output: vec!["y".into()],
+                name: "the_node".into(),
+                op_type: op.into(),
+                ..Default::default()
+            }],
+            initializer: initializer.into_iter().collect(),
+            input: vec![vi("x")],
+            output: vec![vi("y")],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+fn fails_cleanly(args: &[&str], output: &Path, must_name: &[&str]) {
+    let o = quantir(args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+    assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line expected: {err}");
+    for m in must_name {
+        assert!(err.contains(m), "{args:?}: '{m}' not in: {err}");
+    }
+    assert!(!output.exists(), "{args:?}: wrote {}", output.display());
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bad_onnx_input_fails_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.onnx");
+    let model = std::fs::read(common::data("digits_cnn.onnx")).unwrap();
+    // truncated
+    let truncated = dir.path().join("truncated.onnx");
+    std::fs::write(&truncated, &model[..model.len() / 2]).unwrap();
+    fails_cleanly(
+        &["opt", &s(&truncated), "-o", &s(&out)],
+        &out,
+        &["truncated.onnx", "not a valid ONNX model"],
+    );
+    // not ONNX at all
+    let junk = dir.path().join("junk.onnx");
+    std::fs::write(
+        &junk,
+        (0..4096u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    fails_cleanly(&["inspect", &s(&junk)], &out, &["junk.onnx"]);
+    // an op the interpreter does not know: named with its node
+    let unknown = dir.path().join("unknown_op.onnx");
+    std::fs::write(&unknown, tiny_model("FrobnicateV9", None)).unwrap();
+    let data = dir.path().join("x.npz");
+    {
+        let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(&data).unwrap());
+        w.add_array("x", &ndarray::Array3::<f32>::zeros((2, 1, 4))).unwrap();
+        w.finish().unwrap();
+    }
+    let run_out = dir.path().join("out.npz");
+    fails_cleanly(
+        &["run", &s(&unknown), "--data", &s(&data), "-o", &s(&run_out)],
+        &run_out,
+        &["onnx.FrobnicateV9", "the_node", "not supported"],
+    );
+    // external data whose file is missing
+    let ext = proto::TensorProto {
+        dims: vec![1, 4],
+        data_type: proto::data_type::FLOAT,
+        name: "w".into(),
+        data_location: 1,
+        external_data: vec![proto::StringStringEntryProto {
+            key: "location".into(),
+            value: "weights.bin".into(),
+        }],
+        ..Default::default()
+    };
+    let missing = dir.path().join("external.onnx");
+    std::fs::write(&missing, tiny_model("Add", Some(ext))).unwrap();
+    fails_cleanly(
+        &["opt", &s(&missing), "-o", &s(&out)],
+        &out,
+        &["external.onnx", "'w'", "weights.bin"],
+    );
+    // a TF-dialect model cannot be written as ONNX, and says so
+    fails_cleanly(
+        &["opt", &s(&common::example("digits_cnn.mlir")), "-o", &s(&out)],
+        &out,
+        &["no ONNX form"],
+    );
+}
+
+#[test]
+fn onnx_quantized_as_mlir_passes_mlir_opt() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = dir.path().join("q.mlir");
+    ok(quantir(&[
+        "quantize",
+        &s(&common::data("digits_mlp.onnx")),
+        "--data",
+        &s(&common::data("digits_mlp_calib.npz")),
+        "--no-cache",
+        "-o",
+        &s(&q),
+    ]));
+    let (accepted, err) = common::mlir_opt_accepts(&q);
+    assert!(accepted, "{err}");
+    let text = std::fs::read_to_string(&q).unwrap();
+    assert!(text.contains("quant.qcast") && text.contains("\"onnx.MatMul\""));
+}

@@ -1,0 +1,158 @@
+"""The onnxruntime side of quantir's ONNX tests (run with the test venv's Python).
+
+  roundtrip ORIG OUT DATA         outputs of ORIG and OUT on DATA compared bit for bit
+  eval FLOAT QUANT DATA INTERP    SQNR/top-1 of QUANT vs FLOAT in onnxruntime, QUANT's weight
+                                  storage, and quantir's outputs (INTERP .npz) vs onnxruntime's
+  ops DIR                         small models of single ops + inputs + onnxruntime's outputs
+
+Every command prints one JSON object.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+
+def session(path):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    # the model as written: no fusions that would change float results
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def run_all(path, x):
+    s = session(path)
+    name = s.get_inputs()[0].name
+    return np.concatenate([s.run(None, {name: x[i : i + 1].astype(np.float32)})[0] for i in range(len(x))])
+
+
+def roundtrip(orig, out, data):
+    onnx.checker.check_model(onnx.load(out), full_check=True)
+    x = np.load(data)["x"]
+    a, b = run_all(orig, x), run_all(out, x)
+    m0, m1 = onnx.load(orig), onnx.load(out)
+    same_meta = (
+        m0.producer_name == m1.producer_name
+        and m0.producer_version == m1.producer_version
+        and [(p.key, p.value) for p in m0.metadata_props] == [(p.key, p.value) for p in m1.metadata_props]
+        and [i.name for i in m0.graph.input] == [i.name for i in m1.graph.input]
+        and [o.name for o in m0.graph.output] == [o.name for o in m1.graph.output]
+    )
+    print(json.dumps({"bit_exact": bool(np.array_equal(a.view(np.uint32), b.view(np.uint32))), "metadata_kept": same_meta}))
+
+
+def eval_quant(fm, qm, data, interp):
+    model = onnx.load(qm)
+    onnx.checker.check_model(model, full_check=True)
+    d = np.load(data)
+    x, y = d["x"], d["y"] if "y" in d.files else None
+    f, q = run_all(fm, x), run_all(qm, x)
+    sqnr = 10 * np.log10((f**2).sum() / ((f - q) ** 2).sum())
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    # every Conv/Gemm/MatMul weight: an int8 initializer read by a DequantizeLinear
+    weights_int8 = []
+    for n in model.graph.node:
+        if n.op_type in ("Conv", "Gemm", "MatMul"):
+            dq = producer.get(n.input[1])
+            ok = dq is not None and dq.op_type == "DequantizeLinear" and dq.input[0] in inits
+            ok = ok and inits[dq.input[0]].dtype == np.int8
+            weights_int8.append(bool(ok))
+    # one quantization step at the output: the effect of one step of the last quantized
+    # activation before each output through the weight that reads it
+    step = 0.0
+    for n in model.graph.node:
+        if n.op_type in ("Conv", "Gemm", "MatMul"):
+            a, w = producer.get(n.input[0]), producer.get(n.input[1])
+            if a is not None and a.op_type == "DequantizeLinear" and w is not None:
+                s_a = float(np.max(inits[a.input[1]]))
+                wq = inits[w.input[0]].astype(np.float64)
+                s_w = inits[w.input[1]].astype(np.float64)
+                axis = 0 if n.op_type == "Conv" else 1
+                shape = [1] * wq.ndim
+                shape[axis if s_w.size > 1 else 0] = s_w.size
+                wf = np.abs(wq * s_w.reshape(shape))
+                step = max(step, s_a * float(wf.max()))
+    r = np.load(interp)
+    r = r[r.files[0]].reshape(q.shape)
+    out = {
+        "sqnr": float(sqnr),
+        "top1": float((q.argmax(1) == y).mean()) if y is not None else None,
+        "float_top1": float((f.argmax(1) == y).mean()) if y is not None else None,
+        "weights_int8": weights_int8,
+        "max_diff_vs_quantir": float(np.abs(r - q).max()),
+        "step": step,
+        "top1_agreement_vs_quantir": float((r.argmax(1) == q.argmax(1)).mean()),
+    }
+    print(json.dumps(out))
+
+
+def ops(out_dir):
+    """Single-op models covering the attribute forms the ONNX kernels handle."""
+    rng = np.random.default_rng(7)
+    cases = []
+
+    def case(name, node, inputs, inits=(), opset=17):
+        graph_inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in inputs]
+        outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in node.output]
+        g = helper.make_graph([node], name, graph_inputs, outs, [numpy_helper.from_array(a, n) for n, a in inits])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        m.ir_version = 8
+
+        p = os.path.join(out_dir, name + ".onnx")
+        onnx.save(m, p)
+        feeds = {n: a for n, a in inputs}
+        res = session(p).run(None, feeds)
+        np.savez(os.path.join(out_dir, name + "_in.npz"), **{n: a[None] for n, a in inputs})
+        np.savez(os.path.join(out_dir, name + "_out.npz"), *[r[None] for r in res])
+        cases.append(name)
+
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)
+    x = f(1, 4, 9, 7)
+    case("conv_group2_pads_strides", helper.make_node("Conv", ["x", "w", "b"], ["y"], group=2, pads=[1, 0, 2, 1], strides=[2, 1]), [("x", x)], [("w", f(6, 2, 3, 3)), ("b", f(6))])
+    case("conv_depthwise_same_lower", helper.make_node("Conv", ["x", "w"], ["y"], group=4, auto_pad="SAME_LOWER", strides=[2, 2]), [("x", x)], [("w", f(8, 1, 3, 3))])
+    case("conv_dilated_pads", helper.make_node("Conv", ["x", "w"], ["y"], pads=[2, 1, 0, 3], dilations=[2, 2]), [("x", x)], [("w", f(5, 4, 3, 2))])
+    case("avgpool_include_pad", helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1), [("x", x)])
+    case("avgpool_exclude_pad", helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 3], strides=[2, 2], pads=[0, 1, 1, 0]), [("x", x)])
+    case("maxpool_same_upper", helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"), [("x", x)])
+    case("gemm_trans_alpha_beta", helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1, transB=1, alpha=0.5, beta=2.0), [("a", f(5, 3))], [("b", f(4, 5)), ("c", f(1, 4))])
+    case("matmul_batched_broadcast", helper.make_node("MatMul", ["a", "b"], ["y"]), [("a", f(2, 3, 4, 5))], [("b", f(3, 5, 6))])
+    case("softmax_axis1", helper.make_node("Softmax", ["x"], ["y"], axis=1), [("x", x)])
+    case("slice_negative_steps", helper.make_node("Slice", ["x", "s", "e", "a", "t"], ["y"]), [("x", x)], [("s", np.array([-1, 1], np.int64)), ("e", np.array([-100, 8], np.int64)), ("a", np.array([3, 2], np.int64)), ("t", np.array([-2, 3], np.int64))])
+    case("pad_reflect", helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect"), [("x", x)], [("p", np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64))])
+    case("pad_constant_value", helper.make_node("Pad", ["x", "p", "v"], ["y"]), [("x", x)], [("p", np.array([0, 1, 0, 2, 0, 0, 1, 0], np.int64)), ("v", np.array(1.5, np.float32))])
+    case("concat_neg_axis", helper.make_node("Concat", ["x", "z"], ["y"], axis=-1), [("x", x)], [("z", f(1, 4, 9, 2))])
+    case("split_sizes", helper.make_node("Split", ["x", "s"], ["y0", "y1"], axis=2), [("x", x)], [("s", np.array([4, 5], np.int64))])
+    case("gather_negative", helper.make_node("Gather", ["x", "i"], ["y"], axis=3), [("x", x)], [("i", np.array([[0, -1], [2, 3]], np.int64))])
+    case("reduce_mean_keepdims0", helper.make_node("ReduceMean", ["x", "a"], ["y"], keepdims=0), [("x", x)], [("a", np.array([1, -1], np.int64))], opset=18)
+    case("clip_min_only", helper.make_node("Clip", ["x", "lo", ""], ["y"]), [("x", x)], [("lo", np.array(-0.3, np.float32))])
+    case("layernorm", helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, epsilon=1e-3), [("x", x)], [("g", f(7)), ("b", f(7))])
+    case("instancenorm", helper.make_node("InstanceNormalization", ["x", "g", "b"], ["y"]), [("x", x)], [("g", f(4)), ("b", f(4))])
+    case("hardswish", helper.make_node("HardSwish", ["x"], ["y"]), [("x", x)])
+    case("flatten_axis2", helper.make_node("Flatten", ["x"], ["y"], axis=2), [("x", x)])
+    case("unsqueeze_squeeze", helper.make_node("Unsqueeze", ["x", "a"], ["y"]), [("x", x)], [("a", np.array([0, -1], np.int64))])
+    case("expand", helper.make_node("Expand", ["x", "s"], ["y"]), [("x", f(1, 4, 1, 7))], [("s", np.array([2, 1, 3, 1], np.int64))])
+    q = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"])
+    dq = helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])
+    g = helper.make_graph(
+        [q, dq], "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(0.02, np.float32), "s"), numpy_helper.from_array(np.array(3, np.int8), "z")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    p = os.path.join(out_dir, "qdq_int8.onnx")
+    onnx.save(m, p)
+    np.savez(os.path.join(out_dir, "qdq_int8_in.npz"), x=(x * 3)[None])
+    np.savez(os.path.join(out_dir, "qdq_int8_out.npz"), session(p).run(None, {"x": x * 3})[0][None])
+    cases.append("qdq_int8")
+    print(json.dumps({"cases": cases}))
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    {"roundtrip": roundtrip, "eval": eval_quant, "ops": ops}[cmd](*args)
