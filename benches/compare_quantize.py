@@ -7,14 +7,17 @@ per-channel weights, this script runs in child processes under /usr/bin/time -v:
 
   onnxruntime: quantize_static(model.onnx, QDQ, QInt8 activations and weights) with a
                calibration reader over the calibration .npz, batch 1;
-  quantir:     quantir quantize model.mlir --data calib.npz --method M --no-cache -o q.mlirbc
+  quantir:     quantir quantize model.onnx --data calib.npz --method M --no-cache -o q.onnx
+               (--input mlir: model.mlir → q.mlirbc, the TF-dialect path)
 
 and records wall time and peak RSS of each process. Then it measures the quality of both
-outputs on the test set against their own float model: onnxruntime's QDQ model in
-onnxruntime (1 intra-op thread), quantir's through `quantir evaluate`. It prints a table with
+outputs on the test set against their own float model: with ONNX input both QDQ models in
+onnxruntime (1 intra-op thread, graph optimisations off); with MLIR input quantir's through
+`quantir evaluate`. It prints a table with
 the time and memory ratios (quantir / onnxruntime; below 1 = quantir better).
 
 Usage: .venv/bin/python benches/compare_quantize.py [--models DIR] [--only NAME] [--methods M,...]
+                                                    [--input onnx|mlir]
        (DIR defaults to ../shared/models; builds quantir in release first)
 """
 import argparse, gzip, json, os, re, shutil, subprocess, sys, tempfile
@@ -102,6 +105,7 @@ def main():
     ap.add_argument("--models", default=os.path.join(ROOT, "..", "shared", "models"))
     ap.add_argument("--only", default=None)
     ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--input", choices=["onnx", "mlir"], default="onnx")
     args = ap.parse_args()
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
     exe = os.path.join(ROOT, "target/release/quantir")
@@ -125,14 +129,20 @@ def main():
                     ot, orss, _ = timed([sys.executable, "-c", ORT_CHILD, onnx_path, calib, ort_out, ort_method,
                                          str(bins) if bins else "none", "1" if per_channel else "0"])
                     o_sqnr, o_agree = ort_quality(onnx_path, ort_out, test)
-                    q_out = os.path.join(d, f"{name}_{method}_{gran}.mlirbc")
-                    cmd = [exe, "quantize", mlir, "--data", calib, "--method", qmethod, "--no-cache", "-o", q_out]
+                    src = onnx_path if args.input == "onnx" else mlir
+                    ext = "onnx" if args.input == "onnx" else "mlirbc"
+                    q_out = os.path.join(d, f"{name}_{method}_{gran}_quantir.{ext}")
+                    cmd = [exe, "quantize", src, "--data", calib, "--method", qmethod, "--no-cache", "-o", q_out]
                     if not per_channel:
                         cmd.append("--per-tensor")
                     qt, qrss, _ = timed(cmd)
-                    ev = subprocess.run([exe, "evaluate", mlir, q_out, "--data", test, "--json"],
-                                        capture_output=True, text=True, check=True)
-                    r = json.loads(ev.stdout)
+                    if args.input == "onnx":
+                        q_sqnr, q_agree = ort_quality(onnx_path, q_out, test)
+                        r = {"sqnr_db": q_sqnr, "top1_agreement": q_agree}
+                    else:
+                        ev = subprocess.run([exe, "evaluate", mlir, q_out, "--data", test, "--json"],
+                                            capture_output=True, text=True, check=True)
+                        r = json.loads(ev.stdout)
                     row = dict(model=name, method=method, weights=gran, ort_s=ot, quantir_s=qt, ort_rss_mb=orss,
                                quantir_rss_mb=qrss, ort_sqnr=o_sqnr, quantir_sqnr=r["sqnr_db"],
                                ort_agree=o_agree, quantir_agree=r["top1_agreement"],
