@@ -86,6 +86,23 @@ impl OpRule {
     }
 }
 
+/// An op whose output keeps operand 0's scale, with its shape-determining operands.
+pub(crate) const fn same_scale(name: &'static str, shape_operands: &'static [i64]) -> OpRule {
+    OpRule {
+        same_scale: true,
+        shape_operands,
+        ..OpRule::other(name)
+    }
+}
+
+/// An op that is not quantized, with its shape-determining operands.
+pub(crate) const fn shape(name: &'static str, shape_operands: &'static [i64]) -> OpRule {
+    OpRule {
+        shape_operands,
+        ..OpRule::other(name)
+    }
+}
+
 /// The rule of an op of any dialect; `None` for ops no table knows.
 pub fn rule(name: &str) -> Option<&'static OpRule> {
     let table = if name.starts_with("onnx.") {

@@ -2,26 +2,13 @@
 //! Gemm by transB, MatMul [K, N] → the last axis), in-op biases, the ops that keep their
 //! input's scale, and the operands that determine shapes.
 
-use super::{AxisRule, OpRule};
+use super::{same_scale, shape, AxisRule, OpRule};
 
 const fn compute(name: &'static str, weight: (usize, AxisRule), bias_operand: Option<usize>) -> OpRule {
     OpRule {
         activations: &[0],
         weight: Some(weight),
         bias_operand,
-        ..OpRule::other(name)
-    }
-}
-const fn same_scale(name: &'static str, shape_operands: &'static [i64]) -> OpRule {
-    OpRule {
-        same_scale: true,
-        shape_operands,
-        ..OpRule::other(name)
-    }
-}
-const fn shape(name: &'static str, shape_operands: &'static [i64]) -> OpRule {
-    OpRule {
-        shape_operands,
         ..OpRule::other(name)
     }
 }

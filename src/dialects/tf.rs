@@ -1,24 +1,11 @@
 //! The TF-dialect table.
 
-use super::{AxisRule, OpRule};
+use super::{same_scale, shape, AxisRule, OpRule};
 
 const fn compute(name: &'static str, activations: &'static [usize], weight: Option<(usize, AxisRule)>) -> OpRule {
     OpRule {
         activations,
         weight,
-        ..OpRule::other(name)
-    }
-}
-const fn same_scale(name: &'static str, shape_operands: &'static [i64]) -> OpRule {
-    OpRule {
-        same_scale: true,
-        shape_operands,
-        ..OpRule::other(name)
-    }
-}
-const fn shape(name: &'static str, shape_operands: &'static [i64]) -> OpRule {
-    OpRule {
-        shape_operands,
         ..OpRule::other(name)
     }
 }

@@ -31,13 +31,16 @@ pub fn load<'c>(ctx: &'c Context, path: &Path) -> Result<Module<'c>, IrError> {
         Some(ModelFormat::Onnx) => onnx::load(ctx, path),
         Some(ModelFormat::Mlir) => ir::load(ctx, path),
         None => {
-            // sniff: an ONNX protobuf starts with its ir_version field
-            let head = std::fs::read(path).map_err(|source| IrError::Read {
-                path: path.to_path_buf(),
-                source,
-            })?;
-            if onnx::looks_like_onnx(&head) {
-                onnx::import(ctx, &head, path)
+            // sniff the first byte only: each loader then reads the file once
+            let mut head = [0u8; 1];
+            let n = std::fs::File::open(path)
+                .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+                .map_err(|source| IrError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+            if onnx::looks_like_onnx(&head[..n]) {
+                onnx::load(ctx, path)
             } else {
                 ir::load(ctx, path)
             }

@@ -917,6 +917,19 @@ fn storage_of(elem: &str) -> Option<StorageType> {
     })
 }
 
+/// The storage type whose values a tensor of `dtype` holds (4-bit types are held in bytes;
+/// only a declared type tells them apart).
+fn held_in(dtype: DType) -> Option<StorageType> {
+    Some(match dtype {
+        DType::I8 => StorageType::Int8,
+        DType::U8 => StorageType::Uint8,
+        DType::I16 => StorageType::Int16,
+        DType::U16 => StorageType::Uint16,
+        DType::I32 => StorageType::Int32,
+        _ => return None,
+    })
+}
+
 fn quantize_linear(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     let storage = d
         .result_types
@@ -931,16 +944,10 @@ fn quantize_linear(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
         let a = f32_arg(x, 0)?;
         let ax = norm_axis(axis, a.ndim().max(1)).ok();
         // the zero point's type is the output type (4-bit types only the result type tells)
-        let storage = match x.get(2).map(|z| z.dtype()) {
-            _ if matches!(storage, Some(StorageType::Int4 | StorageType::Uint4)) => {
-                storage.unwrap_or(StorageType::Uint8)
-            }
-            Some(DType::I8) if !x[2].is_empty() => StorageType::Int8,
-            Some(DType::U8) if !x[2].is_empty() => StorageType::Uint8,
-            Some(DType::I16) => StorageType::Int16,
-            Some(DType::U16) => StorageType::Uint16,
-            Some(DType::I32) => StorageType::Int32,
-            _ => storage.unwrap_or(StorageType::Uint8),
+        let storage = match (storage, x.get(2).filter(|z| !z.is_empty())) {
+            (Some(s @ (StorageType::Int4 | StorageType::Uint4)), _) => s,
+            (s, Some(z)) => held_in(z.dtype()).or(s).unwrap_or(StorageType::Uint8),
+            (s, None) => s.unwrap_or(StorageType::Uint8),
         };
         let p = qparams(x[1], x.get(2).copied(), storage, ax)?;
         quantize(&a.view(), &p, Rounding::HalfEven).map_err(|e| e.to_string())
@@ -959,17 +966,9 @@ fn dequantize_linear(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     }
     Ok(one(move |x| {
         // an input of unknown type (before inference): its storage from the values' type
-        let storage = match storage {
-            Some(s) => s,
-            None => match x[0].dtype() {
-                DType::I8 => StorageType::Int8,
-                DType::U8 => StorageType::Uint8,
-                DType::I16 => StorageType::Int16,
-                DType::U16 => StorageType::Uint16,
-                DType::I32 => StorageType::Int32,
-                t => return Err(format!("DequantizeLinear of {t}")),
-            },
-        };
+        let storage = storage
+            .or_else(|| held_in(x[0].dtype()))
+            .ok_or_else(|| format!("DequantizeLinear of {}", x[0].dtype()))?;
         let ax = norm_axis(axis, x[0].shape().len().max(1)).ok();
         let p = qparams(x[1], x.get(2).copied(), storage, ax)?;
         dequantize(x[0], &p).map(Tensor::F32).map_err(|e| e.to_string())

@@ -55,14 +55,6 @@ impl AttrValue {
             _ => None,
         }
     }
-    /// A list of floats from a dense float array or an array of float attributes.
-    pub fn as_floats(&self) -> Option<Vec<f64>> {
-        match self {
-            AttrValue::Floats(v) => Some(v.clone()),
-            AttrValue::Array(v) => v.iter().map(AttrValue::as_f64).collect(),
-            _ => None,
-        }
-    }
     /// A list of integers from an array of integer attributes or a dense i32/i64 array.
     pub fn as_ints(&self) -> Option<Vec<i64>> {
         match self {

@@ -17,7 +17,7 @@
 
 use super::fold_constants::{constant_value, insert_constant, insert_constant_attr};
 use super::{PassOptions, PassReport};
-use crate::dialects::rule;
+use crate::dialects::{rule, OpRule};
 use crate::inspect::is_constant_op;
 use crate::interp::location_string;
 use crate::ir::attrs::op_attrs;
@@ -210,11 +210,7 @@ pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError
             WeightMode::Int8 | WeightMode::Int4 => {
                 let mut p = weight_params(&wt, axis, &res)?;
                 // the bias after this op, at input scale × weight scale
-                let bias = match r.bias_operand {
-                    Some(bi) => bias_operand(op, bi, &plan, r.activations.first().copied()),
-                    None => bias_after(op, &plan, r.activations.first().copied()),
-                };
-                if let Some(bias) = bias {
+                if let Some(bias) = bias_site(op, r, &plan) {
                     let (badd, bidx, bdef, bvals, s_in) = bias;
                     let q = quantize_bias(bvals.as_slice().unwrap_or(&[]), s_in, &p.scale, config.bias_overflow)
                         .map_err(err)?;
@@ -277,45 +273,33 @@ pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError
 /// the scale of the compute op's quantized activation input.
 type BiasSite<'c, 'a> = (OperationRef<'c, 'a>, usize, OperationRef<'c, 'a>, ArrayD<f32>, f64);
 
-/// The op's own bias operand `bi` (ONNX Conv/Gemm input C), when it is a constant f32 rank-1
-/// tensor and the activation input is quantized per-tensor.
-fn bias_operand<'c, 'a>(
+/// The bias to quantize with compute op `op`: its own bias operand when the table names one
+/// (ONNX Conv/Gemm input C), else the bias add right after it (its single use). The bias must
+/// be a constant f32 rank-1 tensor and the activation input quantized per tensor.
+fn bias_site<'c, 'a>(
     op: OperationRef<'c, 'a>,
-    bi: usize,
+    r: &OpRule,
     plan: &crate::quantize::Plan<'c, 'a>,
-    act: Option<usize>,
 ) -> Option<BiasSite<'c, 'a>> {
-    let s_in = plan.params_of(op.operand(act?).ok()?)?;
+    let s_in = plan.params_of(op.operand(*r.activations.first()?).ok()?)?;
     if s_in.scale.len() != 1 {
         return None;
     }
-    let bdef = defining_op(op.operand(bi).ok()?).filter(|d| is_constant_op(d))?;
+    let (owner, idx) = match r.bias_operand {
+        Some(bi) => (op, bi),
+        None => {
+            let out: Value = op.result(0).ok()?.into();
+            let all = uses(out);
+            let [u] = all.as_slice() else { return None };
+            if u.operand != 0 || !rule(&op_name(&u.owner)).is_some_and(|r| r.bias) {
+                return None;
+            }
+            (u.owner, 1)
+        }
+    };
+    let bdef = defining_op(owner.operand(idx).ok()?).filter(|d| is_constant_op(d))?;
     let Tensor::F32(b) = constant_value(bdef)? else {
         return None;
     };
-    (b.ndim() == 1).then_some((op, bi, bdef, b, s_in.scale[0]))
-}
-
-/// The bias add right after `op` (single use, constant f32 rank-1 bias) and the scale of the
-/// op's quantized activation input.
-fn bias_after<'c, 'a>(
-    op: OperationRef<'c, 'a>,
-    plan: &crate::quantize::Plan<'c, 'a>,
-    act: Option<usize>,
-) -> Option<BiasSite<'c, 'a>> {
-    let s_in = plan.params_of(op.operand(act?).ok()?)?;
-    if s_in.scale.len() != 1 {
-        return None;
-    }
-    let out: Value = op.result(0).ok()?.into();
-    let all = uses(out);
-    let [u] = all.as_slice() else { return None };
-    if u.operand != 0 || !rule(&op_name(&u.owner)).is_some_and(|r| r.bias) {
-        return None;
-    }
-    let bdef = defining_op(u.owner.operand(1).ok()?).filter(|d| is_constant_op(d))?;
-    let Tensor::F32(b) = constant_value(bdef)? else {
-        return None;
-    };
-    (b.ndim() == 1).then_some((u.owner, 1, bdef, b, s_in.scale[0]))
+    (b.ndim() == 1).then_some((owner, idx, bdef, b, s_in.scale[0]))
 }

@@ -440,7 +440,6 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, IrError
     }
     let mut needs_opset = 1i64;
     let mut used_ops: BTreeMap<String, ()> = BTreeMap::new();
-    let mut qparam_count = 0usize;
     let name_of = |names: &Names, v: Value| -> Result<String, IrError> {
         if op_name_of_def(v).as_deref() == Some(NO_VALUE) {
             return Ok(String::new());
@@ -481,7 +480,6 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, IrError
                 needs_opset = needs_opset.max(opset_for(p.dtype, p.axis.is_some()));
                 let zp_type = onnx_element(elem).ok_or_else(|| e(path, format!("{elem} has no ONNX type")))?;
                 let base = out(0)?;
-                qparam_count += 1;
                 let (sname, zname) = (
                     names.fresh(&format!("{base}_scale")),
                     names.fresh(&format!("{base}_zero_point")),
@@ -608,7 +606,6 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, IrError
                 .ok_or_else(|| e(path, format!("output '{n}': type {} has no ONNX form", v.r#type())))?,
         );
     }
-    let _ = qparam_count;
     // opsets: the imported ones, the default domain raised as far as the Q/DQ types need
     let mut opset_import: Vec<proto::OperatorSetIdProto> = match module_attr(module, "onnx.opset_import") {
         Some(AttrValue::Array(items)) => items

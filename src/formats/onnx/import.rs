@@ -720,7 +720,6 @@ fn set_function_type<'c>(ctx: &'c Context, f: melior::ir::OperationRef<'c, '_>, 
 }
 
 fn zeros(dtype: DType, shape: &[usize]) -> Option<Tensor> {
-    let n: usize = shape.iter().product();
     let s = ndarray::IxDyn(shape);
     Some(match dtype {
         DType::F32 => Tensor::F32(ndarray::ArrayD::zeros(s)),
@@ -731,16 +730,12 @@ fn zeros(dtype: DType, shape: &[usize]) -> Option<Tensor> {
         DType::U8 => Tensor::U8(ndarray::ArrayD::zeros(s)),
         DType::I1 => Tensor::I1(ndarray::ArrayD::from_elem(s, false)),
         DType::F16 => Tensor::F16(ndarray::ArrayD::from_elem(s, half::f16::ZERO)),
-        _ => {
-            let _ = n;
-            return None;
-        }
+        _ => return None,
     })
 }
 
 /// Dtype and shape of every value of @main on zero inputs whose symbolic dims are `fill`.
-fn run_shapes(module: &Module, fill: usize) -> Option<HashMap<String, (DType, Vec<usize>)>> {
-    let prog = Program::compile(module, None).ok()?;
+fn run_shapes(prog: &Program, fill: usize) -> Option<HashMap<String, (DType, Vec<usize>)>> {
     let mut inputs = Vec::new();
     for spec in &prog.inputs {
         let shape: Vec<usize> = spec
@@ -775,16 +770,17 @@ fn run_shapes(module: &Module, fill: usize) -> Option<HashMap<String, (DType, Ve
 /// Gives every op result of @main a ranked type from running the function on zeros.
 fn infer_types(ctx: &Context, module: &Module) {
     let Ok(func) = find_function(module, None) else { return };
-    let dynamic = {
-        let Ok(prog) = Program::compile(module, None) else {
-            return;
-        };
-        prog.inputs
-            .iter()
-            .any(|s| s.dims.iter().any(|d| matches!(d, crate::ir::types::Dim::Dynamic)))
+    // one compiled program (constants read once) for both runs
+    let Ok(prog) = Program::compile(module, None) else {
+        return;
     };
-    let Some(first) = run_shapes(module, 1) else { return };
-    let second = if dynamic { run_shapes(module, 3) } else { None };
+    let dynamic = prog
+        .inputs
+        .iter()
+        .any(|s| s.dims.iter().any(|d| matches!(d, crate::ir::types::Dim::Dynamic)));
+    let Some(first) = run_shapes(&prog, 1) else { return };
+    let second = if dynamic { run_shapes(&prog, 3) } else { None };
+    drop(prog);
     let keys = TensorKeys::new(func);
     for op in body_ops(func) {
         let name = op_name(&op);
@@ -793,8 +789,8 @@ fn infer_types(ctx: &Context, module: &Module) {
         }
         for r in op.results() {
             let v: Value = r.into();
-            let ranked = unsafe { mlir_sys::mlirTypeIsARankedTensor(v.r#type().to_raw()) };
-            if ranked && name == "onnx.Constant" {
+            // declared types (graph outputs, value_info, constants) stay as they are
+            if unsafe { mlir_sys::mlirTypeIsARankedTensor(v.r#type().to_raw()) } {
                 continue;
             }
             let Some(key) = keys.get(v) else { continue };
@@ -815,9 +811,6 @@ fn infer_types(ctx: &Context, module: &Module) {
             } else {
                 crate::ir::types::dtype_to_type(ctx, *dtype)
             };
-            if ranked {
-                continue;
-            }
             unsafe { mlir_sys::mlirValueSetType(v.to_raw(), tensor_type_of(elem, Some(&dims)).to_raw()) };
         }
     }

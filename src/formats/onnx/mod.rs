@@ -10,8 +10,9 @@ pub mod types;
 pub use export::{export, save};
 pub use import::{import, load};
 
-/// True when `bytes` look like a serialized ONNX model (field 1, `ir_version`, as a varint
-/// first — every exporter writes it first — and not MLIR bytecode or text).
+/// True when `bytes` look like a serialized ONNX model: field 1 (`ir_version`) as a varint
+/// first, which every exporter writes first and which neither MLIR text nor bytecode (`ML\xEFR`)
+/// can start with. Whether the rest decodes is the import's to say, with its own error.
 pub fn looks_like_onnx(bytes: &[u8]) -> bool {
-    bytes.first() == Some(&0x08) && proto::decode_model(bytes).is_ok()
+    bytes.first() == Some(&0x08)
 }
