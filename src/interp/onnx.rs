@@ -5,6 +5,7 @@
 
 use super::desc::OpDesc;
 use super::kernels::conv::{conv2d, depthwise_conv2d, Padding};
+use super::kernels::conv_transpose::{conv_transpose2d, Transposed2d};
 use super::kernels::elementwise::{
     arith, compare, logical, select, BinOp, BinaryKernel, CmpOp, Epilogue, UnOp, UnaryKernel,
 };
@@ -13,6 +14,7 @@ use super::kernels::matmul::{batch_matmul, matmul};
 use super::kernels::norm::{batch_norm, softmax};
 use super::kernels::pool::pool2d;
 use super::kernels::reduce::{reduce, Reduce};
+use super::kernels::resize::{resize, Coordinates, Mode, Nearest};
 use super::kernels::{f32_arg, int_arg, norm_axis, one, FnKernel, Kernel, KernelResult};
 use super::tf::Builder;
 use crate::params::{dequantize, quantize, QuantParams, Rounding, Scheme, StorageType};
@@ -23,6 +25,7 @@ use ndarray::{ArrayD, Axis, IxDyn};
 pub const TABLE: &[(&str, Builder)] = &[
     // nn
     ("onnx.Conv", conv),
+    ("onnx.ConvTranspose", conv_transpose),
     ("onnx.Gemm", gemm),
     ("onnx.MatMul", |_| Ok(one(|x| mat_mul(x[0], x[1])))),
     ("onnx.MaxPool", |d| pool(d, true)),
@@ -208,6 +211,7 @@ pub const TABLE: &[(&str, Builder)] = &[
     ("onnx.Expand", |_| Ok(one(|x| expand(x[0], &int_arg(x, 1)?)))),
     ("onnx.Tile", |_| Ok(one(|x| layout::tile(x[0], &int_arg(x, 1)?)))),
     ("onnx.Pad", pad),
+    ("onnx.Resize", resize_op),
     ("onnx.Cast", |d| {
         let t = d.result_dtype(0).ok_or("Cast to an unsupported type")?;
         Ok(one(move |x| layout::cast(x[0], t)))
@@ -517,6 +521,154 @@ fn conv(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
         pads: pads_of(d)?,
         group: group as usize,
         filter,
+    }))
+}
+
+fn conv_transpose(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    let group = d.int_attr("group", 1);
+    if group < 1 {
+        return Err(format!("group = {group}"));
+    }
+    let (strides, dilations) = (pair(d, "strides", 1)?, pair(d, "dilations", 1)?);
+    let extra = match d.ints_attr("output_padding").as_deref() {
+        None => [0, 0],
+        Some([h, w]) if *h >= 0 && *w >= 0 => [*h as usize, *w as usize],
+        Some(v) => return Err(format!("output_padding = {v:?} is not supported (2-D only)")),
+    };
+    let output_shape = d.ints_attr("output_shape");
+    let auto = d.choice("auto_pad", &["NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"], "NOTSET")?;
+    let pads = match (auto.as_str(), d.ints_attr("pads").as_deref()) {
+        ("NOTSET", Some([t, l, b, r])) if [t, l, b, r].iter().all(|v| **v >= 0) => {
+            [(*t as usize, *b as usize), (*l as usize, *r as usize)]
+        }
+        ("NOTSET", Some(p)) => return Err(format!("pads = {p:?} is not supported (2-D, non-negative)")),
+        _ => [(0, 0), (0, 0)],
+    };
+    Ok(one(move |x| {
+        let (input, w) = (f32_arg(x, 0)?, f32_arg(x, 1)?);
+        if input.ndim() != 4 || w.ndim() != 4 {
+            return Err("ConvTranspose is supported for 2-D NCHW only".into());
+        }
+        let bias = match x.get(2) {
+            Some(Tensor::F32(b)) if !b.is_empty() => Some(b.iter().copied().collect::<Vec<f32>>()),
+            _ => None,
+        };
+        let k = [w.shape()[2], w.shape()[3]];
+        let hw = [input.shape()[2], input.shape()[3]];
+        // a requested output size (output_shape, or input × stride for SAME_*) sets the pads
+        let want: Option<[usize; 2]> = match (&output_shape, auto.as_str()) {
+            (Some(s), _) if s.len() >= 2 => Some([s[s.len() - 2] as usize, s[s.len() - 1] as usize]),
+            (_, "SAME_UPPER" | "SAME_LOWER") => Some([hw[0] * strides[0], hw[1] * strides[1]]),
+            _ => None,
+        };
+        let mut g = Transposed2d {
+            strides,
+            dilations,
+            pads,
+            group: group as usize,
+        };
+        if let Some(want) = want {
+            for i in 0..2 {
+                let full = strides[i] * (hw[i] - 1) + extra[i] + (k[i] - 1) * dilations[i] + 1;
+                let total = full
+                    .checked_sub(want[i])
+                    .ok_or_else(|| format!("output size {} is larger than the full output {full}", want[i]))?;
+                g.pads[i] = if auto == "SAME_UPPER" {
+                    (total / 2, total - total / 2)
+                } else {
+                    (total - total / 2, total / 2)
+                };
+            }
+        }
+        let out = [
+            g.out_dim(0, hw[0], k[0], extra[0])?,
+            g.out_dim(1, hw[1], k[1], extra[1])?,
+        ];
+        Ok(Tensor::F32(conv_transpose2d(input, w, bias.as_deref(), &g, out)?))
+    }))
+}
+
+fn resize_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    let mode = match d.choice("mode", &["nearest", "linear"], "nearest")?.as_str() {
+        "linear" => Mode::Linear,
+        _ => Mode::Nearest(
+            match d
+                .choice(
+                    "nearest_mode",
+                    &["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"],
+                    "round_prefer_floor",
+                )?
+                .as_str()
+            {
+                "round_prefer_ceil" => Nearest::RoundPreferCeil,
+                "floor" => Nearest::Floor,
+                "ceil" => Nearest::Ceil,
+                _ => Nearest::RoundPreferFloor,
+            },
+        ),
+    };
+    let coords = match d
+        .choice(
+            "coordinate_transformation_mode",
+            &[
+                "half_pixel",
+                "pytorch_half_pixel",
+                "align_corners",
+                "asymmetric",
+                "tf_half_pixel_for_nn",
+            ],
+            "half_pixel",
+        )?
+        .as_str()
+    {
+        "pytorch_half_pixel" => Coordinates::PytorchHalfPixel,
+        "align_corners" => Coordinates::AlignCorners,
+        "asymmetric" => Coordinates::Asymmetric,
+        "tf_half_pixel_for_nn" => Coordinates::TfHalfPixelForNn,
+        _ => Coordinates::HalfPixel,
+    };
+    if d.int_attr("antialias", 0) != 0 {
+        return Err("Resize with antialias = 1 is not supported".into());
+    }
+    if d.attr("axes").is_some() {
+        return Err("Resize with axes is not supported".into());
+    }
+    d.choice("keep_aspect_ratio_policy", &["stretch"], "stretch")?;
+    // opset 10: (X, scales); later: (X, roi, scales, sizes)
+    let scales_at = if d.operand_types.len() == 2 { 1 } else { 2 };
+    Ok(one(move |x| {
+        let floats = |t: &Tensor| -> KernelResult<Vec<f64>> {
+            match layout::cast(t, DType::F64)? {
+                Tensor::F64(a) => Ok(a.iter().copied().collect()),
+                _ => Err("scales".into()),
+            }
+        };
+        let in_shape = x[0].shape().to_vec();
+        let (out, scales): (Vec<usize>, Vec<f64>) = match (
+            x.get(scales_at).filter(|t| !t.is_empty()),
+            x.get(3).filter(|t| !t.is_empty()),
+        ) {
+            (Some(s), _) => {
+                let s = floats(s)?;
+                let out = in_shape
+                    .iter()
+                    .zip(&s)
+                    .map(|(&n, &k)| (n as f64 * k).floor() as usize)
+                    .collect();
+                (out, s)
+            }
+            (None, Some(sz)) => {
+                let out: Vec<usize> = int_arg(&[*sz], 0)?.iter().map(|&v| v.max(0) as usize).collect();
+                let s = out
+                    .iter()
+                    .zip(&in_shape)
+                    .map(|(&o, &n)| o as f64 / n.max(1) as f64)
+                    .collect();
+                (out, s)
+            }
+            (None, None) => return Err("Resize needs scales or sizes".into()),
+        };
+        resize(x[0], &out, &scales, mode, coords)
     }))
 }
 

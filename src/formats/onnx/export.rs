@@ -440,6 +440,8 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, IrError
     }
     let mut needs_opset = 1i64;
     let mut used_ops: BTreeMap<String, ()> = BTreeMap::new();
+    #[allow(clippy::type_complexity)]
+    let mut qparam_names: HashMap<(Vec<u32>, Vec<i64>, i32, bool), (String, String)> = HashMap::new();
     let name_of = |names: &Names, v: Value| -> Result<String, IrError> {
         if op_name_of_def(v).as_deref() == Some(NO_VALUE) {
             return Ok(String::new());
@@ -480,21 +482,36 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, IrError
                 needs_opset = needs_opset.max(opset_for(p.dtype, p.axis.is_some()));
                 let zp_type = onnx_element(elem).ok_or_else(|| e(path, format!("{elem} has no ONNX type")))?;
                 let base = out(0)?;
-                let (sname, zname) = (
-                    names.fresh(&format!("{base}_scale")),
-                    names.fresh(&format!("{base}_zero_point")),
+                // a Q/DQ pair (and every other point with the same parameters) shares one
+                // scale and one zero-point initializer, as onnxruntime writes them
+                let id = (
+                    p.scale.iter().map(|&s| (s as f32).to_bits()).collect::<Vec<u32>>(),
+                    p.zero_point.clone(),
+                    zp_type,
+                    p.axis.is_some(),
                 );
-                let shape: Vec<usize> = if p.axis.is_some() { vec![p.scale.len()] } else { vec![] };
-                let scale = Tensor::F32(
-                    ndarray::ArrayD::from_shape_vec(shape.clone(), p.scale.iter().map(|&s| s as f32).collect())
-                        .map_err(|x| e(path, x.to_string()))?,
-                );
-                graph.initializer.push(tensor_proto(&sname, &scale, dt::FLOAT));
-                let zp = zero_point_tensor(&p.zero_point, &shape, zp_type).map_err(|x| e(path, x))?;
-                graph.initializer.push(TensorProto {
-                    name: zname.clone(),
-                    ..zp
-                });
+                let (sname, zname) = match qparam_names.get(&id) {
+                    Some(n) => n.clone(),
+                    None => {
+                        let (sname, zname) = (
+                            names.fresh(&format!("{base}_scale")),
+                            names.fresh(&format!("{base}_zero_point")),
+                        );
+                        let shape: Vec<usize> = if p.axis.is_some() { vec![p.scale.len()] } else { vec![] };
+                        let scale = Tensor::F32(
+                            ndarray::ArrayD::from_shape_vec(shape.clone(), p.scale.iter().map(|&s| s as f32).collect())
+                                .map_err(|x| e(path, x.to_string()))?,
+                        );
+                        graph.initializer.push(tensor_proto(&sname, &scale, dt::FLOAT));
+                        let zp = zero_point_tensor(&p.zero_point, &shape, zp_type).map_err(|x| e(path, x))?;
+                        graph.initializer.push(TensorProto {
+                            name: zname.clone(),
+                            ..zp
+                        });
+                        qparam_names.insert(id, (sname.clone(), zname.clone()));
+                        (sname, zname)
+                    }
+                };
                 let mut node = NodeProto {
                     input: vec![name_of(&names, x)?, sname, zname],
                     output: vec![base.clone()],

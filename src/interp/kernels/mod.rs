@@ -2,6 +2,7 @@
 //! dialect table (`interp/tf.rs`) maps an op name and its attributes to one of these.
 
 pub mod conv;
+pub mod conv_transpose;
 pub mod einsum;
 pub mod elementwise;
 pub mod layout;
@@ -10,6 +11,7 @@ pub mod norm;
 pub mod pool;
 pub mod quant;
 pub mod reduce;
+pub mod resize;
 
 use crate::tensor::Tensor;
 use ndarray::{ArrayD, IxDyn};
