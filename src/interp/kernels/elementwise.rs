@@ -590,6 +590,9 @@ impl TiledEpilogue {
                 *p = f(v);
             }
         }
+        // inlined into the AVX2 wrapper below: a separate function would be compiled for the
+        // baseline target only, and the wrapper's target feature would reach no loop
+        #[inline(always)]
         fn dispatch(x: &mut [f32], k: &[f32], b: &[f32], has_k: bool, has_b: bool, act: Option<UnOp>) {
             match act {
                 Some(UnOp::Relu) => run(x, k, b, has_k, has_b, relu),
