@@ -3,16 +3,9 @@
 
 mod common;
 
+use common::{quantir, stderr};
+
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn quantir(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_quantir")).args(args).output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 fn files_in(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)

@@ -3,31 +3,11 @@
 
 mod common;
 
+use common::{arg, ok, quantir, quantir_env, stderr};
+
 use ndarray_npy::NpzWriter;
 use std::path::Path;
 use std::process::{Command, Output};
-
-fn quantir(args: &[&str]) -> Output {
-    quantir_env(args, &[])
-}
-
-fn quantir_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_quantir"));
-    c.args(args);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().unwrap()
-}
-
-fn ok(o: Output) -> Output {
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    o
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 /// Exit 1, a one-line message containing every part of `needles`.
 fn fails_with(o: &Output, needles: &[&str]) {
@@ -37,10 +17,6 @@ fn fails_with(o: &Output, needles: &[&str]) {
     for n in needles {
         assert!(e.contains(n), "'{n}' not in: {e}");
     }
-}
-
-fn s(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
 }
 
 /// The first `n` digits test images as 8-bit grayscale PNGs, and the same pixels (÷ 255) as an
@@ -81,16 +57,16 @@ fn read_npz(p: &Path) -> ndarray::ArrayD<f32> {
 fn image_folder_gives_the_same_outputs_as_the_same_pixels_in_an_npz() {
     let dir = tempfile::tempdir().unwrap();
     let imgs = digits_as_pngs(dir.path(), 12);
-    let model = s(&common::example("digits_cnn.mlir"));
+    let model = arg(&common::example("digits_cnn.mlir"));
     let (a, b) = (dir.path().join("a.npz"), dir.path().join("b.npz"));
-    ok(quantir(&["run", &model, "--data", &s(&imgs), "-o", &s(&a)]));
+    ok(quantir(&["run", &model, "--data", &arg(&imgs), "-o", &arg(&a)]));
     ok(quantir(&[
         "run",
         &model,
         "--data",
-        &s(&dir.path().join("same.npz")),
+        &arg(&dir.path().join("same.npz")),
         "-o",
-        &s(&b),
+        &arg(&b),
     ]));
     let (a, b) = (read_npz(&a), read_npz(&b));
     assert_eq!(a.shape(), &[12, 10]);
@@ -101,9 +77,9 @@ fn image_folder_gives_the_same_outputs_as_the_same_pixels_in_an_npz() {
         "run",
         &model,
         "--data",
-        &s(&imgs),
+        &arg(&imgs),
         "-o",
-        &s(&c),
+        &arg(&c),
         "--limit",
         "5",
         "--mean",
@@ -120,19 +96,19 @@ fn image_folder_gives_the_same_outputs_as_the_same_pixels_in_an_npz() {
         "quantize",
         &model,
         "--data",
-        &s(&imgs),
+        &arg(&imgs),
         "--no-cache",
         "-o",
-        &s(&q),
+        &arg(&q),
     ]));
     // a resize to another size than the model's is refused before any work
     let o = quantir(&[
         "run",
         &model,
         "--data",
-        &s(&imgs),
+        &arg(&imgs),
         "-o",
-        &s(&dir.path().join("d.npz")),
+        &arg(&dir.path().join("d.npz")),
         "--image-size",
         "4,4",
     ]);
@@ -144,9 +120,9 @@ fn unreadable_image_is_named_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let imgs = digits_as_pngs(dir.path(), 3);
     std::fs::write(imgs.join("001.png"), b"not a png at all").unwrap();
-    let model = s(&common::example("digits_cnn.mlir"));
+    let model = arg(&common::example("digits_cnn.mlir"));
     let out = dir.path().join("stats.json");
-    let o = quantir(&["calibrate", &model, "--data", &s(&imgs), "-o", &s(&out)]);
+    let o = quantir(&["calibrate", &model, "--data", &arg(&imgs), "-o", &arg(&out)]);
     fails_with(&o, &["001.png"]);
     assert!(!out.exists());
 }
@@ -156,10 +132,10 @@ fn quantize_data_caches_calibration_and_reuses_it_for_other_rewrite_options() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let env = [("QUANTIR_CACHE_DIR", cache.to_str().unwrap())];
-    let model = s(&common::example("digits_cnn.mlir"));
-    let calib = s(&common::example("digits_calib.npz"));
+    let model = arg(&common::example("digits_cnn.mlir"));
+    let calib = arg(&common::example("digits_calib.npz"));
     let q = |name: &str, extra: &[&str]| {
-        let out = s(&dir.path().join(name));
+        let out = arg(&dir.path().join(name));
         let mut args = vec!["quantize", &model, "--data", &calib, "-o", &out];
         args.extend_from_slice(extra);
         let o = ok(quantir_env(&args, &env));
@@ -187,7 +163,7 @@ fn quantize_data_caches_calibration_and_reuses_it_for_other_rewrite_options() {
 fn main_job_errors_are_one_line_exit_1_and_write_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let model = s(&common::example("digits_cnn.mlir"));
+    let model = arg(&common::example("digits_cnn.mlir"));
     let out = d.join("out.mlir");
     let nothing_written = || assert!(!out.exists());
     // empty data set
@@ -195,7 +171,15 @@ fn main_job_errors_are_one_line_exit_1_and_write_nothing() {
     let mut w = NpzWriter::new(std::fs::File::create(&empty).unwrap());
     w.add_array("x", &ndarray::Array4::<f32>::zeros((0, 8, 8, 1))).unwrap();
     w.finish().unwrap();
-    let o = quantir(&["quantize", &model, "--data", &s(&empty), "--no-cache", "-o", &s(&out)]);
+    let o = quantir(&[
+        "quantize",
+        &model,
+        "--data",
+        &arg(&empty),
+        "--no-cache",
+        "-o",
+        &arg(&out),
+    ]);
     fails_with(&o, &["empty.npz", "no samples"]);
     nothing_written();
     // data that does not match the model: names the file, the input, expected and found
@@ -204,7 +188,7 @@ fn main_job_errors_are_one_line_exit_1_and_write_nothing() {
     w.add_array("input", &ndarray::Array4::<f32>::zeros((3, 9, 9, 1)))
         .unwrap();
     w.finish().unwrap();
-    let o = quantir(&["calibrate", &model, "--data", &s(&wrong), "-o", &s(&out)]);
+    let o = quantir(&["calibrate", &model, "--data", &arg(&wrong), "-o", &arg(&out)]);
     fails_with(&o, &["wrong.npz", "input", "8x8x1", "[9, 9, 1]"]);
     nothing_written();
     // NaN in a sample
@@ -214,7 +198,7 @@ fn main_job_errors_are_one_line_exit_1_and_write_nothing() {
     let mut w = NpzWriter::new(std::fs::File::create(&nan).unwrap());
     w.add_array("x", &x).unwrap();
     w.finish().unwrap();
-    let o = quantir(&["quantize", &model, "--data", &s(&nan), "--no-cache", "-o", &s(&out)]);
+    let o = quantir(&["quantize", &model, "--data", &arg(&nan), "--no-cache", "-o", &arg(&out)]);
     fails_with(&o, &["nan.npz", "sample 2", "NaN"]);
     nothing_written();
     // statistics that lack a tensor the plan quantizes
@@ -223,15 +207,15 @@ fn main_job_errors_are_one_line_exit_1_and_write_nothing() {
         "calibrate",
         &model,
         "--data",
-        &s(&common::example("digits_calib.npz")),
+        &arg(&common::example("digits_calib.npz")),
         "-o",
-        &s(&stats),
+        &arg(&stats),
     ]));
     let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
     let first = v["tensors"].as_object().unwrap().keys().next().unwrap().clone();
     v["tensors"].as_object_mut().unwrap().remove(&first);
     std::fs::write(&stats, serde_json::to_vec(&v).unwrap()).unwrap();
-    let o = quantir(&["quantize", &model, "--stats", &s(&stats), "-o", &s(&out)]);
+    let o = quantir(&["quantize", &model, "--stats", &arg(&stats), "-o", &arg(&out)]);
     fails_with(&o, &["no statistics for tensor", &first]);
     nothing_written();
     // a recipe with an unknown key names the file, line and column
@@ -241,11 +225,11 @@ fn main_job_errors_are_one_line_exit_1_and_write_nothing() {
         "quantize",
         &model,
         "--stats",
-        &s(&d.join("x.json")),
+        &arg(&d.join("x.json")),
         "--config",
-        &s(&recipe),
+        &arg(&recipe),
         "-o",
-        &s(&out),
+        &arg(&out),
     ]);
     fails_with(&o, &["r.toml", "line 2, column 1", "wieghts"]);
     nothing_written();
@@ -254,7 +238,7 @@ fn main_job_errors_are_one_line_exit_1_and_write_nothing() {
 #[test]
 fn recipe_overrides_storage_per_op_and_excludes_by_key() {
     let dir = tempfile::tempdir().unwrap();
-    let model = s(&common::example("digits_cnn.mlir"));
+    let model = arg(&common::example("digits_cnn.mlir"));
     let recipe = dir.path().join("r.toml");
     std::fs::write(
         &recipe,
@@ -267,12 +251,12 @@ fn recipe_overrides_storage_per_op_and_excludes_by_key() {
         "quantize",
         &model,
         "--data",
-        &s(&common::example("digits_calib.npz")),
+        &arg(&common::example("digits_calib.npz")),
         "--no-cache",
         "--config",
-        &s(&recipe),
+        &arg(&recipe),
         "-o",
-        &s(&out),
+        &arg(&out),
     ]));
     let text = std::fs::read_to_string(&out).unwrap();
     // input, two conv outputs, the MaxPool output at the conv's scale, then both MatMul inputs
@@ -331,14 +315,14 @@ fn calibration_memory_does_not_grow_with_the_number_of_samples() {
         let mut w = NpzWriter::new_compressed(std::fs::File::create(&p).unwrap());
         w.add_array("x", &a).unwrap();
         w.finish().unwrap();
-        s(&p)
+        arg(&p)
     };
     let (small, large) = (data(100, "100.npz"), data(2000, "2000.npz"));
-    let out = s(&dir.path().join("s.json"));
+    let out = arg(&dir.path().join("s.json"));
     for method in ["minmax", "entropy"] {
         let a = peak_rss_kb(&[
             "calibrate",
-            &s(&model),
+            &arg(&model),
             "--data",
             &small,
             "--method",
@@ -348,7 +332,7 @@ fn calibration_memory_does_not_grow_with_the_number_of_samples() {
         ]);
         let b = peak_rss_kb(&[
             "calibrate",
-            &s(&model),
+            &arg(&model),
             "--data",
             &large,
             "--method",

@@ -3,23 +3,15 @@
 
 mod common;
 
+use common::{ok, quantir};
+
 use melior::ir::operation::OperationLike;
 use melior::ir::ValueLike;
 use quantir::inspect::is_constant_op;
 use quantir::ir::graph::{body_ops, defining_op, find_function, op_name, uses};
-use std::process::{Command, Output};
-
-fn quantir(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_quantir")).args(args).output().unwrap()
-}
 
 fn data(name: &str) -> String {
     common::data(name).to_string_lossy().into_owned()
-}
-
-fn ok(o: Output) -> Output {
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    o
 }
 
 #[test]

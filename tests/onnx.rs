@@ -5,21 +5,14 @@
 
 mod common;
 
+use common::{arg, ok, quantir};
+
 use ndarray::ArrayD;
 use ndarray_npy::NpzReader;
 use prost::Message;
 use quantir::formats::onnx::proto;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn quantir(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_quantir")).args(args).output().unwrap()
-}
-
-fn ok(o: Output) -> Output {
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    o
-}
+use std::process::Command;
 
 fn python(args: &[&str]) -> serde_json::Value {
     let py = common::root().join(".venv/bin/python");
@@ -36,10 +29,6 @@ fn python(args: &[&str]) -> serde_json::Value {
     );
     let text = String::from_utf8_lossy(&o.stdout);
     serde_json::from_str(text.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
-
-fn s(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
 }
 
 fn read_npz(p: &Path) -> Vec<(String, ArrayD<f32>)> {
@@ -75,11 +64,11 @@ fn run_matches_tensorflow_outputs() {
         let out = dir.path().join(format!("{model}.npz"));
         ok(quantir(&[
             "run",
-            &s(&common::data(model)),
+            &arg(&common::data(model)),
             "--data",
-            &s(&data_path(test)),
+            &arg(&data_path(test)),
             "-o",
-            &s(&out),
+            &arg(&out),
         ]));
         let got = read_npz(&out);
         let want = read_npz(&common::data(reference));
@@ -102,8 +91,13 @@ fn import_export_round_trip_is_bit_exact_in_onnxruntime() {
     let dir = tempfile::tempdir().unwrap();
     for (model, test, _) in MODELS {
         let out = dir.path().join(model);
-        ok(quantir(&["opt", &s(&common::data(model)), "-o", &s(&out)]));
-        let r = python(&["roundtrip", &s(&common::data(model)), &s(&out), &s(&data_path(test))]);
+        ok(quantir(&["opt", &arg(&common::data(model)), "-o", &arg(&out)]));
+        let r = python(&[
+            "roundtrip",
+            &arg(&common::data(model)),
+            &arg(&out),
+            &arg(&data_path(test)),
+        ]);
         assert_eq!(r["bit_exact"], true, "{model}: {r}");
         assert_eq!(r["metadata_kept"], true, "{model}: {r}");
     }
@@ -128,28 +122,28 @@ fn quantized_digits_run_in_onnxruntime_above_the_peers() {
         let q = dir.path().join(format!("{model}_q.onnx"));
         ok(quantir(&[
             "quantize",
-            &s(&common::data(&format!("{model}.onnx"))),
+            &arg(&common::data(&format!("{model}.onnx"))),
             "--data",
-            &s(&data_path(calib)),
+            &arg(&data_path(calib)),
             "--no-cache",
             "-o",
-            &s(&q),
+            &arg(&q),
         ]));
         let interp = dir.path().join(format!("{model}_q.npz"));
         ok(quantir(&[
             "run",
-            &s(&q),
+            &arg(&q),
             "--data",
-            &s(&data_path(test)),
+            &arg(&data_path(test)),
             "-o",
-            &s(&interp),
+            &arg(&interp),
         ]));
         let r = python(&[
             "eval",
-            &s(&common::data(&format!("{model}.onnx"))),
-            &s(&q),
-            &s(&data_path(test)),
-            &s(&interp),
+            &arg(&common::data(&format!("{model}.onnx"))),
+            &arg(&q),
+            &arg(&data_path(test)),
+            &arg(&interp),
         ]);
         let ort_top1 = ort[key]["QInt8/per_channel/MinMax"]["top1"].as_f64().unwrap();
         let top1 = r["top1"].as_f64().unwrap();
@@ -173,7 +167,7 @@ fn quantized_digits_run_in_onnxruntime_above_the_peers() {
 #[test]
 fn single_op_models_match_onnxruntime() {
     let dir = tempfile::tempdir().unwrap();
-    let r = python(&["ops", &s(dir.path())]);
+    let r = python(&["ops", &arg(dir.path())]);
     let cases: Vec<String> = r["cases"]
         .as_array()
         .unwrap()
@@ -185,11 +179,11 @@ fn single_op_models_match_onnxruntime() {
         let p = |suffix: &str| dir.path().join(format!("{c}{suffix}"));
         ok(quantir(&[
             "run",
-            &s(&p(".onnx")),
+            &arg(&p(".onnx")),
             "--data",
-            &s(&p("_in.npz")),
+            &arg(&p("_in.npz")),
             "-o",
-            &s(&p("_q.npz")),
+            &arg(&p("_q.npz")),
         ]));
         let want = read_npz(&p("_out.npz"));
         let got = read_npz(&p("_q.npz"));
@@ -272,7 +266,7 @@ fn bad_onnx_input_fails_cleanly() {
     let truncated = dir.path().join("truncated.onnx");
     std::fs::write(&truncated, &model[..model.len() / 2]).unwrap();
     fails_cleanly(
-        &["opt", &s(&truncated), "-o", &s(&out)],
+        &["opt", &arg(&truncated), "-o", &arg(&out)],
         &out,
         &["truncated.onnx", "not a valid ONNX model"],
     );
@@ -285,7 +279,7 @@ fn bad_onnx_input_fails_cleanly() {
             .collect::<Vec<_>>(),
     )
     .unwrap();
-    fails_cleanly(&["inspect", &s(&junk)], &out, &["junk.onnx"]);
+    fails_cleanly(&["inspect", &arg(&junk)], &out, &["junk.onnx"]);
     // an op the interpreter does not know: named with its node
     let unknown = dir.path().join("unknown_op.onnx");
     std::fs::write(&unknown, tiny_model("FrobnicateV9", None)).unwrap();
@@ -297,7 +291,7 @@ fn bad_onnx_input_fails_cleanly() {
     }
     let run_out = dir.path().join("out.npz");
     fails_cleanly(
-        &["run", &s(&unknown), "--data", &s(&data), "-o", &s(&run_out)],
+        &["run", &arg(&unknown), "--data", &arg(&data), "-o", &arg(&run_out)],
         &run_out,
         &["onnx.FrobnicateV9", "the_node", "not supported"],
     );
@@ -316,13 +310,13 @@ fn bad_onnx_input_fails_cleanly() {
     let missing = dir.path().join("external.onnx");
     std::fs::write(&missing, tiny_model("Add", Some(ext))).unwrap();
     fails_cleanly(
-        &["opt", &s(&missing), "-o", &s(&out)],
+        &["opt", &arg(&missing), "-o", &arg(&out)],
         &out,
         &["external.onnx", "'w'", "weights.bin"],
     );
     // a TF-dialect model cannot be written as ONNX, and says so
     fails_cleanly(
-        &["opt", &s(&common::example("digits_cnn.mlir")), "-o", &s(&out)],
+        &["opt", &arg(&common::example("digits_cnn.mlir")), "-o", &arg(&out)],
         &out,
         &["no ONNX form"],
     );
@@ -334,12 +328,12 @@ fn onnx_quantized_as_mlir_passes_mlir_opt() {
     let q = dir.path().join("q.mlir");
     ok(quantir(&[
         "quantize",
-        &s(&common::data("digits_mlp.onnx")),
+        &arg(&common::data("digits_mlp.onnx")),
         "--data",
-        &s(&common::data("digits_mlp_calib.npz")),
+        &arg(&common::data("digits_mlp_calib.npz")),
         "--no-cache",
         "-o",
-        &s(&q),
+        &arg(&q),
     ]));
     let (accepted, err) = common::mlir_opt_accepts(&q);
     assert!(accepted, "{err}");

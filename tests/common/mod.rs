@@ -3,6 +3,37 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Runs the quantir binary.
+pub fn quantir(args: &[&str]) -> Output {
+    quantir_env(args, &[])
+}
+
+/// Runs the quantir binary with extra environment variables.
+pub fn quantir_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_quantir"));
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// `o`, after asserting that it succeeded (its stderr in the failure message).
+pub fn ok(o: Output) -> Output {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A path as a command-line argument.
+pub fn arg(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
 
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
