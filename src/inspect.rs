@@ -4,7 +4,7 @@
 use crate::ir::graph::{body_ops, function_name, functions, nested_ops, op_name};
 use crate::ir::keys::TensorKeys;
 use crate::ir::types::tensor_type;
-use crate::ir::{attribute_to_tensor, IrError};
+use crate::ir::IrError;
 use melior::ir::attribute::AttributeLike;
 use melior::ir::block::BlockLike;
 use melior::ir::operation::OperationLike;
@@ -135,12 +135,12 @@ pub fn inspect(module: &Module) -> Result<Inspection, IrError> {
             }
             if is_constant_op(&op) {
                 let value = op.attribute("value").map_err(|e| IrError::Invalid(e.to_string()))?;
-                let what = format!("{opname} in @{name}");
+                // bytes from the type (elements × element size), without decoding the data
                 let (elem, bytes) = match tensor_type(value.r#type()) {
                     Some(t) => {
-                        let bytes = match attribute_to_tensor(value, &what) {
-                            Ok(t) => t.size_bytes(),
-                            Err(_) => 0,
+                        let bytes = match (t.static_shape(), t.dtype) {
+                            (Some(shape), Some(d)) => shape.iter().product::<usize>() * d.size_bytes(),
+                            _ => 0,
                         };
                         (t.element, bytes)
                     }
