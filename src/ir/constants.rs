@@ -174,6 +174,44 @@ pub fn int4_attribute<'c>(ctx: &'c melior::Context, shape: &[usize], values: &[u
     }
 }
 
+/// The elements of `t` as one little-endian buffer (i1 as one byte per element, 0 or 1).
+pub fn tensor_le_bytes(t: &Tensor) -> Vec<u8> {
+    match t {
+        Tensor::F32(a) => le_bytes(a, f32::to_le_bytes),
+        Tensor::F64(a) => le_bytes(a, f64::to_le_bytes),
+        Tensor::F16(a) => le_bytes(a, f16::to_le_bytes),
+        Tensor::BF16(a) => le_bytes(a, bf16::to_le_bytes),
+        Tensor::I1(a) => a.iter().map(|&b| b as u8).collect(),
+        Tensor::I8(a) => le_bytes(a, i8::to_le_bytes),
+        Tensor::U8(a) => le_bytes(a, u8::to_le_bytes),
+        Tensor::I16(a) => le_bytes(a, i16::to_le_bytes),
+        Tensor::U16(a) => le_bytes(a, u16::to_le_bytes),
+        Tensor::I32(a) => le_bytes(a, i32::to_le_bytes),
+        Tensor::I64(a) => le_bytes(a, i64::to_le_bytes),
+    }
+}
+
+/// A tensor of `dtype` and `shape` from its elements as one little-endian buffer (i1: one byte
+/// per element); `what` names it in errors.
+pub fn tensor_from_le(dtype: DType, shape: &[usize], bytes: &[u8], what: &str) -> Result<Tensor, IrError> {
+    let n: usize = shape.iter().product();
+    if bytes.len() != n * dtype.size_bytes() {
+        return Err(constant_err(
+            what,
+            format!("{} bytes for {n} elements of {dtype}", bytes.len()),
+        ));
+    }
+    if dtype == DType::I1 {
+        return Ok(Tensor::I1(array_from(
+            shape,
+            bytes.iter().map(|&b| b != 0).collect(),
+            n,
+            what,
+        )?));
+    }
+    tensor_from_le_bytes(dtype, shape, bytes, n, what)
+}
+
 /// Builds a `DenseElementsAttr` holding `t` (one raw buffer; i1 through the bool getter).
 pub fn tensor_to_attribute<'c>(ctx: &'c melior::Context, t: &Tensor) -> Attribute<'c> {
     let shape: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
@@ -189,19 +227,7 @@ pub fn tensor_to_attribute<'c>(ctx: &'c melior::Context, t: &Tensor) -> Attribut
             let v: Vec<i32> = a.iter().map(|&b| b as i32).collect();
             return Attribute::from_raw(mlir_sys::mlirDenseElementsAttrBoolGet(ty, v.len() as isize, v.as_ptr()));
         }
-        let bytes = match t {
-            Tensor::F32(a) => le_bytes(a, f32::to_le_bytes),
-            Tensor::F64(a) => le_bytes(a, f64::to_le_bytes),
-            Tensor::F16(a) => le_bytes(a, f16::to_le_bytes),
-            Tensor::BF16(a) => le_bytes(a, bf16::to_le_bytes),
-            Tensor::I8(a) => le_bytes(a, i8::to_le_bytes),
-            Tensor::U8(a) => le_bytes(a, u8::to_le_bytes),
-            Tensor::I16(a) => le_bytes(a, i16::to_le_bytes),
-            Tensor::U16(a) => le_bytes(a, u16::to_le_bytes),
-            Tensor::I32(a) => le_bytes(a, i32::to_le_bytes),
-            Tensor::I64(a) => le_bytes(a, i64::to_le_bytes),
-            Tensor::I1(_) => unreachable!("handled above"),
-        };
+        let bytes = tensor_le_bytes(t);
         Attribute::from_raw(mlir_sys::mlirDenseElementsAttrRawBufferGet(
             ty,
             bytes.len(),

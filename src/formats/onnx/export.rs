@@ -157,28 +157,12 @@ fn value_info(name: &str, t: Type, params: &[String]) -> Option<proto::ValueInfo
     })
 }
 
-fn le<T: Copy, const N: usize>(a: &ndarray::ArrayD<T>, f: fn(T) -> [u8; N]) -> Vec<u8> {
-    a.iter().flat_map(|&x| f(x)).collect()
-}
-
 /// A TensorProto from a tensor (`elem` says the ONNX type, for 4-bit values held in bytes).
 fn tensor_proto(name: &str, t: &Tensor, elem: i32) -> TensorProto {
     let raw = match (t, elem) {
-        (Tensor::I8(a), dt::INT4) | (Tensor::I8(a), dt::UINT4) => {
-            pack4(&a.iter().map(|&x| x as u8).collect::<Vec<_>>())
-        }
-        (Tensor::U8(a), dt::INT4) | (Tensor::U8(a), dt::UINT4) => pack4(&a.iter().copied().collect::<Vec<_>>()),
-        (Tensor::F32(a), _) => le(a, f32::to_le_bytes),
-        (Tensor::F64(a), _) => le(a, f64::to_le_bytes),
-        (Tensor::F16(a), _) => le(a, half::f16::to_le_bytes),
-        (Tensor::BF16(a), _) => le(a, half::bf16::to_le_bytes),
-        (Tensor::I1(a), _) => a.iter().map(|&b| b as u8).collect(),
-        (Tensor::I8(a), _) => a.iter().map(|&x| x as u8).collect(),
-        (Tensor::U8(a), _) => a.iter().copied().collect(),
-        (Tensor::I16(a), _) => le(a, i16::to_le_bytes),
-        (Tensor::U16(a), _) => le(a, u16::to_le_bytes),
-        (Tensor::I32(a), _) => le(a, i32::to_le_bytes),
-        (Tensor::I64(a), _) => le(a, i64::to_le_bytes),
+        (Tensor::I8(a), dt::INT4 | dt::UINT4) => pack4(&a.iter().map(|&x| x as u8).collect::<Vec<_>>()),
+        (Tensor::U8(a), dt::INT4 | dt::UINT4) => pack4(a.as_slice().unwrap_or(&a.iter().copied().collect::<Vec<_>>())),
+        _ => crate::ir::constants::tensor_le_bytes(t),
     };
     TensorProto {
         dims: t.shape().iter().map(|&d| d as i64).collect(),
