@@ -6,3 +6,4 @@ pub mod images;
 pub mod model;
 pub mod npy_stream;
 pub mod onnx;
+pub mod savedmodel;

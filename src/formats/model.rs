@@ -27,6 +27,13 @@ impl ModelFormat {
 
 /// Loads a model file into an MLIR module.
 pub fn load<'c>(ctx: &'c Context, path: &Path) -> Result<Module<'c>, IrError> {
+    if path.join("saved_model.pb").is_file() {
+        return Err(IrError::Invalid(format!(
+            "{}: a TensorFlow SavedModel directory; quantir does not import SavedModels yet (export it to \
+             .mlir with TensorFlow, or to .onnx with tf2onnx)",
+            path.display()
+        )));
+    }
     match ModelFormat::from_path(path) {
         Some(ModelFormat::Onnx) => onnx::load(ctx, path),
         Some(ModelFormat::Mlir) => ir::load(ctx, path),
