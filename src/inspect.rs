@@ -41,6 +41,9 @@ pub struct FloatTensor {
 /// Everything `quantir inspect` reports.
 #[derive(Debug, Serialize)]
 pub struct Inspection {
+    /// A SavedModel's signatures (the function below is the one imported).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub signatures: Vec<crate::formats::savedmodel::SignatureInfo>,
     pub functions: Vec<FunctionInfo>,
     pub op_counts: BTreeMap<String, usize>,
     pub constants: BTreeMap<String, ConstantGroup>,
@@ -167,6 +170,7 @@ pub fn inspect(module: &Module) -> Result<Inspection, IrError> {
     let constant_count = constants.values().map(|g| g.count).sum();
     let constant_bytes = constants.values().map(|g| g.bytes).sum();
     Ok(Inspection {
+        signatures: Vec::new(),
         functions: functions_info,
         op_counts,
         constants,
@@ -179,6 +183,12 @@ pub fn inspect(module: &Module) -> Result<Inspection, IrError> {
 
 impl std::fmt::Display for Inspection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for sig in &self.signatures {
+            write!(f, "{sig}")?;
+        }
+        if !self.signatures.is_empty() {
+            writeln!(f)?;
+        }
         for func in &self.functions {
             writeln!(
                 f,

@@ -12,6 +12,9 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Signature of a SavedModel directory to import (default: serving_default).
+    #[arg(long, global = true, value_name = "NAME")]
+    signature: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -393,11 +396,20 @@ fn run_calibration(
 }
 
 fn run(cli: Cli) -> Result<()> {
+    let signature = cli.signature.as_deref();
+    // --signature names a signature of whichever model is a SavedModel directory
+    let load = |ctx, path: &std::path::Path| {
+        let sig = signature.filter(|_| formats::savedmodel::is_saved_model(path));
+        formats::model::load_signature(ctx, path, sig)
+    };
     match cli.command {
         Command::Inspect { model, json } => {
             let ctx = ir::new_context();
-            let module = quantir::formats::model::load(&ctx, &model)?;
-            let report = inspect::inspect(&module).with_context(|| model.display().to_string())?;
+            let module = load(&ctx, &model)?;
+            let mut report = inspect::inspect(&module).with_context(|| model.display().to_string())?;
+            if formats::savedmodel::is_saved_model(&model) {
+                report.signatures = formats::savedmodel::signatures(&model)?;
+            }
             if json {
                 out(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
             } else {
@@ -417,7 +429,7 @@ fn run(cli: Cli) -> Result<()> {
                 .into());
             }
             let ctx = ir::new_context();
-            let module = quantir::formats::model::load(&ctx, &model)?;
+            let module = load(&ctx, &model)?;
             let reports = passes::run_pipeline(&module, &names, &passes::PassOptions::default())
                 .with_context(|| model.display().to_string())?;
             quantir::formats::model::save(&module, &output, &[&model])?;
@@ -448,7 +460,7 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let overrides = parse_overrides(&inputs)?;
             let ctx = ir::new_context();
-            let module = quantir::formats::model::load(&ctx, &model)?;
+            let module = load(&ctx, &model)?;
             let program =
                 interp::Program::compile(&module, function.as_deref()).with_context(|| model.display().to_string())?;
             let dataset = images.open(&data, limit)?;
@@ -480,7 +492,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Calibrate { model, calib, output } => {
             let ctx = ir::new_context();
-            let module = quantir::formats::model::load(&ctx, &model)?;
+            let module = load(&ctx, &model)?;
             let stats = run_calibration(
                 &module,
                 &calib.data,
@@ -501,7 +513,7 @@ fn run(cli: Cli) -> Result<()> {
             let config = recipe.config(Some(&output))?;
             let t0 = std::time::Instant::now();
             let ctx = ir::new_context();
-            let module = quantir::formats::model::load(&ctx, &model)?;
+            let module = load(&ctx, &model)?;
             let stats = match (&stats_file, &calib.data) {
                 (Some(p), _) => stats_io::load_stats(p)?,
                 (None, Some(d)) => {
@@ -569,8 +581,8 @@ fn run(cli: Cli) -> Result<()> {
             images,
         } => {
             let ctx = ir::new_context();
-            let float = quantir::formats::model::load(&ctx, &float_model)?;
-            let quant = quantir::formats::model::load(&ctx, &quant_model)?;
+            let float = load(&ctx, &float_model)?;
+            let quant = load(&ctx, &quant_model)?;
             let dataset = images.open(&data, limit)?;
             let opts = quantir::evaluate::EvalOptions {
                 threads,

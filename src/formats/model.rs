@@ -1,7 +1,8 @@
 //! Models in any format quantir reads: `.mlir` / `.mlirbc` through [`crate::ir`], `.onnx`
-//! through [`super::onnx`]. The format is chosen by extension, else by content.
+//! through [`super::onnx`], SavedModel directories through [`super::savedmodel`]. The format
+//! is chosen by extension, else by content.
 
-use super::onnx;
+use super::{onnx, savedmodel};
 use crate::ir::{self, IrError};
 use melior::ir::Module;
 use melior::Context;
@@ -25,12 +26,20 @@ impl ModelFormat {
     }
 }
 
-/// Loads a model file into an MLIR module.
+/// Loads a model file (or SavedModel directory, its default signature) into an MLIR module.
 pub fn load<'c>(ctx: &'c Context, path: &Path) -> Result<Module<'c>, IrError> {
-    if path.join("saved_model.pb").is_file() {
+    load_signature(ctx, path, None)
+}
+
+/// Loads a model; `signature` chooses the signature of a SavedModel directory (and is an
+/// error for the other formats, which have one function).
+pub fn load_signature<'c>(ctx: &'c Context, path: &Path, signature: Option<&str>) -> Result<Module<'c>, IrError> {
+    if savedmodel::is_saved_model(path) {
+        return savedmodel::load(ctx, path, signature);
+    }
+    if let Some(s) = signature {
         return Err(IrError::Invalid(format!(
-            "{}: a TensorFlow SavedModel directory; quantir does not import SavedModels yet (export it to \
-             .mlir with TensorFlow, or to .onnx with tf2onnx)",
+            "{}: --signature {s} applies to SavedModel directories only",
             path.display()
         )));
     }

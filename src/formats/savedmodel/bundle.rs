@@ -7,6 +7,7 @@
 //! bounds, and each tensor's CRC32C when it is read. A corrupted index, a missing shard or a
 //! tensor whose bytes do not match its checksum is an error naming the file and the key.
 
+use super::proto::TensorShapeProto;
 use crate::tensor::{DType, Tensor};
 use prost::Message;
 use std::collections::BTreeMap;
@@ -17,6 +18,7 @@ use std::path::{Path, PathBuf};
 const TABLE_MAGIC: u64 = 0xdb4775248b80fb57;
 const FOOTER_LEN: usize = 48;
 const BLOCK_TRAILER_LEN: usize = 5;
+const CORRUPTED: &str = "checksum mismatch: the shard is corrupted";
 
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
@@ -40,23 +42,6 @@ pub struct BundleHeader {
     pub endianness: i32,
 }
 
-/// TensorShapeProto (TensorFlow's): dims and whether the rank is unknown.
-#[derive(Clone, PartialEq, Message)]
-pub struct TfShape {
-    #[prost(message, repeated, tag = "2")]
-    pub dim: Vec<TfDim>,
-    #[prost(bool, tag = "3")]
-    pub unknown_rank: bool,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub struct TfDim {
-    #[prost(int64, tag = "1")]
-    pub size: i64,
-    #[prost(string, tag = "2")]
-    pub name: String,
-}
-
 /// BundleEntryProto.
 #[derive(Clone, PartialEq, Message)]
 pub struct BundleEntry {
@@ -64,7 +49,7 @@ pub struct BundleEntry {
     #[prost(int32, tag = "1")]
     pub dtype: i32,
     #[prost(message, optional, tag = "2")]
-    pub shape: Option<TfShape>,
+    pub shape: Option<TensorShapeProto>,
     #[prost(int32, tag = "3")]
     pub shard_id: i32,
     #[prost(int64, tag = "4")]
@@ -245,8 +230,9 @@ impl Bundle {
         ))
     }
 
-    /// Reads tensor `key`, checking its size against dtype × shape and its CRC32C.
-    pub fn read(&self, key: &str) -> Result<Tensor, BundleError> {
+    /// The entry of `key` and its bytes from the shard (their checksum is the caller's: it
+    /// covers different bytes for numeric and string tensors).
+    fn read_bytes(&self, key: &str) -> Result<(&BundleEntry, Vec<u8>, PathBuf), BundleError> {
         let e = self.entries.get(key).ok_or_else(|| BundleError::UnknownKey {
             path: self.index_path.clone(),
             key: key.into(),
@@ -260,27 +246,104 @@ impl Bundle {
         if !e.slices.is_empty() {
             return Err(err("partitioned (sliced) variables are not supported".into()));
         }
-        let dtype =
-            tf_dtype(e.dtype).ok_or_else(|| err(format!("TensorFlow data type {} is not supported", e.dtype)))?;
-        let shape: Vec<usize> = match &e.shape {
-            Some(s) if !s.unknown_rank && s.dim.iter().all(|d| d.size >= 0) => {
-                s.dim.iter().map(|d| d.size as usize).collect()
-            }
-            Some(_) => return Err(err("shape is not fully known".into())),
-            None => vec![],
-        };
-        let n: usize = shape.iter().product();
-        if e.size < 0 || e.offset < 0 || e.size as usize != n * dtype.size_bytes() {
-            return Err(err(format!("{} bytes recorded for {n} elements of {dtype}", e.size)));
+        if e.size < 0 || e.offset < 0 {
+            return Err(err(format!("negative size {} or offset {}", e.size, e.offset)));
         }
         let mut f = std::fs::File::open(&shard).map_err(|x| err(format!("shard missing or unreadable: {x}")))?;
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        if (e.offset as u64).saturating_add(e.size as u64) > len {
+            return Err(err(format!(
+                "{} bytes at offset {} lie beyond the shard's {len} bytes",
+                e.size, e.offset
+            )));
+        }
         let mut bytes = vec![0u8; e.size as usize];
         f.seek(SeekFrom::Start(e.offset as u64))
             .and_then(|_| f.read_exact(&mut bytes))
             .map_err(|x| err(format!("cannot read {} bytes at offset {}: {x}", e.size, e.offset)))?;
+        Ok((e, bytes, shard))
+    }
+
+    /// The fully known shape of an entry.
+    fn shape_of(e: &BundleEntry) -> Option<Vec<usize>> {
+        match &e.shape {
+            Some(s) => s.dims()?.into_iter().map(|d| d.map(|d| d as usize)).collect(),
+            None => Some(vec![]),
+        }
+    }
+
+    /// Reads tensor `key`, checking its size against dtype × shape and its CRC32C.
+    pub fn read(&self, key: &str) -> Result<Tensor, BundleError> {
+        let (e, bytes, shard) = self.read_bytes(key)?;
+        let err = |reason: String| BundleError::Tensor {
+            path: shard.clone(),
+            key: key.into(),
+            reason,
+        };
         if mask_crc(crc32c::crc32c(&bytes)) != e.crc32c {
-            return Err(err("checksum mismatch: the shard is corrupted".into()));
+            return Err(err(CORRUPTED.into()));
+        }
+        let dtype =
+            tf_dtype(e.dtype).ok_or_else(|| err(format!("TensorFlow data type {} is not supported", e.dtype)))?;
+        let shape = Self::shape_of(e).ok_or_else(|| err("shape is not fully known".into()))?;
+        let n: usize = shape.iter().product();
+        if bytes.len() != n * dtype.size_bytes() {
+            return Err(err(format!("{} bytes recorded for {n} elements of {dtype}", e.size)));
         }
         crate::ir::constants::tensor_from_le(dtype, &shape, &bytes, key).map_err(|x| err(x.to_string()))
+    }
+
+    /// Reads the string tensor `key` (DT_STRING), flattened. The bundle stores the lengths
+    /// as varints, then a masked CRC32C of the lengths (each as a little-endian u32), then
+    /// the bytes of every string; the entry's checksum covers the lengths as u32s, the
+    /// length checksum and the strings.
+    pub fn read_strings(&self, key: &str) -> Result<Vec<Vec<u8>>, BundleError> {
+        const DT_STRING: i32 = 7;
+        let (e, bytes, shard) = self.read_bytes(key)?;
+        let err = |reason: String| BundleError::Tensor {
+            path: shard.clone(),
+            key: key.into(),
+            reason,
+        };
+        if e.dtype != DT_STRING {
+            return Err(err(format!("TensorFlow data type {} is not a string", e.dtype)));
+        }
+        let shape = Self::shape_of(e).ok_or_else(|| err("shape is not fully known".into()))?;
+        let n: usize = shape.iter().product();
+        let mut pos = 0;
+        let mut lens = Vec::with_capacity(n);
+        let mut crc = 0u32;
+        for _ in 0..n {
+            let l = varint(&bytes, &mut pos).ok_or_else(|| err("truncated string lengths".into()))?;
+            // TensorFlow checksums each length as its low 4 bytes (it refuses longer strings)
+            let l = u32::try_from(l).map_err(|_| err("a string longer than 4 GiB".into()))?;
+            crc = crc32c::crc32c_append(crc, &l.to_le_bytes());
+            lens.push(l as usize);
+        }
+        let stored = bytes
+            .get(pos..pos + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or_else(|| err("truncated length checksum".into()))?;
+        if mask_crc(crc) != stored {
+            return Err(err(CORRUPTED.into()));
+        }
+        crc = crc32c::crc32c_append(crc, &stored.to_le_bytes());
+        pos += 4;
+        let mut out = Vec::with_capacity(n);
+        for l in lens {
+            let s = bytes
+                .get(pos..pos.saturating_add(l))
+                .ok_or_else(|| err("a string runs past the tensor's bytes".into()))?;
+            crc = crc32c::crc32c_append(crc, s);
+            out.push(s.to_vec());
+            pos += l;
+        }
+        if pos != bytes.len() {
+            return Err(err(format!("{} bytes left after the last string", bytes.len() - pos)));
+        }
+        if mask_crc(crc) != e.crc32c {
+            return Err(err(CORRUPTED.into()));
+        }
+        Ok(out)
     }
 }

@@ -1,0 +1,163 @@
+//! Types of intermediate values found by running the imported function on zeros, for
+//! importers (ONNX, SavedModel) whose files do not record every value's shape.
+
+use crate::interp::Program;
+use crate::ir::graph::{body_ops, find_function, op_name};
+use crate::ir::keys::TensorKeys;
+use crate::tensor::{DType, Tensor};
+use melior::ir::attribute::{AttributeLike, TypeAttribute};
+use melior::ir::block::BlockLike;
+use melior::ir::operation::{OperationLike, OperationMutLike};
+use melior::ir::r#type::FunctionType;
+use melior::ir::{Attribute, Module, RegionLike, Type, TypeLike, Value, ValueLike};
+use melior::Context;
+use std::collections::HashMap;
+
+/// A tensor type: unranked when `dims` is None, `?` for an unknown dim.
+pub fn tensor_type_of<'c>(elem: Type<'c>, dims: Option<&[Option<i64>]>) -> Type<'c> {
+    unsafe {
+        match dims {
+            None => Type::from_raw(mlir_sys::mlirUnrankedTensorTypeGet(elem.to_raw())),
+            Some(d) => {
+                let shape: Vec<i64> = d.iter().map(|x| x.unwrap_or(i64::MIN)).collect();
+                Type::from_raw(mlir_sys::mlirRankedTensorTypeGet(
+                    shape.len() as isize,
+                    shape.as_ptr(),
+                    elem.to_raw(),
+                    mlir_sys::mlirAttributeGetNull(),
+                ))
+            }
+        }
+    }
+}
+
+pub fn attr_type(a: Attribute) -> Type {
+    unsafe { Type::from_raw(mlir_sys::mlirAttributeGetType(a.to_raw())) }
+}
+
+pub fn set_function_type<'c>(
+    ctx: &'c Context,
+    f: melior::ir::OperationRef<'c, '_>,
+    ins: &[Type<'c>],
+    outs: &[Type<'c>],
+) {
+    let ty = FunctionType::new(ctx, ins, outs);
+    let mut m = unsafe { melior::ir::operation::OperationRefMut::from_raw(f.to_raw()) };
+    m.set_attribute("function_type", TypeAttribute::new(ty.into()).into());
+}
+
+fn zeros(dtype: DType, shape: &[usize]) -> Option<Tensor> {
+    let s = ndarray::IxDyn(shape);
+    Some(match dtype {
+        DType::F32 => Tensor::F32(ndarray::ArrayD::zeros(s)),
+        DType::F64 => Tensor::F64(ndarray::ArrayD::zeros(s)),
+        DType::I64 => Tensor::I64(ndarray::ArrayD::zeros(s)),
+        DType::I32 => Tensor::I32(ndarray::ArrayD::zeros(s)),
+        DType::I8 => Tensor::I8(ndarray::ArrayD::zeros(s)),
+        DType::U8 => Tensor::U8(ndarray::ArrayD::zeros(s)),
+        DType::I1 => Tensor::I1(ndarray::ArrayD::from_elem(s, false)),
+        DType::F16 => Tensor::F16(ndarray::ArrayD::from_elem(s, half::f16::ZERO)),
+        _ => return None,
+    })
+}
+
+/// Dtype and shape of every value of @main on zero inputs whose symbolic dims are `fill`.
+fn run_shapes(prog: &Program, fill: usize) -> Option<HashMap<String, (DType, Vec<usize>)>> {
+    let mut inputs = Vec::new();
+    for spec in &prog.inputs {
+        let shape: Vec<usize> = spec
+            .dims
+            .iter()
+            .map(|d| match d {
+                crate::ir::types::Dim::Static(n) => *n,
+                crate::ir::types::Dim::Dynamic => fill,
+            })
+            .collect();
+        inputs.push(zeros(spec.dtype?, &shape)?);
+    }
+    let mut seen = HashMap::new();
+    for (key, t) in prog.constant_values() {
+        seen.insert(key.to_string(), (t.dtype(), t.shape().to_vec()));
+    }
+    let keys: Vec<String> = prog
+        .values
+        .iter()
+        .filter(|v| !v.constant)
+        .map(|v| v.key.clone())
+        .collect();
+    let watch = prog.watch(&keys).ok()?;
+    prog.run_observed(&inputs, &watch, &mut |k, t| {
+        seen.insert(k.to_string(), (t.dtype(), t.shape().to_vec()));
+        Ok(())
+    })
+    .ok()?;
+    Some(seen)
+}
+
+/// Gives every op result of the module's function a ranked type from running it on zeros
+/// (twice, with batch sizes 1 and 3, when an input has dynamic dims: dims that change are
+/// dynamic). Results of ops named in `skip` and results already ranked keep their types; when
+/// the interpreter cannot run the function, nothing changes.
+pub fn infer_types(ctx: &Context, module: &Module, skip: &[&str]) {
+    let Ok(func) = find_function(module, None) else { return };
+    // one compiled program (constants read once) for both runs
+    let Ok(prog) = Program::compile(module, None) else {
+        return;
+    };
+    let dynamic = prog
+        .inputs
+        .iter()
+        .any(|s| s.dims.iter().any(|d| matches!(d, crate::ir::types::Dim::Dynamic)));
+    let Some(first) = run_shapes(&prog, 1) else { return };
+    let second = if dynamic { run_shapes(&prog, 3) } else { None };
+    drop(prog);
+    let keys = TensorKeys::new(func);
+    for op in body_ops(func) {
+        let name = op_name(&op);
+        if name == "func.return" || skip.contains(&name.as_str()) {
+            continue;
+        }
+        for r in op.results() {
+            let v: Value = r.into();
+            // declared types (graph outputs, value_info, constants) stay as they are
+            if unsafe { mlir_sys::mlirTypeIsARankedTensor(v.r#type().to_raw()) } {
+                continue;
+            }
+            let Some(key) = keys.get(v) else { continue };
+            let Some((dtype, shape)) = first.get(key) else { continue };
+            let dims: Vec<Option<i64>> = match (dynamic, second.as_ref().and_then(|s| s.get(key))) {
+                (false, _) => shape.iter().map(|&d| Some(d as i64)).collect(),
+                (true, Some((_, s2))) if s2.len() == shape.len() => shape
+                    .iter()
+                    .zip(s2)
+                    .map(|(&a, &b)| (a == b).then_some(a as i64))
+                    .collect(),
+                (true, _) => vec![None; shape.len()],
+            };
+            let old_elem = unsafe { Type::from_raw(mlir_sys::mlirShapedTypeGetElementType(v.r#type().to_raw())) };
+            // 4-bit integers are held in 8-bit tensors: keep the declared width
+            let elem = if crate::ir::types::element_dtype(old_elem) == Some(*dtype) {
+                old_elem
+            } else {
+                crate::ir::types::dtype_to_type(ctx, *dtype)
+            };
+            unsafe { mlir_sys::mlirValueSetType(v.to_raw(), tensor_type_of(elem, Some(&dims)).to_raw()) };
+        }
+    }
+    // the signature follows the refined result types
+    if let Some(ret) = body_ops(func).into_iter().find(|o| op_name(o) == "func.return") {
+        let outs: Vec<Type> = ret.operands().map(|v| v.r#type()).collect();
+        let ins: Vec<Type> = func
+            .region(0)
+            .ok()
+            .and_then(|r| r.first_block())
+            .map(|b| {
+                (0..b.argument_count())
+                    .filter_map(|k| b.argument(k).ok())
+                    .map(|a| a.r#type())
+                    .collect()
+            })
+            .unwrap_or_default();
+        set_function_type(ctx, func, &ins, &outs);
+    }
+}
