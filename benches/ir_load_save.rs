@@ -1,4 +1,5 @@
-//! Load + save of the MobileNet v2 (0.35) TF-dialect module: text parse, text print, bytecode.
+//! Load + save of the MobileNet v2 (0.35) TF-dialect module: text parse, text print, bytecode,
+//! and the import of the same model from its SavedModel directory.
 mod common;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -20,6 +21,10 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("load_bytecode", |b| {
         b.iter(|| black_box(quantir::ir::load(&ctx, &bc).unwrap()))
+    });
+    let saved = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mobilenet_v2_035_savedmodel");
+    g.bench_function("import_savedmodel", |b| {
+        b.iter(|| black_box(quantir::formats::savedmodel::load(&ctx, &saved, None).unwrap()))
     });
     let out_t = dir.path().join("out.mlir");
     let out_b = dir.path().join("out.mlirbc");

@@ -543,3 +543,176 @@ fn unsupported_constructs_are_named() {
     );
     assert_refused(&m, &[], &["node 'c' (PartitionedCall)", "'gone'"]);
 }
+
+fn const_vec(name: &str, v: &[f32]) -> NodeDef {
+    let mut n = const_f32(name, 0.0);
+    if let Some(t) = n.attr.get_mut("value").and_then(|a| a.tensor.as_mut()) {
+        t.tensor_shape = Some(shape(&[v.len() as i64]));
+        t.float_val = v.to_vec();
+    }
+    n
+}
+
+fn attr_def(name: &str, ty: &str, default: Option<AttrValue>) -> AttrDef {
+    AttrDef {
+        name: name.into(),
+        r#type: ty.into(),
+        default_value: default,
+    }
+}
+
+#[test]
+fn multi_output_ops_and_op_list_defaults() {
+    // f(a) = u[2] - u[0] with u = unstack(batch_norm(a), axis 1): outputs named by arg
+    // ("bn:y:0", "u:output:2" of a list arg); epsilon left to the op list's default
+    let float = |f: f32| AttrValue {
+        f: Some(f),
+        ..Default::default()
+    };
+    let bn_op = OpDef {
+        name: "FusedBatchNormV3".into(),
+        input_arg: ["x", "scale", "offset", "mean", "variance"]
+            .iter()
+            .map(|n| arg_def(n, if *n == "x" { "T" } else { "U" }, 0))
+            .collect(),
+        output_arg: [
+            "y",
+            "batch_mean",
+            "batch_variance",
+            "reserve_space_1",
+            "reserve_space_2",
+            "reserve_space_3",
+        ]
+        .iter()
+        .map(|n| arg_def(n, if *n == "y" { "T" } else { "U" }, 0))
+        .collect(),
+        attr: vec![
+            attr_def("T", "type", None),
+            attr_def("U", "type", None),
+            attr_def("epsilon", "float", Some(float(1e-4))),
+            attr_def("exponential_avg_factor", "float", Some(float(1.0))),
+            attr_def(
+                "data_format",
+                "string",
+                Some(AttrValue {
+                    s: Some(b"NHWC".to_vec()),
+                    ..Default::default()
+                }),
+            ),
+            attr_def(
+                "is_training",
+                "bool",
+                Some(AttrValue {
+                    b: Some(true),
+                    ..Default::default()
+                }),
+            ),
+        ],
+        is_stateful: false,
+    };
+    let unpack_op = OpDef {
+        name: "Unpack".into(),
+        input_arg: vec![arg_def("value", "T", 0)],
+        output_arg: vec![ArgDef {
+            name: "output".into(),
+            type_attr: "T".into(),
+            number_attr: "num".into(),
+            ..Default::default()
+        }],
+        attr: vec![
+            attr_def("num", "int", None),
+            attr_def("T", "type", None),
+            attr_def(
+                "axis",
+                "int",
+                Some(AttrValue {
+                    i: Some(0),
+                    ..Default::default()
+                }),
+            ),
+        ],
+        is_stateful: false,
+    };
+    let int = |i: i64| AttrValue {
+        i: Some(i),
+        ..Default::default()
+    };
+    let f = FunctionDef {
+        signature: Some(OpDef {
+            name: "f".into(),
+            input_arg: vec![arg_def("a", "", DT_FLOAT)],
+            output_arg: vec![arg_def("out", "", DT_FLOAT)],
+            ..Default::default()
+        }),
+        node_def: vec![
+            const_vec("scale", &[1.0, 2.0, 0.5]),
+            const_vec("offset", &[0.0, 1.0, -1.0]),
+            const_vec("mean", &[0.5, -0.5, 0.0]),
+            const_vec("var", &[1.0, 4.0, 0.25]),
+            node(
+                "bn",
+                "FusedBatchNormV3",
+                &[
+                    "a",
+                    "scale:output:0",
+                    "offset:output:0",
+                    "mean:output:0",
+                    "var:output:0",
+                ],
+                &[
+                    ("T", type_attr(DT_FLOAT)),
+                    ("U", type_attr(DT_FLOAT)),
+                    (
+                        "is_training",
+                        AttrValue {
+                            b: Some(false),
+                            ..Default::default()
+                        },
+                    ),
+                ],
+            ),
+            node(
+                "u",
+                "Unpack",
+                &["bn:y:0"],
+                &[("num", int(3)), ("axis", int(1)), ("T", type_attr(DT_FLOAT))],
+            ),
+            node("d", "Sub", &["u:output:2", "u:output:0"], &[("T", type_attr(DT_FLOAT))]),
+        ],
+        ret: HashMap::from([("out".to_string(), "d:z:0".to_string())]),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let m = write_model(
+        &dir.path().join("m"),
+        vec![node("call", "f", &["serving_default_x"], &[])],
+        "call:0",
+        vec![f],
+        vec![bn_op, unpack_op, binary_op("Sub"), const_op()],
+    );
+    let out = dir.path().join("m.mlir");
+    ok(quantir(&["opt", &arg(&m), "-o", &arg(&out)]));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        text.contains("epsilon = 9.99999974E-5 : f32") && text.contains("is_training = false"),
+        "{text}"
+    );
+    let x = ndarray::Array2::<f32>::from_shape_vec((2, 3), vec![1.0, -2.0, 0.5, 4.0, 0.0, -1.5])
+        .unwrap()
+        .into_dyn();
+    let npz = dir.path().join("x.npz");
+    let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(&npz).unwrap());
+    w.add_array("x", &x).unwrap();
+    w.finish().unwrap();
+    let res = dir.path().join("y.npz");
+    ok(quantir(&["run", &arg(&m), "--data", &arg(&npz), "-o", &arg(&res)]));
+    let y = read_npz(&res, "y");
+    let bn = |v: f32, c: usize| {
+        let (s, o, mu, var) = [(1.0, 0.0, 0.5, 1.0), (2.0, 1.0, -0.5, 4.0), (0.5, -1.0, 0.0, 0.25)][c];
+        (v - mu) / (var + 1e-4f32).sqrt() * s + o
+    };
+    let want: Vec<f32> = (0..2).map(|r| bn(x[[r, 2]], 2) - bn(x[[r, 0]], 0)).collect();
+    assert_eq!(y.shape(), &[2]);
+    for (g, w) in y.iter().zip(&want) {
+        assert!((g - w).abs() < 1e-5, "{y} vs {want:?}");
+    }
+}

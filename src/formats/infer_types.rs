@@ -100,6 +100,16 @@ fn run_shapes(prog: &Program, fill: usize) -> Option<HashMap<String, (DType, Vec
 /// the interpreter cannot run the function, nothing changes.
 pub fn infer_types(ctx: &Context, module: &Module, skip: &[&str]) {
     let Ok(func) = find_function(module, None) else { return };
+    let unranked = |op: &melior::ir::OperationRef| {
+        op.results()
+            .any(|r| !unsafe { mlir_sys::mlirTypeIsARankedTensor(Value::from(r).r#type().to_raw()) })
+    };
+    if !body_ops(func)
+        .iter()
+        .any(|op| !skip.contains(&op_name(op).as_str()) && unranked(op))
+    {
+        return;
+    }
     // one compiled program (constants read once) for both runs
     let Ok(prog) = Program::compile(module, None) else {
         return;

@@ -126,6 +126,8 @@ struct Builder<'c, 'a, 'g> {
     functions: HashMap<&'g str, &'g FunctionDef>,
     checkpoint: Checkpoint,
     vars: Vec<Var<'c, 'a>>,
+    /// (node, shared_name, in the main graph) → index in `vars`.
+    var_index: HashMap<(String, String, bool), usize>,
     used_names: HashSet<String>,
     dir: &'g Path,
 }
@@ -386,6 +388,7 @@ pub fn import<'c>(
         functions: HashMap::new(),
         checkpoint: Checkpoint::new(dir, graph, mg.object_graph_def.as_ref()),
         vars: Vec::new(),
+        var_index: HashMap::new(),
         used_names: HashSet::new(),
         dir,
     };
@@ -749,11 +752,9 @@ impl<'c, 'a, 'g> Builder<'c, 'a, 'g> {
                     Some(s) if !s.is_empty() => String::from_utf8_lossy(s).into_owned(),
                     _ => n.name.clone(),
                 };
-                let key = (n.name.clone(), shared_name.clone());
-                let idx = match self.vars.iter().position(|v| {
-                    (v.node.clone(), v.shared_name.clone()) == key && v.in_main_graph == !scope.is_function
-                }) {
-                    Some(k) => k,
+                let key = (n.name.clone(), shared_name.clone(), !scope.is_function);
+                let idx = match self.var_index.get(&key) {
+                    Some(&k) => k,
                     None => {
                         self.vars.push(Var {
                             node: n.name.clone(),
@@ -761,6 +762,7 @@ impl<'c, 'a, 'g> Builder<'c, 'a, 'g> {
                             in_main_graph: !scope.is_function,
                             value: None,
                         });
+                        self.var_index.insert(key, self.vars.len() - 1);
                         self.vars.len() - 1
                     }
                 };
