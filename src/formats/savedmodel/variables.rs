@@ -5,7 +5,8 @@
 //! those inputs are (`SavedConcreteFunction.bound_inputs`). The checkpoint's own object
 //! graph (`_CHECKPOINTABLE_OBJECT_GRAPH`), walked from the root in step with the saved one by
 //! child name (as TensorFlow's loader does), gives each object's checkpoint key
-//! (`vars/0/.ATTRIBUTES/VARIABLE_VALUE`). TF1 SavedModels name a variable by its node (or
+//! (`vars/0/.ATTRIBUTES/VARIABLE_VALUE`). A handle no call binds is matched to the saved
+//! variable of its `shared_name`. TF1 SavedModels name a variable by its node (or
 //! `shared_name`): that name is the key.
 
 use super::bundle::Bundle;
@@ -94,11 +95,21 @@ impl Checkpoint {
     /// `in_main_graph`, else of a function body) with `shared_name`.
     pub fn value(&mut self, node: &str, shared_name: &str, in_main_graph: bool) -> Result<Tensor, IrError> {
         self.bundle()?;
-        let by_object = in_main_graph
+        // by the call's bound inputs, else by the saved variable's name
+        let object = in_main_graph
             .then(|| self.object_of_handle.get(node))
             .flatten()
-            .and_then(|id| self.key_of_object.as_ref()?.get(id))
-            .cloned();
+            .copied()
+            .or_else(|| {
+                let saved = self.saved_objects.as_ref()?;
+                let id = saved.nodes.iter().position(|o| {
+                    o.variable
+                        .as_ref()
+                        .is_some_and(|v| !v.name.is_empty() && v.name == shared_name)
+                })?;
+                i32::try_from(id).ok()
+            });
+        let by_object = object.and_then(|id| self.key_of_object.as_ref()?.get(&id)).cloned();
         let index = format!("{}.index", self.prefix.display());
         let b = self.bundle()?;
         let key = by_object
