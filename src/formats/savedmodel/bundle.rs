@@ -102,7 +102,10 @@ fn varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
 }
 
 /// The entries of one block (key, value), prefix-compressed keys expanded.
-fn block_entries(block: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+/// A key and its value in a table block.
+type Entry = (Vec<u8>, Vec<u8>);
+
+fn block_entries(block: &[u8]) -> Result<Vec<Entry>, String> {
     let n = block.len();
     if n < 4 {
         return Err("block shorter than its restart count".into());
@@ -133,7 +136,7 @@ fn block_entries(block: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
 }
 
 /// A block of the table at (offset, size), its trailer's CRC checked.
-fn read_block<'b>(file: &'b [u8], handle: (u64, u64)) -> Result<&'b [u8], String> {
+fn read_block(file: &[u8], handle: (u64, u64)) -> Result<&[u8], String> {
     let (off, size) = (handle.0 as usize, handle.1 as usize);
     let end = off
         .checked_add(size)

@@ -6,8 +6,10 @@
 //! - [`proto`]: the protobuf messages (`saved_model.pb`, and the checkpoint's object graph);
 //! - [`bundle`]: the variables checkpoint (TensorBundle: an SSTable index and data shards);
 //! - [`variables`]: which checkpoint key holds each variable the graph reads;
-//! - [`import`]: the signature's graph, its called functions inlined, as TF-dialect ops.
+//! - [`import`]: the signature's graph, its called functions inlined, as TF-dialect ops;
+//! - [`attrs`]: TensorProto and AttrValue as MLIR attributes.
 
+pub mod attrs;
 pub mod bundle;
 pub mod import;
 pub mod proto;
