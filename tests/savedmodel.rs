@@ -238,6 +238,8 @@ fn corrupted_saved_model_pb_is_a_clear_error() {
     assert_refused(&m, &[], &["saved_model.pb"]);
     std::fs::write(&pb, b"").unwrap();
     assert_refused(&m, &[], &["saved_model.pb", "no meta graph"]);
+    std::fs::rename(&pb, m.join("saved_model.pbtxt")).unwrap();
+    assert_refused(&m, &[], &["saved_model.pbtxt", "text-format"]);
 }
 
 #[test]
@@ -757,4 +759,74 @@ fn variables_are_found_by_name_when_no_call_binds_them() {
     sm.meta_graphs[0].object_graph_def = None;
     std::fs::write(&pb, sm.encode_to_vec()).unwrap();
     assert_refused(&m, &[], &["variables.index", "no checkpoint value for variable"]);
+}
+
+/// Makes the first dim of `s` unknown when it is 1.
+fn unknown_batch(s: &mut TensorShapeProto) {
+    if let Some(d) = s.dim.first_mut() {
+        if d.size == 1 {
+            d.size = -1;
+        }
+    }
+}
+
+#[test]
+fn dynamic_batch_savedmodel_runs_and_quantizes() {
+    // the digits CNN as Keras exports it by default: batch dimension unknown everywhere
+    let dir = tempfile::tempdir().unwrap();
+    let m = copy_model("digits_cnn_savedmodel", dir.path());
+    let pb = m.join("saved_model.pb");
+    let mut sm = SavedModel::decode(std::fs::read(&pb).unwrap().as_slice()).unwrap();
+    let mg = &mut sm.meta_graphs[0];
+    for sig in mg.signature_def.values_mut() {
+        for t in sig.inputs.values_mut().chain(sig.outputs.values_mut()) {
+            if let Some(s) = t.tensor_shape.as_mut() {
+                unknown_batch(s);
+            }
+        }
+    }
+    let graph = mg.graph_def.as_mut().unwrap();
+    let mut nodes: Vec<&mut NodeDef> = graph.node.iter_mut().collect();
+    for f in &mut graph.library.as_mut().unwrap().function {
+        nodes.extend(f.node_def.iter_mut());
+    }
+    for n in nodes {
+        if let Some(l) = n.attr.get_mut("_output_shapes").and_then(|a| a.list.as_mut()) {
+            l.shape.iter_mut().for_each(unknown_batch);
+        }
+        // the flatten's target shape [1, 512] becomes [-1, 512]
+        if n.name.ends_with("flatten_1/Reshape/shape") {
+            let t = n.attr.get_mut("value").and_then(|a| a.tensor.as_mut()).unwrap();
+            t.tensor_content[..4].copy_from_slice(&(-1i32).to_le_bytes());
+        }
+    }
+    std::fs::write(&pb, sm.encode_to_vec()).unwrap();
+    let out = dir.path().join("m.mlir");
+    ok(quantir(&["opt", &arg(&m), "-o", &arg(&out)]));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains("(%arg0: tensor<?x8x8x1xf32>"), "{text}");
+    let y = dir.path().join("y.npz");
+    ok(quantir(&[
+        "run",
+        &arg(&m),
+        "--data",
+        &arg(&example("digits_test.npz")),
+        "-o",
+        &arg(&y),
+    ]));
+    let d = max_abs_diff(
+        &read_npz(&y, "output_0"),
+        &read_npz(&data("digits_cnn_test_outputs.npz"), "y"),
+    );
+    assert!(d <= 1e-4, "{d}");
+    let (sqnr, agreement) = quantize_and_score(
+        &m,
+        &example("digits_calib.npz"),
+        &example("digits_test.npz"),
+        &dir.path().join("q.mlir"),
+    );
+    assert!(
+        sqnr >= 38.0 && agreement >= 0.995,
+        "SQNR {sqnr}, top-1 agreement {agreement}"
+    );
 }

@@ -37,6 +37,14 @@ pub fn load_signature<'c>(ctx: &'c Context, path: &Path, signature: Option<&str>
     if savedmodel::is_saved_model(path) {
         return savedmodel::load(ctx, path, signature);
     }
+    if path.join("saved_model.pbtxt").is_file() {
+        return Err(IrError::SavedModel {
+            path: path.join("saved_model.pbtxt"),
+            reason: "a text-format SavedModel; quantir reads the binary saved_model.pb \
+                     (tf.saved_model.save writes it)"
+                .into(),
+        });
+    }
     if let Some(s) = signature {
         return Err(IrError::Invalid(format!(
             "{}: --signature {s} applies to SavedModel directories only",
