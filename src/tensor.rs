@@ -56,6 +56,11 @@ impl DType {
     }
 }
 
+/// Elements of a tensor of `shape`; None when the count overflows (a corrupt shape in a file).
+pub fn element_count(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+}
+
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.mlir_name())

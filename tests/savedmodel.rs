@@ -830,3 +830,40 @@ fn dynamic_batch_savedmodel_runs_and_quantizes() {
         "SQNR {sqnr}, top-1 agreement {agreement}"
     );
 }
+
+#[test]
+fn damaged_saved_model_pb_never_panics() {
+    // every byte of a real saved_model.pb flipped in turn (a deterministic stride through the
+    // file): the import returns a module or an error, and never panics or aborts
+    let bytes = std::fs::read(data("digits_cnn_savedmodel/saved_model.pb")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let m = copy_model("digits_cnn_savedmodel", dir.path());
+    let ctx = quantir::ir::new_context();
+    let (mut loaded, mut refused) = (0, 0);
+    for (k, pos) in (0..bytes.len()).step_by(61).enumerate() {
+        let mut b = bytes.clone();
+        b[pos] ^= [0x01, 0x80, 0xff, 0x10][k % 4];
+        std::fs::write(m.join("saved_model.pb"), &b).unwrap();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            quantir::formats::savedmodel::load(&ctx, &m, None).map(|_| ())
+        }));
+        match r {
+            Ok(Ok(())) => loaded += 1,
+            Ok(Err(_)) => refused += 1,
+            Err(_) => panic!("import panicked with byte {pos} changed"),
+        }
+    }
+    assert!(loaded > 0 && refused > 0, "{loaded} loaded, {refused} refused");
+    // the same for the checkpoint's index (every byte: it is small)
+    std::fs::write(m.join("saved_model.pb"), &bytes).unwrap();
+    let index = std::fs::read(data("digits_cnn_savedmodel/variables/variables.index")).unwrap();
+    for pos in 0..index.len() {
+        let mut b = index.clone();
+        b[pos] ^= 0xff;
+        std::fs::write(m.join("variables/variables.index"), &b).unwrap();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            quantir::formats::savedmodel::load(&ctx, &m, None).map(|_| ())
+        }));
+        assert!(r.is_ok(), "import panicked with byte {pos} of the index changed");
+    }
+}

@@ -46,7 +46,12 @@ pub fn set_function_type<'c>(
     m.set_attribute("function_type", TypeAttribute::new(ty.into()).into());
 }
 
+/// Largest input (elements) inference runs on: a declared shape beyond it is taken as corrupt
+/// and the types stay as declared.
+const MAX_INFER_ELEMENTS: usize = 1 << 28;
+
 fn zeros(dtype: DType, shape: &[usize]) -> Option<Tensor> {
+    crate::tensor::element_count(shape).filter(|&n| n <= MAX_INFER_ELEMENTS)?;
     let s = ndarray::IxDyn(shape);
     Some(match dtype {
         DType::F32 => Tensor::F32(ndarray::ArrayD::zeros(s)),

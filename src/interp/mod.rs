@@ -152,10 +152,7 @@ pub struct Watch {
 pub fn location_string(loc: Location) -> String {
     fn find(loc: Location) -> Option<String> {
         if loc.is_file_line_col_range() {
-            let f = loc
-                .file_line_col_range_filename()
-                .as_string_ref()
-                .as_str()
+            let f = crate::ir::ref_str(loc.file_line_col_range_filename().as_string_ref())
                 .unwrap_or("?")
                 .to_string();
             return Some(format!(
@@ -168,7 +165,9 @@ pub fn location_string(loc: Location) -> String {
             let child = loc.name_child_location();
             // ONNX import: loc("tensor"("node"(file:N:1))) — name the node too
             if child.is_name() && child.name_child_location().is_file_line_col_range() {
-                let node = child.name_value().as_string_ref().as_str().unwrap_or("?").to_string();
+                let node = crate::ir::ref_str(child.name_value().as_string_ref())
+                    .unwrap_or("?")
+                    .to_string();
                 return find(child).map(|f| format!("{f} (node '{node}')"));
             }
             return find(child);

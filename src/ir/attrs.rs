@@ -142,7 +142,12 @@ pub fn attr_value(a: Attribute) -> AttrValue {
 pub fn op_attrs<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> BTreeMap<String, AttrValue> {
     let mut out: BTreeMap<String, AttrValue> = op
         .attributes()
-        .map(|(k, v)| (k.as_string_ref().as_str().unwrap_or("").to_string(), attr_value(v)))
+        .map(|(k, v)| {
+            (
+                crate::ir::ref_str(k.as_string_ref()).unwrap_or("").to_string(),
+                attr_value(v),
+            )
+        })
         .collect();
     if let Some(dict) = properties_dict(op) {
         if let AttrValue::Dict(m) = attr_value(dict) {

@@ -194,7 +194,9 @@ pub fn tensor_le_bytes(t: &Tensor) -> Vec<u8> {
 /// A tensor of `dtype` and `shape` from its elements as one little-endian buffer (i1: one byte
 /// per element); `what` names it in errors.
 pub fn tensor_from_le(dtype: DType, shape: &[usize], bytes: &[u8], what: &str) -> Result<Tensor, IrError> {
-    let n: usize = shape.iter().product();
+    let n = crate::tensor::element_count(shape)
+        .filter(|n| n.checked_mul(dtype.size_bytes()).is_some())
+        .ok_or_else(|| constant_err(what, format!("shape {shape:?} is too large")))?;
     if bytes.len() != n * dtype.size_bytes() {
         return Err(constant_err(
             what,

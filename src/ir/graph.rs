@@ -14,7 +14,9 @@ use melior::ir::{Attribute, Module, Operation, OperationRef, Value, ValueLike};
 
 /// The name of an op (`tf.Conv2D`, `func.func`).
 pub fn op_name<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> String {
-    op.name().as_string_ref().as_str().unwrap_or("<non-utf8>").to_string()
+    crate::ir::ref_str(op.name().as_string_ref())
+        .unwrap_or("<non-utf8>")
+        .to_string()
 }
 
 /// A string attribute's value (`sym_name`, `padding`, ...).

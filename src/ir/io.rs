@@ -42,10 +42,7 @@ impl ModuleFormat {
 fn render(d: &melior::diagnostic::Diagnostic) -> String {
     let loc = d.location();
     let pos = if loc.is_file_line_col_range() {
-        let file = loc
-            .file_line_col_range_filename()
-            .as_string_ref()
-            .as_str()
+        let file = crate::ir::ref_str(loc.file_line_col_range_filename().as_string_ref())
             .unwrap_or("?")
             .to_string();
         format!(

@@ -14,7 +14,9 @@ use std::collections::HashMap;
 /// The first name found in a location (through fused and call-site locations).
 pub fn location_name(loc: Location) -> Option<String> {
     if loc.is_name() {
-        return loc.name_value().as_string_ref().as_str().ok().map(str::to_string);
+        return crate::ir::ref_str(loc.name_value().as_string_ref())
+            .ok()
+            .map(str::to_string);
     }
     if loc.is_fused() {
         return (0..loc.fused_num_locations()).find_map(|i| location_name(loc.fused_location(i)));

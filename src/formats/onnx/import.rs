@@ -178,7 +178,7 @@ fn set_module_attrs(ctx: &Context, module: &Module, m: &ModelProto) {
     let op = module.as_operation();
     let mut op = unsafe { melior::ir::operation::OperationRefMut::from_raw(op.to_raw()) };
     for (k, v) in attrs {
-        op.set_attribute(k.as_string_ref().as_str().unwrap_or_default(), v);
+        op.set_attribute(crate::ir::ref_str(k.as_string_ref()).unwrap_or_default(), v);
     }
 }
 

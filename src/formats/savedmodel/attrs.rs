@@ -13,6 +13,10 @@ use melior::ir::r#type::IntegerType;
 use melior::ir::{Attribute, Type};
 use melior::Context;
 
+/// Largest constant built by repeating a TensorProto's last typed value (TensorFlow's
+/// encoding of splats such as `tf.zeros`).
+const MAX_EXPANDED_BYTES: usize = 1 << 30;
+
 /// A tensor of a TensorFlow TensorProto (raw `tensor_content`, or a typed field whose last
 /// value repeats to fill the shape, as TensorFlow reads it).
 pub fn tensor_value(t: &TensorProto) -> Result<Tensor, String> {
@@ -24,9 +28,17 @@ pub fn tensor_value(t: &TensorProto) -> Result<Tensor, String> {
             .and_then(|d| d.into_iter().map(|x| x.map(|n| n as usize)).collect())
             .ok_or("a constant's shape is not fully known")?,
     };
-    let n: usize = shape.iter().product();
+    let n = crate::tensor::element_count(&shape).ok_or_else(|| format!("shape {shape:?} is too large"))?;
     if !t.tensor_content.is_empty() {
         return tensor_from_le(dtype, &shape, &t.tensor_content, "constant").map_err(|e| e.to_string());
+    }
+    // a few values repeated to fill the shape: bounded, so that a corrupt shape cannot ask
+    // for unbounded memory
+    if n.saturating_mul(dtype.size_bytes()) > MAX_EXPANDED_BYTES {
+        return Err(format!(
+            "a constant of shape {shape:?} written as repeated values exceeds {} MiB",
+            MAX_EXPANDED_BYTES >> 20
+        ));
     }
     fn fill<T: Copy>(v: &[T], n: usize, zero: T) -> Result<Vec<T>, String> {
         match v.len() {

@@ -289,8 +289,8 @@ impl Bundle {
         let dtype =
             tf_dtype(e.dtype).ok_or_else(|| err(format!("TensorFlow data type {} is not supported", e.dtype)))?;
         let shape = Self::shape_of(e).ok_or_else(|| err("shape is not fully known".into()))?;
-        let n: usize = shape.iter().product();
-        if bytes.len() != n * dtype.size_bytes() {
+        let n = crate::tensor::element_count(&shape).ok_or_else(|| err(format!("shape {shape:?} is too large")))?;
+        if n.checked_mul(dtype.size_bytes()) != Some(bytes.len()) {
             return Err(err(format!("{} bytes recorded for {n} elements of {dtype}", e.size)));
         }
         crate::ir::constants::tensor_from_le(dtype, &shape, &bytes, key).map_err(|x| err(x.to_string()))
@@ -312,7 +312,10 @@ impl Bundle {
             return Err(err(format!("TensorFlow data type {} is not a string", e.dtype)));
         }
         let shape = Self::shape_of(e).ok_or_else(|| err("shape is not fully known".into()))?;
-        let n: usize = shape.iter().product();
+        // every string takes at least its one-byte length
+        let n = crate::tensor::element_count(&shape)
+            .filter(|&n| n <= bytes.len())
+            .ok_or_else(|| err(format!("{} bytes cannot hold {shape:?} strings", bytes.len())))?;
         let mut pos = 0;
         let mut lens = Vec::with_capacity(n);
         let mut crc = 0u32;
