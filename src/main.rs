@@ -405,11 +405,25 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Inspect { model, json } => {
             let ctx = ir::new_context();
-            let module = load(&ctx, &model)?;
+            let signatures = if formats::savedmodel::is_saved_model(&model) {
+                formats::savedmodel::signatures(&model)?
+            } else {
+                Vec::new()
+            };
+            let module = match load(&ctx, &model) {
+                Ok(m) => m,
+                Err(e) => {
+                    // the signatures still tell which one to import instead
+                    if !json {
+                        for s in &signatures {
+                            out(&s.to_string())?;
+                        }
+                    }
+                    return Err(e.into());
+                }
+            };
             let mut report = inspect::inspect(&module).with_context(|| model.display().to_string())?;
-            if formats::savedmodel::is_saved_model(&model) {
-                report.signatures = formats::savedmodel::signatures(&model)?;
-            }
+            report.signatures = signatures;
             if json {
                 out(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
             } else {

@@ -517,6 +517,11 @@ fn unsupported_constructs_are_named() {
         vec![],
     );
     assert_refused(&m, &[], &["node 'loop' (StatelessWhile)", "control flow"]);
+    // inspect still shows the signatures, on stdout, before the one-line error
+    let o = quantir(&["inspect", &arg(&m)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("signature 'serving_default'"));
+    assert_eq!(stderr(&o).trim().lines().count(), 1, "{}", stderr(&o));
     // a string op (its output type comes from the op list)
     let as_string = OpDef {
         name: "AsString".into(),
