@@ -151,6 +151,37 @@ func.func @main(%x: tensor<2x3xf32>) -> (tensor<2x1xf32>, tensor<3x2xf32>, tenso
 }
 
 #[test]
+fn arg_max_clip_and_broadcast_follow_tensorflow() {
+    let src = r#"
+func.func @main(%x: tensor<2x3xf32>) -> (tensor<2xi32>, tensor<3xi64>, tensor<2x3xf32>, tensor<2x2x3xf32>) {
+  %one = "tf.Const"() <{value = dense<1> : tensor<i32>}> : () -> tensor<i32>
+  %zero = "tf.Const"() <{value = dense<0> : tensor<i32>}> : () -> tensor<i32>
+  %lo = "tf.Const"() <{value = dense<-0.5> : tensor<f32>}> : () -> tensor<f32>
+  %hi = "tf.Const"() <{value = dense<[0.5, 1.0, 1.5]> : tensor<3xf32>}> : () -> tensor<3xf32>
+  %shape = "tf.Const"() <{value = dense<[2, 2, 3]> : tensor<3xi32>}> : () -> tensor<3xi32>
+  %0 = "tf.ArgMax"(%x, %one) : (tensor<2x3xf32>, tensor<i32>) -> tensor<2xi32>
+  %1 = "tf.ArgMin"(%x, %zero) : (tensor<2x3xf32>, tensor<i32>) -> tensor<3xi64>
+  %2 = "tf.ClipByValue"(%x, %lo, %hi) : (tensor<2x3xf32>, tensor<f32>, tensor<3xf32>) -> tensor<2x3xf32>
+  %3 = "tf.BroadcastTo"(%x, %shape) : (tensor<2x3xf32>, tensor<3xi32>) -> tensor<2x2x3xf32>
+  return %0, %1, %2, %3 : tensor<2xi32>, tensor<3xi64>, tensor<2x3xf32>, tensor<2x2x3xf32>
+}"#;
+    let p = compile_src(src).unwrap();
+    let v = vec![4.0, 1.0, 4.0, -1.0, 1.0, 2.0];
+    let out = p.run(&[f32t(&[2, 3], v.clone())]).unwrap();
+    // ties go to the first index, as in TensorFlow; the index type is the result's
+    assert_eq!(
+        out[0],
+        Tensor::I32(ArrayD::from_shape_vec(IxDyn(&[2]), vec![0, 2]).unwrap())
+    );
+    assert_eq!(
+        out[1],
+        Tensor::I64(ArrayD::from_shape_vec(IxDyn(&[3]), vec![1, 0, 1]).unwrap())
+    );
+    assert_eq!(out[2], f32t(&[2, 3], vec![0.5, 1.0, 1.5, -0.5, 1.0, 1.5]));
+    assert_eq!(out[3], f32t(&[2, 2, 3], [v.clone(), v].concat()));
+}
+
+#[test]
 fn quant_ops_round_half_to_even_and_saturate() {
     let src = r#"
 func.func @main(%x: tensor<6xf32>) -> (tensor<6xf32>, tensor<6xi8>) {

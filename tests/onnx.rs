@@ -35,7 +35,20 @@ fn read_npz(p: &Path) -> Vec<(String, ArrayD<f32>)> {
     let mut r = NpzReader::new(std::fs::File::open(p).unwrap()).unwrap();
     let mut names = r.names().unwrap();
     names.sort();
-    names.into_iter().map(|n| (n.clone(), r.by_name(&n).unwrap())).collect()
+    // integer outputs (ArgMax) are compared as f32 too
+    names
+        .into_iter()
+        .map(|n| {
+            let a: ArrayD<f32> = match r.by_name(&n) {
+                Ok(a) => a,
+                Err(_) => r
+                    .by_name::<ndarray::OwnedRepr<i64>, ndarray::IxDyn>(&n)
+                    .unwrap()
+                    .mapv(|v| v as f32),
+            };
+            (n, a)
+        })
+        .collect()
 }
 
 const MODELS: &[(&str, &str, &str)] = &[

@@ -208,7 +208,11 @@ pub const TABLE: &[(&str, Builder)] = &[
             layout::gather(x[0], &idx, x[1].shape(), axis)
         }))
     }),
-    ("onnx.Expand", |_| Ok(one(|x| expand(x[0], &int_arg(x, 1)?)))),
+    ("onnx.Expand", |_| {
+        Ok(one(|x| layout::broadcast_to(x[0], &int_arg(x, 1)?)))
+    }),
+    ("onnx.ArgMax", |d| arg_op(d, true)),
+    ("onnx.ArgMin", |d| arg_op(d, false)),
     ("onnx.Tile", |_| Ok(one(|x| layout::tile(x[0], &int_arg(x, 1)?)))),
     ("onnx.Pad", pad),
     ("onnx.Resize", resize_op),
@@ -957,15 +961,13 @@ fn unsqueeze(t: &Tensor, axes: &[i64]) -> KernelResult<Tensor> {
     layout::reshape(t, &shape, false)
 }
 
-/// Broadcasts `t` to `shape` (bidirectionally, as ONNX Expand does).
-fn expand(t: &Tensor, shape: &[i64]) -> KernelResult<Tensor> {
-    let s: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
-    let target = super::kernels::elementwise::broadcast_shape(t.shape(), &s)?;
-    let ones = layout::fill(
-        &target.iter().map(|&d| d as i64).collect::<Vec<_>>(),
-        &layout::cast(&Tensor::F32(ndarray::arr0(0.0f32).into_dyn()), t.dtype())?,
-    )?;
-    arith(BinOp::Add, t, &ones)
+fn arg_op(d: &OpDesc, max: bool) -> Result<Box<dyn Kernel>, String> {
+    let axis = d.int_attr("axis", 0);
+    let keep = d.int_attr("keepdims", 1) != 0;
+    let last = d.int_attr("select_last_index", 0) != 0;
+    Ok(one(move |x| {
+        super::kernels::reduce::arg_extreme(x[0], axis, max, last, keep)
+    }))
 }
 
 fn pad(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {

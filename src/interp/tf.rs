@@ -107,7 +107,12 @@ pub const TABLE: &[(&str, Builder)] = &[
     ("tf.Sign", |_| un(UnOp::Sign)),
     ("tf.Sin", |_| un(UnOp::Sin)),
     ("tf.Cos", |_| un(UnOp::Cos)),
+    ("tf.ClipByValue", |_| {
+        Ok(one(|x| arith(BinOp::Max, &arith(BinOp::Min, x[0], x[2])?, x[1])))
+    }),
     // reductions
+    ("tf.ArgMax", |d| arg_op(d, true)),
+    ("tf.ArgMin", |d| arg_op(d, false)),
     ("tf.Mean", |d| red(d, Reduce::Mean)),
     ("tf.Sum", |d| red(d, Reduce::Sum)),
     ("tf.Max", |d| red(d, Reduce::Max)),
@@ -131,6 +136,9 @@ pub const TABLE: &[(&str, Builder)] = &[
     }),
     ("tf.ExpandDims", |_| {
         Ok(one(|x| layout::expand_dims(x[0], scalar_int(x, 1)?)))
+    }),
+    ("tf.BroadcastTo", |_| {
+        Ok(one(|x| layout::broadcast_to(x[0], &int_arg(x, 1)?)))
     }),
     ("tf.Transpose", |_| {
         Ok(one(|x| layout::transpose(x[0], &int_arg(x, 1)?)))
@@ -238,6 +246,15 @@ fn single(v: &[i64]) -> KernelResult<i64> {
         [x] => Ok(*x),
         _ => Err(format!("expected a scalar, got {} values", v.len())),
     }
+}
+
+/// ArgMax / ArgMin: the axis is operand 1; the index type is the result's (`output_type`).
+fn arg_op(d: &OpDesc, max: bool) -> Result<Box<dyn Kernel>, String> {
+    let out = d.result_dtype(0).unwrap_or(DType::I64);
+    Ok(one(move |x| {
+        let idx = super::kernels::reduce::arg_extreme(x[0], scalar_int(x, 1)?, max, false, false)?;
+        layout::cast(&idx, out)
+    }))
 }
 
 fn scalar_int(x: &[&Tensor], i: usize) -> KernelResult<i64> {

@@ -97,9 +97,9 @@ def ops(out_dir):
     rng = np.random.default_rng(7)
     cases = []
 
-    def case(name, node, inputs, inits=(), opset=17):
+    def case(name, node, inputs, inits=(), opset=17, out_type=TensorProto.FLOAT):
         graph_inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in inputs]
-        outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in node.output]
+        outs = [helper.make_tensor_value_info(o, out_type, None) for o in node.output]
         g = helper.make_graph([node], name, graph_inputs, outs, [numpy_helper.from_array(a, n) for n, a in inits])
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
         m.ir_version = 8
@@ -131,6 +131,9 @@ def ops(out_dir):
     case("gather_negative", helper.make_node("Gather", ["x", "i"], ["y"], axis=3), [("x", x)], [("i", np.array([[0, -1], [2, 3]], np.int64))])
     case("reduce_mean_keepdims0", helper.make_node("ReduceMean", ["x", "a"], ["y"], keepdims=0), [("x", x)], [("a", np.array([1, -1], np.int64))], opset=18)
     case("clip_min_only", helper.make_node("Clip", ["x", "lo", ""], ["y"]), [("x", x)], [("lo", np.array(-0.3, np.float32))])
+    ties = np.round(x * 2) / 2  # repeated values: which index wins a tie matters
+    case("argmax_keepdims", helper.make_node("ArgMax", ["x"], ["y"], axis=2), [("x", ties)], out_type=TensorProto.INT64)
+    case("argmin_last_index", helper.make_node("ArgMin", ["x"], ["y"], axis=-1, keepdims=0, select_last_index=1), [("x", ties)], out_type=TensorProto.INT64)
     case("layernorm", helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, epsilon=1e-3), [("x", x)], [("g", f(7)), ("b", f(7))])
     case("instancenorm", helper.make_node("InstanceNormalization", ["x", "g", "b"], ["y"]), [("x", x)], [("g", f(4)), ("b", f(4))])
     case("hardswish", helper.make_node("HardSwish", ["x"], ["y"]), [("x", x)])

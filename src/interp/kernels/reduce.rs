@@ -147,3 +147,30 @@ mod tests {
         assert!(reduce(&x, &[3], false, Reduce::Sum).is_err());
     }
 }
+
+/// Index of the largest (`max`) or smallest element along `axis`, as i64; ties go to the first
+/// index, or to the last when `last` (ONNX `select_last_index`). The axis is kept with size 1
+/// when `keep_dims`.
+pub fn arg_extreme(x: &Tensor, axis: i64, max: bool, last: bool, keep_dims: bool) -> KernelResult<Tensor> {
+    let Tensor::F64(a) = super::layout::cast(x, crate::tensor::DType::F64)? else {
+        return Err("internal: cast to f64".into());
+    };
+    let ax = norm_axis(axis, a.ndim())?;
+    if a.shape()[ax] == 0 {
+        return Err(format!("Arg{} over an empty axis", if max { "Max" } else { "Min" }));
+    }
+    let better = |v: f64, b: f64| {
+        let strictly = if max { v > b } else { v < b };
+        strictly || (last && v == b)
+    };
+    let out = a.map_axis(Axis(ax), |lane| {
+        let mut best = (0usize, lane[0]);
+        for (i, &v) in lane.iter().enumerate().skip(1) {
+            if better(v, best.1) {
+                best = (i, v);
+            }
+        }
+        best.0 as i64
+    });
+    Ok(Tensor::I64(if keep_dims { out.insert_axis(Axis(ax)) } else { out }))
+}
