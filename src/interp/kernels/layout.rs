@@ -513,6 +513,18 @@ pub fn fill(dims: &[i64], value: &Tensor) -> KernelResult<Tensor> {
     }))
 }
 
+/// Broadcasts `t` to `shape` (bidirectionally, as ONNX Expand does; TF BroadcastTo is the
+/// one-directional case).
+pub fn broadcast_to(t: &Tensor, shape: &[i64]) -> KernelResult<Tensor> {
+    let s: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+    let target = super::elementwise::broadcast_shape(t.shape(), &s)?;
+    let ones = fill(
+        &target.iter().map(|&d| d as i64).collect::<Vec<_>>(),
+        &cast(&Tensor::F32(ndarray::arr0(0.0f32).into_dyn()), t.dtype())?,
+    )?;
+    super::elementwise::arith(super::elementwise::BinOp::Add, t, &ones)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -618,16 +630,4 @@ mod tests {
         let f = Tensor::F32(array![1.7f32, -1.7, f32::NAN].into_dyn());
         assert_eq!(vals(&cast(&f, DType::I32).unwrap()), vec![1, -1, 0]);
     }
-}
-
-/// Broadcasts `t` to `shape` (bidirectionally, as ONNX Expand does; TF BroadcastTo is the
-/// one-directional case).
-pub fn broadcast_to(t: &Tensor, shape: &[i64]) -> KernelResult<Tensor> {
-    let s: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
-    let target = super::elementwise::broadcast_shape(t.shape(), &s)?;
-    let ones = fill(
-        &target.iter().map(|&d| d as i64).collect::<Vec<_>>(),
-        &cast(&Tensor::F32(ndarray::arr0(0.0f32).into_dyn()), t.dtype())?,
-    )?;
-    super::elementwise::arith(super::elementwise::BinOp::Add, t, &ones)
 }

@@ -127,27 +127,6 @@ pub fn reduce_bool(x: &Tensor, axes: &[i64], keep_dims: bool, all: bool) -> Kern
     Ok(Tensor::I1(cur))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use ndarray::array;
-
-    #[test]
-    fn mean_sum_max_keep_dims() {
-        let x = Tensor::F32(array![[[1.0f32, 2.0], [3.0, 4.0]], [[5.0, 6.0], [7.0, 8.0]]].into_dyn());
-        let m = reduce(&x, &[1, 2], true, Reduce::Mean).unwrap();
-        assert_eq!(
-            m,
-            Tensor::F32(ArrayD::from_shape_vec(vec![2, 1, 1], vec![2.5, 6.5]).unwrap())
-        );
-        let s = reduce(&x, &[-1], false, Reduce::Sum).unwrap();
-        assert_eq!(s, Tensor::F32(array![[3.0f32, 7.0], [11.0, 15.0]].into_dyn()));
-        let mx = reduce(&x, &[0], false, Reduce::Max).unwrap();
-        assert_eq!(mx, Tensor::F32(array![[5.0f32, 6.0], [7.0, 8.0]].into_dyn()));
-        assert!(reduce(&x, &[3], false, Reduce::Sum).is_err());
-    }
-}
-
 /// Index of the largest (`max`) or smallest element along `axis`, as i64; ties go to the first
 /// index, or to the last when `last` (ONNX `select_last_index`). The axis is kept with size 1
 /// when `keep_dims`.
@@ -173,4 +152,25 @@ pub fn arg_extreme(x: &Tensor, axis: i64, max: bool, last: bool, keep_dims: bool
         best.0 as i64
     });
     Ok(Tensor::I64(if keep_dims { out.insert_axis(Axis(ax)) } else { out }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::array;
+
+    #[test]
+    fn mean_sum_max_keep_dims() {
+        let x = Tensor::F32(array![[[1.0f32, 2.0], [3.0, 4.0]], [[5.0, 6.0], [7.0, 8.0]]].into_dyn());
+        let m = reduce(&x, &[1, 2], true, Reduce::Mean).unwrap();
+        assert_eq!(
+            m,
+            Tensor::F32(ArrayD::from_shape_vec(vec![2, 1, 1], vec![2.5, 6.5]).unwrap())
+        );
+        let s = reduce(&x, &[-1], false, Reduce::Sum).unwrap();
+        assert_eq!(s, Tensor::F32(array![[3.0f32, 7.0], [11.0, 15.0]].into_dyn()));
+        let mx = reduce(&x, &[0], false, Reduce::Max).unwrap();
+        assert_eq!(mx, Tensor::F32(array![[5.0f32, 6.0], [7.0, 8.0]].into_dyn()));
+        assert!(reduce(&x, &[3], false, Reduce::Sum).is_err());
+    }
 }
