@@ -182,6 +182,64 @@ func.func @main(%x: tensor<2x3xf32>) -> (tensor<2xi32>, tensor<3xi64>, tensor<2x
 }
 
 #[test]
+fn tensorflow_resize_follows_its_three_coordinate_conventions() {
+    let resize = |op: &str, attrs: &str, h: usize, w: usize| {
+        let src = format!(
+            r#"
+func.func @main(%x: tensor<1x2x2x1xf32>) -> tensor<1x{h}x{w}x1xf32> {{
+  %s = "tf.Const"() <{{value = dense<[{h}, {w}]> : tensor<2xi32>}}> : () -> tensor<2xi32>
+  %0 = "tf.{op}"(%x, %s) <{{{attrs}}}> : (tensor<1x2x2x1xf32>, tensor<2xi32>) -> tensor<1x{h}x{w}x1xf32>
+  return %0 : tensor<1x{h}x{w}x1xf32>
+}}"#
+        );
+        let p = compile_src(&src).unwrap();
+        let out = p.run(&[f32t(&[1, 2, 2, 1], vec![1.0, 2.0, 3.0, 4.0])]).unwrap();
+        let Tensor::F32(a) = &out[0] else { panic!() };
+        a.iter().copied().collect::<Vec<f32>>()
+    };
+    // tf.image.resize (TF2, half-pixel centres): [[1, 2], [3, 4]] to 4x4
+    let row = |r: [f32; 4]| r.to_vec();
+    assert_eq!(
+        resize("ResizeBilinear", "half_pixel_centers = true", 4, 4),
+        [
+            row([1.0, 1.25, 1.75, 2.0]),
+            row([1.5, 1.75, 2.25, 2.5]),
+            row([2.5, 2.75, 3.25, 3.5]),
+            row([3.0, 3.25, 3.75, 4.0])
+        ]
+        .concat()
+    );
+    // TF1 default: x_in = x_out / 2, the last row and column repeat the edge
+    assert_eq!(
+        resize("ResizeBilinear", "", 4, 4),
+        [
+            row([1.0, 1.5, 2.0, 2.0]),
+            row([2.0, 2.5, 3.0, 3.0]),
+            row([3.0, 3.5, 4.0, 4.0]),
+            row([3.0, 3.5, 4.0, 4.0])
+        ]
+        .concat()
+    );
+    // corners aligned: thirds
+    let third = resize("ResizeBilinear", "align_corners = true", 1, 4);
+    assert_eq!(third.len(), 4);
+    for (g, w) in third.iter().zip([1.0, 4.0 / 3.0, 5.0 / 3.0, 2.0]) {
+        assert!((g - w).abs() < 1e-6, "{third:?}");
+    }
+    // nearest to 1x3: legacy floors x·2/3 (columns 0, 0, 1; row 0); half-pixel floors (x+½)·2/3
+    // (columns 0, 1, 1) and (y+½)·2 (row 1); aligned corners round x·1/2 half up (0, 1, 1)
+    assert_eq!(resize("ResizeNearestNeighbor", "", 1, 3), vec![1.0, 1.0, 2.0]);
+    assert_eq!(
+        resize("ResizeNearestNeighbor", "half_pixel_centers = true", 1, 3),
+        vec![3.0, 4.0, 4.0]
+    );
+    assert_eq!(
+        resize("ResizeNearestNeighbor", "align_corners = true", 1, 3),
+        vec![1.0, 2.0, 2.0]
+    );
+}
+
+#[test]
 fn quant_ops_round_half_to_even_and_saturate() {
     let src = r#"
 func.func @main(%x: tensor<6xf32>) -> (tensor<6xf32>, tensor<6xi8>) {

@@ -137,6 +137,8 @@ pub const TABLE: &[(&str, Builder)] = &[
     ("tf.ExpandDims", |_| {
         Ok(one(|x| layout::expand_dims(x[0], scalar_int(x, 1)?)))
     }),
+    ("tf.ResizeBilinear", |d| resize_op(d, false)),
+    ("tf.ResizeNearestNeighbor", |d| resize_op(d, true)),
     ("tf.BroadcastTo", |_| {
         Ok(one(|x| layout::broadcast_to(x[0], &int_arg(x, 1)?)))
     }),
@@ -246,6 +248,45 @@ fn single(v: &[i64]) -> KernelResult<i64> {
         [x] => Ok(*x),
         _ => Err(format!("expected a scalar, got {} values", v.len())),
     }
+}
+
+/// ResizeBilinear / ResizeNearestNeighbor on NHWC images to operand 1's [height, width], with
+/// TensorFlow's three coordinate conventions mapped onto the shared resize kernel: legacy
+/// (`x_in = x_out · in/out`, nearest floors), `align_corners` (corners meet, nearest rounds half
+/// up) and `half_pixel_centers` (pixel centres meet; nearest floors from the centre).
+fn resize_op(d: &OpDesc, nearest: bool) -> Result<Box<dyn Kernel>, String> {
+    use super::kernels::resize::{resize, Coordinates, Mode, Nearest};
+    let align = d.bool_attr("align_corners", false);
+    let half = d.bool_attr("half_pixel_centers", false);
+    let (coords, rounding) = match (align, half, nearest) {
+        (true, true, _) => return Err("align_corners and half_pixel_centers are both set".into()),
+        (true, false, _) => (Coordinates::AlignCorners, Nearest::RoundPreferCeil),
+        (false, true, true) => (Coordinates::TfHalfPixelForNn, Nearest::Floor),
+        (false, true, false) => (Coordinates::HalfPixel, Nearest::Floor),
+        (false, false, _) => (Coordinates::Asymmetric, Nearest::Floor),
+    };
+    let mode = if nearest { Mode::Nearest(rounding) } else { Mode::Linear };
+    Ok(one(move |x| {
+        let size = int_arg(x, 1)?;
+        let sh = x[0].shape().to_vec();
+        let [h, w] = size[..] else {
+            return Err(format!("resize to {size:?}: the size is [height, width]"));
+        };
+        if sh.len() != 4 || h <= 0 || w <= 0 {
+            return Err(format!(
+                "resize of {sh:?} to [{h}, {w}]: expected NHWC images and a positive size"
+            ));
+        }
+        let out = [sh[0], h as usize, w as usize, sh[3]];
+        let scales = [1.0, h as f64 / sh[1] as f64, w as f64 / sh[2] as f64, 1.0];
+        // bilinear always yields f32, nearest keeps the input's type
+        let src = if nearest {
+            x[0].clone()
+        } else {
+            layout::cast(x[0], DType::F32)?
+        };
+        resize(&src, &out, &scales, mode, coords)
+    }))
 }
 
 /// ArgMax / ArgMin: the axis is operand 1; the index type is the result's (`output_type`).
