@@ -12,7 +12,8 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// Signature of a SavedModel directory to import (default: serving_default).
+    /// Signature of a SavedModel directory to import (default: serving_default; models in
+    /// other formats have one function and ignore it).
     #[arg(long, global = true, value_name = "NAME")]
     signature: Option<String>,
 }

@@ -18,6 +18,9 @@ pub mod quant;
 pub mod types;
 
 pub use constants::{attribute_to_tensor, tensor_to_attribute};
+pub use context::new_context;
+pub use io::{load, load_bytes, print_module, save, write_module, ModuleFormat};
+pub use keys::{value_key, TensorKeys};
 
 /// The text of an MLIR string reference. melior's `StringRef::as_str` indexes the last byte,
 /// so it panics on an empty string (an empty attribute name or location name in a damaged
@@ -28,9 +31,6 @@ pub fn ref_str(r: melior::StringRef<'_>) -> Result<&str, std::str::Utf8Error> {
     }
     r.as_str()
 }
-pub use context::new_context;
-pub use io::{load, load_bytes, print_module, save, write_module, ModuleFormat};
-pub use keys::{value_key, TensorKeys};
 
 use std::path::PathBuf;
 
