@@ -121,7 +121,7 @@ struct Builder<'c, 'a, 'g> {
     block: BlockRef<'c, 'a>,
     ops: HashMap<&'g str, &'g OpDef>,
     functions: HashMap<&'g str, &'g FunctionDef>,
-    checkpoint: Checkpoint,
+    checkpoint: Checkpoint<'g>,
     vars: Vec<Var<'c, 'a>>,
     /// (node, shared_name, in the main graph) → index in `vars`.
     var_index: HashMap<(String, String, bool), usize>,
@@ -443,87 +443,78 @@ impl<'c, 'a, 'g> Builder<'c, 'a, 'g> {
     ) -> Result<Vec<Val<'c, 'a>>, IrError> {
         let dir = self.dir;
         let scope_err = |reason: String| pb_error(dir, format!("{}: {reason}", scope.label));
-        // the nodes the wanted values depend on, in post order (iterative: graphs are deep)
+        let cycle = |n: &NodeDef| self.err(scope, n, "the graph has a cycle (a loop), which is not supported");
+        let wanted_refs = wanted
+            .iter()
+            .map(|w| self.resolve(scope, args, w))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(scope_err)?;
+        // the nodes the wanted values depend on, in post order (iterative: graphs are deep);
+        // each node's inputs are resolved once, here
         let mut order = Vec::new();
-        let mut state: HashMap<usize, bool> = HashMap::new(); // false = open, true = done
-        let mut roots = Vec::new();
-        for w in wanted {
-            if let Some(Ref::Node(i, _)) = self.resolve(scope, args, w).map_err(scope_err)? {
-                roots.push(i);
-            }
-        }
-        for root in roots {
+        let mut inputs_of: HashMap<usize, Vec<Ref>> = HashMap::new();
+        let mut done: HashMap<usize, bool> = HashMap::new(); // false while on the DFS path
+        for root in wanted_refs.iter().filter_map(|r| match r {
+            Some(Ref::Node(i, _)) => Some(*i),
+            _ => None,
+        }) {
             let mut stack = vec![(root, false)];
             while let Some((i, expanded)) = stack.pop() {
                 if expanded {
-                    state.insert(i, true);
+                    done.insert(i, true);
                     order.push(i);
                     continue;
                 }
-                match state.get(&i) {
-                    Some(true) => continue,
-                    Some(false) => {
-                        let n = &scope.nodes[i];
-                        return Err(self.err(scope, n, "the graph has a cycle (a loop), which is not supported"));
-                    }
-                    None => {}
+                if done.contains_key(&i) {
+                    continue;
                 }
-                state.insert(i, false);
+                done.insert(i, false);
                 stack.push((i, true));
                 if bound.contains_key(&i) {
                     continue;
                 }
                 let n = &scope.nodes[i];
+                let mut refs = Vec::new();
                 for inp in &n.input {
-                    let r = self.resolve(scope, args, inp).map_err(|e| self.err(scope, n, e))?;
-                    if let Some(Ref::Node(j, _)) = r {
-                        match state.get(&j) {
+                    let Some(r) = self.resolve(scope, args, inp).map_err(|e| self.err(scope, n, e))? else {
+                        continue;
+                    };
+                    if let Ref::Node(j, _) = r {
+                        match done.get(&j) {
+                            Some(false) => return Err(cycle(n)),
                             Some(true) => {}
-                            Some(false) => {
-                                return Err(self.err(
-                                    scope,
-                                    n,
-                                    "the graph has a cycle (a loop), which is not supported",
-                                ))
-                            }
                             None => stack.push((j, false)),
                         }
                     }
+                    refs.push(r);
                 }
+                inputs_of.insert(i, refs);
             }
         }
+        let value = |bound: &HashMap<usize, Vec<Val<'c, 'a>>>, r: &Ref| match r {
+            Ref::Arg(a) => args.get(*a).copied(),
+            Ref::Node(j, k) => bound.get(j).and_then(|v| v.get(*k)).copied(),
+        };
         for i in order {
-            if bound.contains_key(&i) {
-                continue;
-            }
+            let Some(refs) = inputs_of.remove(&i) else { continue }; // bound from outside
             let n = &scope.nodes[i];
             let mut ins = Vec::new();
-            for inp in &n.input {
-                match self.resolve(scope, args, inp).map_err(|e| self.err(scope, n, e))? {
-                    None => {}
-                    Some(Ref::Arg(a)) => ins.push(args[a]),
-                    Some(Ref::Node(j, k)) => {
-                        let v = bound
-                            .get(&j)
-                            .and_then(|v| v.get(k))
-                            .copied()
-                            .ok_or_else(|| self.err(scope, n, format!("input '{inp}' has no output {k}")))?;
-                        ins.push(v);
-                    }
-                }
+            for r in &refs {
+                ins.push(value(&bound, r).ok_or_else(|| {
+                    let what = match r {
+                        Ref::Arg(a) => format!("argument '{a}'"),
+                        Ref::Node(j, k) => format!("output {k} of '{}'", scope.nodes[*j].name),
+                    };
+                    self.err(scope, n, format!("its input {what} has no value"))
+                })?);
             }
             let outs = self.node(scope, i, ins, depth)?;
             bound.insert(i, outs);
         }
         let mut out = Vec::new();
-        for w in wanted {
-            out.push(match self.resolve(scope, args, w).map_err(scope_err)? {
-                Some(Ref::Arg(a)) => args[a],
-                Some(Ref::Node(j, k)) => bound
-                    .get(&j)
-                    .and_then(|v| v.get(k))
-                    .copied()
-                    .ok_or_else(|| scope_err(format!("'{w}' has no value")))?,
+        for (w, r) in wanted.iter().zip(&wanted_refs) {
+            out.push(match r {
+                Some(r) => value(&bound, r).ok_or_else(|| scope_err(format!("'{w}' has no value")))?,
                 None => return Err(scope_err(format!("'{w}' is a control dependency, not a value"))),
             });
         }

@@ -21,14 +21,16 @@ use std::path::{Path, PathBuf};
 pub const OBJECT_GRAPH_KEY: &str = "_CHECKPOINTABLE_OBJECT_GRAPH";
 
 /// The variables checkpoint of a SavedModel, opened when first needed.
-pub struct Checkpoint {
+pub struct Checkpoint<'g> {
     prefix: PathBuf,
     bundle: Option<Bundle>,
     /// Main-graph `VarHandleOp` node → saved object id, from the calls' bound inputs.
     object_of_handle: HashMap<String, i32>,
-    /// Saved object id → checkpoint key (None until the bundle is open).
-    key_of_object: Option<HashMap<i32, String>>,
-    saved_objects: Option<SavedObjectGraph>,
+    /// Saved variable name → saved object id.
+    object_of_name: HashMap<String, i32>,
+    /// Saved object id → checkpoint key (filled when the bundle is opened).
+    key_of_object: HashMap<i32, String>,
+    saved_objects: Option<&'g SavedObjectGraph>,
 }
 
 /// The node a graph input string names ("node", "node:1", "^node" → "node").
@@ -37,10 +39,19 @@ pub fn input_node(input: &str) -> &str {
     s.split(':').next().unwrap_or(s)
 }
 
-impl Checkpoint {
-    pub fn new(dir: &Path, graph: &GraphDef, objects: Option<&SavedObjectGraph>) -> Checkpoint {
+impl<'g> Checkpoint<'g> {
+    pub fn new(dir: &Path, graph: &GraphDef, objects: Option<&'g SavedObjectGraph>) -> Checkpoint<'g> {
         let mut object_of_handle = HashMap::new();
+        let mut object_of_name = HashMap::new();
         if let Some(objects) = objects {
+            for (id, o) in objects.nodes.iter().enumerate() {
+                match (&o.variable, i32::try_from(id)) {
+                    (Some(v), Ok(id)) if !v.name.is_empty() => {
+                        object_of_name.entry(v.name.clone()).or_insert(id);
+                    }
+                    _ => {}
+                }
+            }
             for n in &graph.node {
                 let Some(f) = n.attr.get("f").and_then(|a| a.func.as_ref()) else {
                     continue;
@@ -61,57 +72,52 @@ impl Checkpoint {
             prefix: dir.join("variables").join("variables"),
             bundle: None,
             object_of_handle,
-            key_of_object: None,
-            saved_objects: objects.cloned(),
+            object_of_name,
+            key_of_object: HashMap::new(),
+            saved_objects: objects,
         }
     }
 
-    fn bundle(&mut self) -> Result<&Bundle, IrError> {
-        if self.bundle.is_none() {
-            let b = Bundle::open(&self.prefix).map_err(|e| IrError::Invalid(e.to_string()))?;
-            let mut keys = HashMap::new();
-            if let (Some(saved), true) = (&self.saved_objects, b.entries.contains_key(OBJECT_GRAPH_KEY)) {
-                let blob = b
-                    .read_strings(OBJECT_GRAPH_KEY)
-                    .map_err(|e| IrError::Invalid(e.to_string()))?;
-                let bytes = blob.first().map(Vec::as_slice).unwrap_or_default();
-                let trackable = TrackableObjectGraph::decode(bytes).map_err(|e| {
-                    IrError::Invalid(format!(
-                        "{}: '{OBJECT_GRAPH_KEY}' is not a valid object graph ({e})",
-                        self.prefix.display()
-                    ))
-                })?;
-                keys = object_keys(saved, &trackable);
-            }
-            self.key_of_object = Some(keys);
-            self.bundle = Some(b);
+    /// Opens the bundle (once) and reads its object graph's checkpoint keys.
+    fn open(&mut self) -> Result<(), IrError> {
+        if self.bundle.is_some() {
+            return Ok(());
         }
-        self.bundle
-            .as_ref()
-            .ok_or_else(|| IrError::Invalid("internal: checkpoint not open".into()))
+        let b = Bundle::open(&self.prefix).map_err(|e| IrError::Invalid(e.to_string()))?;
+        let mut keys = HashMap::new();
+        if let (Some(saved), true) = (self.saved_objects, b.entries.contains_key(OBJECT_GRAPH_KEY)) {
+            let blob = b
+                .read_strings(OBJECT_GRAPH_KEY)
+                .map_err(|e| IrError::Invalid(e.to_string()))?;
+            let bytes = blob.first().map(Vec::as_slice).unwrap_or_default();
+            let trackable = TrackableObjectGraph::decode(bytes).map_err(|e| {
+                IrError::Invalid(format!(
+                    "{}: '{OBJECT_GRAPH_KEY}' is not a valid object graph ({e})",
+                    self.prefix.display()
+                ))
+            })?;
+            keys = object_keys(saved, &trackable);
+        }
+        self.key_of_object = keys;
+        self.bundle = Some(b);
+        Ok(())
     }
 
     /// The value of the variable made by `node` (a `VarHandleOp` of the main graph when
     /// `in_main_graph`, else of a function body) with `shared_name`.
     pub fn value(&mut self, node: &str, shared_name: &str, in_main_graph: bool) -> Result<Tensor, IrError> {
-        self.bundle()?;
+        self.open()?;
         // by the call's bound inputs, else by the saved variable's name
         let object = in_main_graph
             .then(|| self.object_of_handle.get(node))
             .flatten()
-            .copied()
-            .or_else(|| {
-                let saved = self.saved_objects.as_ref()?;
-                let id = saved.nodes.iter().position(|o| {
-                    o.variable
-                        .as_ref()
-                        .is_some_and(|v| !v.name.is_empty() && v.name == shared_name)
-                })?;
-                i32::try_from(id).ok()
-            });
-        let by_object = object.and_then(|id| self.key_of_object.as_ref()?.get(&id)).cloned();
+            .or_else(|| self.object_of_name.get(shared_name));
+        let by_object = object.and_then(|id| self.key_of_object.get(id)).cloned();
         let index = format!("{}.index", self.prefix.display());
-        let b = self.bundle()?;
+        let b = self
+            .bundle
+            .as_ref()
+            .ok_or_else(|| IrError::Invalid("internal: checkpoint not open".into()))?;
         let key = by_object
             .or_else(|| {
                 [shared_name, node]
