@@ -65,6 +65,9 @@ enum Command {
         model: PathBuf,
         #[command(flatten)]
         calib: CalibArgs,
+        /// Calibrate the ONNX form of a TF model (what `quantize -o x.onnx` quantizes).
+        #[arg(long)]
+        onnx: bool,
         #[arg(short, long)]
         output: PathBuf,
     },
@@ -396,6 +399,17 @@ fn run_calibration(
     Ok(stats)
 }
 
+/// Lowers a TF model to ONNX ops for an .onnx output, saying so; false when it had none.
+fn lower_to_onnx(module: &melior::ir::Module, model: &std::path::Path) -> Result<bool> {
+    let Some(report) = quantize::lower_to_onnx(module).with_context(|| model.display().to_string())? else {
+        return Ok(false);
+    };
+    let lowered = report.changes.get("tf ops lowered").copied().unwrap_or(0);
+    let transposes = report.changes.get("onnx.Transpose written").copied().unwrap_or(0);
+    eprintln!("lowered {lowered} TF ops to ONNX ({transposes} layout transposes)");
+    Ok(true)
+}
+
 fn run(cli: Cli) -> Result<()> {
     let signature = cli.signature.as_deref();
     // --signature names a signature of whichever model is a SavedModel directory
@@ -505,9 +519,17 @@ fn run(cli: Cli) -> Result<()> {
                 output.display()
             );
         }
-        Command::Calibrate { model, calib, output } => {
+        Command::Calibrate {
+            model,
+            calib,
+            onnx,
+            output,
+        } => {
             let ctx = ir::new_context();
             let module = load(&ctx, &model)?;
+            if onnx {
+                lower_to_onnx(&module, &model)?;
+            }
             let stats = run_calibration(
                 &module,
                 &calib.data,
@@ -529,6 +551,7 @@ fn run(cli: Cli) -> Result<()> {
             let t0 = std::time::Instant::now();
             let ctx = ir::new_context();
             let module = load(&ctx, &model)?;
+            let lowered = formats::model::is_onnx(&output) && lower_to_onnx(&module, &model)?;
             let stats = match (&stats_file, &calib.data) {
                 (Some(p), _) => stats_io::load_stats(p)?,
                 (None, Some(d)) => {
@@ -558,8 +581,14 @@ fn run(cli: Cli) -> Result<()> {
                 }
             };
             let t_calib = t0.elapsed();
-            let mut report =
-                quantize::quantize_module(&module, &stats, &config).with_context(|| model.display().to_string())?;
+            let mut report = quantize::quantize_module(&module, &stats, &config).with_context(|| {
+                if lowered && stats_file.is_some() {
+                    // the usual cause: statistics of the TF form for its ONNX form
+                    format!("{} (for an .onnx output, calibrate with --onnx)", model.display())
+                } else {
+                    model.display().to_string()
+                }
+            })?;
             let mut inputs: Vec<&std::path::Path> = vec![&model];
             if let Some(s) = &stats_file {
                 inputs.push(s);

@@ -5,31 +5,13 @@
 
 mod common;
 
-use common::{arg, ok, quantir};
+use common::{arg, ok, onnx_ref as python, quantir};
 
 use ndarray::ArrayD;
 use ndarray_npy::NpzReader;
 use prost::Message;
 use quantir::formats::onnx::proto;
 use std::path::Path;
-use std::process::Command;
-
-fn python(args: &[&str]) -> serde_json::Value {
-    let py = common::root().join(".venv/bin/python");
-    let script = common::root().join("tests/python/onnx_ref.py");
-    let o = Command::new(&py)
-        .arg(&script)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e} (scripts/install-deps.sh creates the venv)", py.display()));
-    assert!(
-        o.status.success(),
-        "onnx_ref.py {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let text = String::from_utf8_lossy(&o.stdout);
-    serde_json::from_str(text.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
 
 fn read_npz(p: &Path) -> Vec<(String, ArrayD<f32>)> {
     let mut r = NpzReader::new(std::fs::File::open(p).unwrap()).unwrap();

@@ -10,6 +10,7 @@ pub mod fold_constants;
 pub mod insert_qdq;
 pub mod quantize_weights;
 pub mod strip_identity;
+pub mod tf_to_onnx;
 
 use crate::ir::IrError;
 use melior::ir::Module;
@@ -65,6 +66,11 @@ pub const PASSES: &[PassInfo] = &[
         name: "fold-batchnorm",
         summary: "fold per-channel Mul/Add (batch norm) after conv/matmul into the weight and a BiasAdd",
         run: fold_batchnorm::run,
+    },
+    PassInfo {
+        name: "tf-to-onnx",
+        summary: "rewrite TF-dialect ops as ONNX-dialect ops (NHWC → NCHW around convolutions and pools), for an .onnx output",
+        run: tf_to_onnx::run,
     },
     PassInfo {
         name: "quantize-weights",

@@ -103,6 +103,20 @@ pub fn prepare(module: &Module) -> Result<Vec<(String, PassReport)>, IrError> {
     Ok(reports)
 }
 
+/// Readies a TF-dialect module for an `.onnx` output: [`prepare`]s it with TF's own passes
+/// (batch norm and bias reshapes folded where TF's patterns see them) and lowers it with
+/// `tf-to-onnx`, so that calibration and quantization see the ONNX ops that will be written.
+/// `None` when the module has no TF op (an ONNX import, or already lowered).
+pub fn lower_to_onnx(module: &Module) -> Result<Option<PassReport>, IrError> {
+    if !passes::tf_to_onnx::has_tf_ops(module) {
+        return Ok(None);
+    }
+    prepare(module)?;
+    let names = ["tf-to-onnx".to_string()];
+    let mut reports = passes::run_pipeline(module, &names, &PassOptions::default())?;
+    Ok(reports.pop().map(|(_, r)| r))
+}
+
 /// A stable identity of a prepared module: FNV-1a 64 of its generic printed form (no
 /// locations), as 16 hex digits.
 pub fn model_hash(module: &Module) -> String {

@@ -82,3 +82,22 @@ pub fn mlir_opt_accepts(path: &Path) -> (bool, String) {
         .expect("mlir-opt-22 must be installed (scripts/install-deps.sh installs mlir-22-tools)");
     (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
+
+/// Runs tests/python/onnx_ref.py in the test venv (the real onnxruntime) and returns the JSON
+/// object it prints last.
+pub fn onnx_ref(args: &[&str]) -> serde_json::Value {
+    let py = root().join(".venv/bin/python");
+    let script = root().join("tests/python/onnx_ref.py");
+    let o = Command::new(&py)
+        .arg(&script)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (scripts/install-deps.sh creates the venv)", py.display()));
+    assert!(
+        o.status.success(),
+        "onnx_ref.py {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    serde_json::from_str(text.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {text}"))
+}

@@ -4,6 +4,8 @@
   eval FLOAT QUANT DATA INTERP    SQNR/top-1 of QUANT vs FLOAT in onnxruntime, QUANT's weight
                                   storage, and quantir's outputs (INTERP .npz) vs onnxruntime's
   ops DIR                         small models of single ops + inputs + onnxruntime's outputs
+  run MODEL DATA OUT              MODEL on every sample of DATA (key x, or the input's name),
+                                  outputs by graph output name into OUT (.npz)
 
 Every command prints one JSON object.
 """
@@ -165,6 +167,17 @@ def ops(out_dir):
     print(json.dumps({"cases": cases}))
 
 
+def run(model, data, out):
+    s = session(model)
+    d = np.load(data)
+    inp = s.get_inputs()[0]
+    x = d[inp.name] if inp.name in d.files else d["x"]
+    res = [s.run(None, {inp.name: x[i : i + 1].astype(np.float32)}) for i in range(len(x))]
+    names = [o.name for o in s.get_outputs()]
+    np.savez(out, **{n: np.concatenate([r[k] for r in res]) for k, n in enumerate(names)})
+    print(json.dumps({"outputs": names, "samples": len(x)}))
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"roundtrip": roundtrip, "eval": eval_quant, "ops": ops}[cmd](*args)
+    {"roundtrip": roundtrip, "eval": eval_quant, "ops": ops, "run": run}[cmd](*args)

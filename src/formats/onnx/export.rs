@@ -639,9 +639,10 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, IrError
         }
         match default {
             Some(i) => opset_import[i].version = needs_opset,
+            // a module that names no opset holds ops in their opset-13 form (tf-to-onnx's)
             None => opset_import.push(proto::OperatorSetIdProto {
                 domain: String::new(),
-                version: needs_opset,
+                version: needs_opset.max(13),
             }),
         }
     }

@@ -1,0 +1,355 @@
+//! TensorFlow models written as ONNX (`tf-to-onnx`): the lowered SavedModels reproduce
+//! TensorFlow's outputs in the real onnxruntime, a hand-built TF module exercising every layout
+//! case lowers op for op, quantizing a SavedModel to `.onnx` reaches the quality of the `.mlir`
+//! path, and ops without an ONNX form are named before anything is written.
+
+mod common;
+
+use common::{arg, data, example, ok, onnx_ref, quantir, stderr};
+use ndarray::ArrayD;
+use prost::Message;
+use quantir::formats::onnx::proto;
+use std::path::Path;
+
+fn read(path: &Path, key: &str) -> ArrayD<f32> {
+    let mut z = ndarray_npy::NpzReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    z.by_name(key)
+        .unwrap_or_else(|e| panic!("{}: {key}: {e}", path.display()))
+}
+
+fn max_abs_diff(a: &ArrayD<f32>, b: &ArrayD<f32>) -> f32 {
+    assert_eq!(a.shape(), b.shape());
+    a.iter().zip(b.iter()).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn op_types(path: &Path) -> Vec<String> {
+    let m = proto::ModelProto::decode(std::fs::read(path).unwrap().as_slice()).unwrap();
+    m.graph.unwrap().node.into_iter().map(|n| n.op_type).collect()
+}
+
+/// The float module as `quantize -o x.onnx` sees it, written out.
+fn lower(model: &Path, out: &Path) {
+    ok(quantir(&[
+        "opt",
+        &arg(model),
+        "--pass",
+        "strip-identity",
+        "--pass",
+        "fold-constants",
+        "--pass",
+        "fold-batchnorm",
+        "--pass",
+        "tf-to-onnx",
+        "-o",
+        &arg(out),
+    ]));
+}
+
+#[test]
+fn lowered_savedmodels_reproduce_tensorflow_in_onnxruntime() {
+    let dir = tempfile::tempdir().unwrap();
+    // (model, test data, TF's outputs, Transpose nodes left: NHWC input in, flatten out)
+    for (model, test, reference, transposes) in [
+        (
+            "digits_cnn_savedmodel",
+            example("digits_test.npz"),
+            "digits_cnn_test_outputs.npz",
+            2,
+        ),
+        (
+            "digits_mlp_savedmodel",
+            data("digits_mlp_test.npz"),
+            "digits_mlp_test_outputs.npz",
+            0,
+        ),
+        (
+            "mobilenet_v2_035_savedmodel",
+            data("mobilenet_test.npz"),
+            "mobilenet_v2_035_test_outputs.npz",
+            1,
+        ),
+    ] {
+        let onnx = dir.path().join(format!("{model}.onnx"));
+        lower(&data(model), &onnx);
+        let ops = op_types(&onnx);
+        assert_eq!(
+            ops.iter().filter(|t| *t == "Transpose").count(),
+            transposes,
+            "{model}: {ops:?}"
+        );
+        let out = dir.path().join(format!("{model}_ort.npz"));
+        onnx_ref(&["run", &arg(&onnx), &arg(&test), &arg(&out)]);
+        let d = max_abs_diff(&read(&out, "output_0"), &read(&data(reference), "y"));
+        assert!(d <= 1e-4, "{model}: max |onnxruntime - TensorFlow| = {d}");
+    }
+}
+
+/// Deterministic values in [-scale, scale] as an MLIR hex dense literal.
+fn dense(n: usize, seed: u64, scale: f32) -> String {
+    let mut s = seed;
+    let mut hex = String::from("0x");
+    for _ in 0..n {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let v = ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale;
+        for b in v.to_le_bytes() {
+            hex.push_str(&format!("{b:02X}"));
+        }
+    }
+    format!("dense<\"{hex}\">")
+}
+
+/// Every layout case of the lowering in one TF module: strided SAME convolution, bias,
+/// ReLU6, depthwise with multiplier 2, asymmetric Pad, VALID max and SAME average pooling,
+/// Mean with and without kept dims, Squeeze, concatenation on the channel axis of twins and
+/// of plain values, a per-channel Mul, MatMul with transpose_b, and NHWC results returned.
+fn layout_module() -> String {
+    let c = |ty: &str, n: usize, seed: u64, scale: f32| {
+        format!(
+            "\"tf.Const\"() {{value = {} : tensor<{ty}>}} : () -> tensor<{ty}>",
+            dense(n, seed, scale)
+        )
+    };
+    format!(
+        r#"module {{
+  func.func @main(%x: tensor<1x9x9x4xf32>) -> (tensor<1x10xf32>, tensor<1x5x5x16xf32>, tensor<1x400xf32>) attributes {{tf.entry_function = {{inputs = "x", outputs = "logits,feat,flat"}}}} {{
+    %w1 = {w1}
+    %c1 = "tf.Conv2D"(%x, %w1) {{data_format = "NHWC", dilations = [1, 1, 1, 1], padding = "SAME", strides = [1, 2, 2, 1]}} : (tensor<1x9x9x4xf32>, tensor<3x3x4x8xf32>) -> tensor<1x5x5x8xf32>
+    %b1 = {b1}
+    %a1 = "tf.BiasAdd"(%c1, %b1) {{data_format = "NHWC"}} : (tensor<1x5x5x8xf32>, tensor<8xf32>) -> tensor<1x5x5x8xf32>
+    %r1 = "tf.Relu6"(%a1) : (tensor<1x5x5x8xf32>) -> tensor<1x5x5x8xf32>
+    %dw = {dw}
+    %d1 = "tf.DepthwiseConv2dNative"(%r1, %dw) {{data_format = "NHWC", dilations = [1, 1, 1, 1], padding = "SAME", strides = [1, 1, 1, 1]}} : (tensor<1x5x5x8xf32>, tensor<3x3x8x2xf32>) -> tensor<1x5x5x16xf32>
+    %p = "tf.Const"() {{value = dense<[[0, 0], [1, 1], [0, 1], [0, 0]]> : tensor<4x2xi32>}} : () -> tensor<4x2xi32>
+    %pd = "tf.Pad"(%d1, %p) : (tensor<1x5x5x16xf32>, tensor<4x2xi32>) -> tensor<1x7x6x16xf32>
+    %mp = "tf.MaxPool"(%pd) {{data_format = "NHWC", ksize = [1, 2, 2, 1], padding = "VALID", strides = [1, 2, 2, 1]}} : (tensor<1x7x6x16xf32>) -> tensor<1x3x3x16xf32>
+    %ap = "tf.AvgPool"(%pd) {{data_format = "NHWC", ksize = [1, 3, 3, 1], padding = "SAME", strides = [1, 2, 2, 1]}} : (tensor<1x7x6x16xf32>) -> tensor<1x4x3x16xf32>
+    %hw = "tf.Const"() {{value = dense<[1, 2]> : tensor<2xi32>}} : () -> tensor<2xi32>
+    %m1k = "tf.Mean"(%mp, %hw) {{keep_dims = true}} : (tensor<1x3x3x16xf32>, tensor<2xi32>) -> tensor<1x1x1x16xf32>
+    %m1 = "tf.Squeeze"(%m1k) {{squeeze_dims = [1, 2]}} : (tensor<1x1x1x16xf32>) -> tensor<1x16xf32>
+    %m2 = "tf.Mean"(%ap, %hw) {{keep_dims = false}} : (tensor<1x4x3x16xf32>, tensor<2xi32>) -> tensor<1x16xf32>
+    %ax1 = "tf.Const"() {{value = dense<1> : tensor<i32>}} : () -> tensor<i32>
+    %cat = "tf.ConcatV2"(%m1, %m2, %ax1) : (tensor<1x16xf32>, tensor<1x16xf32>, tensor<i32>) -> tensor<1x32xf32>
+    %wf = {wf}
+    %mm = "tf.MatMul"(%cat, %wf) {{transpose_a = false, transpose_b = true}} : (tensor<1x32xf32>, tensor<10x32xf32>) -> tensor<1x10xf32>
+    %lg = "tf.Sigmoid"(%mm) : (tensor<1x10xf32>) -> tensor<1x10xf32>
+    %axc = "tf.Const"() {{value = dense<-1> : tensor<i32>}} : () -> tensor<i32>
+    %cc = "tf.ConcatV2"(%a1, %r1, %axc) : (tensor<1x5x5x8xf32>, tensor<1x5x5x8xf32>, tensor<i32>) -> tensor<1x5x5x16xf32>
+    %k = {k}
+    %sc = "tf.Mul"(%cc, %k) : (tensor<1x5x5x16xf32>, tensor<16xf32>) -> tensor<1x5x5x16xf32>
+    %feat = "tf.Relu"(%sc) : (tensor<1x5x5x16xf32>) -> tensor<1x5x5x16xf32>
+    %shape = "tf.Const"() {{value = dense<[1, -1]> : tensor<2xi32>}} : () -> tensor<2xi32>
+    %flat = "tf.Reshape"(%feat, %shape) : (tensor<1x5x5x16xf32>, tensor<2xi32>) -> tensor<1x400xf32>
+    func.return %lg, %feat, %flat : tensor<1x10xf32>, tensor<1x5x5x16xf32>, tensor<1x400xf32>
+  }}
+}}
+"#,
+        w1 = c("3x3x4x8xf32", 288, 1, 0.4),
+        b1 = c("8xf32", 8, 2, 0.5),
+        dw = c("3x3x8x2xf32", 144, 3, 0.5),
+        wf = c("10x32xf32", 320, 4, 0.3),
+        k = c("16xf32", 16, 5, 1.5),
+    )
+}
+
+fn layout_data(path: &Path) {
+    let n = 3 * 9 * 9 * 4;
+    let mut s = 99u64;
+    let v: Vec<f32> = (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        })
+        .collect();
+    let x = ArrayD::from_shape_vec(vec![3, 9, 9, 4], v).unwrap();
+    let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(path).unwrap());
+    w.add_array("x", &x).unwrap();
+    w.finish().unwrap();
+}
+
+#[test]
+fn hand_built_tf_module_lowers_op_for_op() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("layout.mlir");
+    std::fs::write(&model, layout_module()).unwrap();
+    let x = dir.path().join("x.npz");
+    layout_data(&x);
+    let tf_out = dir.path().join("tf.npz");
+    ok(quantir(&["run", &arg(&model), "--data", &arg(&x), "-o", &arg(&tf_out)]));
+    let onnx = dir.path().join("layout.onnx");
+    lower(&model, &onnx);
+    // the twins carry NCHW from the first convolution to every consumer: one Transpose in, one
+    // out for each NHWC result (feat, and flat's Reshape reading it)
+    let ops = op_types(&onnx);
+    assert_eq!(ops.iter().filter(|t| *t == "Transpose").count(), 2, "{ops:?}");
+    assert!(!ops.iter().any(|t| t.starts_with("tf.")), "{ops:?}");
+    let ort_out = dir.path().join("ort.npz");
+    onnx_ref(&["run", &arg(&onnx), &arg(&x), &arg(&ort_out)]);
+    let onnx_out = dir.path().join("onnx.npz");
+    ok(quantir(&[
+        "run",
+        &arg(&onnx),
+        "--data",
+        &arg(&x),
+        "-o",
+        &arg(&onnx_out),
+    ]));
+    for name in ["logits", "feat", "flat"] {
+        let want = read(&tf_out, name);
+        let d = max_abs_diff(&read(&ort_out, name), &want);
+        assert!(d <= 1e-5, "{name}: max |onnxruntime(lowered) - quantir(TF)| = {d}");
+        let d = max_abs_diff(&read(&onnx_out, name), &want);
+        assert!(d <= 1e-5, "{name}: max |quantir(lowered) - quantir(TF)| = {d}");
+    }
+}
+
+#[test]
+fn quantized_savedmodel_as_onnx_matches_the_mlir_path_and_runs_in_onnxruntime() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = data("digits_cnn_savedmodel");
+    let (calib, test) = (example("digits_calib.npz"), example("digits_test.npz"));
+    let q_onnx = dir.path().join("q.onnx");
+    let o = ok(quantir(&[
+        "quantize",
+        &arg(&model),
+        "--data",
+        &arg(&calib),
+        "--no-cache",
+        "-o",
+        &arg(&q_onnx),
+    ]));
+    assert!(stderr(&o).contains("lowered 13 TF ops to ONNX"), "{}", stderr(&o));
+    let q_mlir = dir.path().join("q.mlir");
+    ok(quantir(&[
+        "quantize",
+        &arg(&model),
+        "--data",
+        &arg(&calib),
+        "--no-cache",
+        "--scheme",
+        "onnx",
+        "-o",
+        &arg(&q_mlir),
+    ]));
+    // the same parameters on the same tensors: the same quality, to the printed digit
+    let quality = |q: &Path| {
+        let o = ok(quantir(&[
+            "evaluate",
+            &arg(&model),
+            &arg(q),
+            "--data",
+            &arg(&test),
+            "--labels",
+            "y",
+        ]));
+        let text = String::from_utf8_lossy(&o.stdout).to_string() + &stderr(&o);
+        text.lines()
+            .filter(|l| l.contains("SQNR") || l.contains("accuracy"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (quality(&q_onnx), quality(&q_mlir));
+    assert!(!a.is_empty(), "no quality lines");
+    assert_eq!(a, b);
+    // in onnxruntime: int8 weights, within one step of quantir's run, above the peers' target
+    let float = dir.path().join("f.onnx");
+    lower(&model, &float);
+    let interp = dir.path().join("interp.npz");
+    ok(quantir(&[
+        "run",
+        &arg(&q_onnx),
+        "--data",
+        &arg(&test),
+        "-o",
+        &arg(&interp),
+    ]));
+    let r = onnx_ref(&["eval", &arg(&float), &arg(&q_onnx), &arg(&test), &arg(&interp)]);
+    let w = r["weights_int8"].as_array().unwrap();
+    assert!(w.len() == 4 && w.iter().all(|b| b == true), "{r}");
+    let (diff, step) = (r["max_diff_vs_quantir"].as_f64().unwrap(), r["step"].as_f64().unwrap());
+    assert!(
+        diff <= step,
+        "quantir and onnxruntime differ by {diff} > one step {step}"
+    );
+    let sqnr = r["sqnr"].as_f64().unwrap();
+    assert!(sqnr >= 38.0, "SQNR {sqnr:.2} dB in onnxruntime");
+}
+
+#[test]
+fn statistics_for_an_onnx_output_come_from_calibrate_onnx() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = data("digits_cnn_savedmodel");
+    let calib = example("digits_calib.npz");
+    let (s_onnx, s_tf) = (dir.path().join("onnx.json"), dir.path().join("tf.json"));
+    ok(quantir(&[
+        "calibrate",
+        &arg(&model),
+        "--data",
+        &arg(&calib),
+        "--onnx",
+        "-o",
+        &arg(&s_onnx),
+    ]));
+    ok(quantir(&[
+        "calibrate",
+        &arg(&model),
+        "--data",
+        &arg(&calib),
+        "-o",
+        &arg(&s_tf),
+    ]));
+    let q = dir.path().join("q.onnx");
+    ok(quantir(&[
+        "quantize",
+        &arg(&model),
+        "--stats",
+        &arg(&s_onnx),
+        "-o",
+        &arg(&q),
+    ]));
+    assert!(op_types(&q).iter().any(|t| t == "QuantizeLinear"));
+    let q2 = dir.path().join("q2.onnx");
+    let o = quantir(&["quantize", &arg(&model), "--stats", &arg(&s_tf), "-o", &arg(&q2)]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("another model") && e.contains("--onnx"), "{e}");
+    assert!(!q2.exists());
+}
+
+#[test]
+fn tf_ops_without_an_onnx_form_are_named_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.mlir");
+    std::fs::write(
+        &model,
+        r#"module {
+  func.func @main(%x: tensor<1x8xf32>) -> tensor<1x4xf32> {
+    %w = "tf.Const"() {value = dense<0.5> : tensor<8x8xf32>} : () -> tensor<8x8xf32>
+    %m = "tf.MatMul"(%x, %w) {transpose_a = false, transpose_b = false} : (tensor<1x8xf32>, tensor<8x8xf32>) -> tensor<1x8xf32>
+    %b = "tf.Const"() {value = dense<[0, 2]> : tensor<2xi32>} : () -> tensor<2xi32>
+    %e = "tf.Const"() {value = dense<[1, 6]> : tensor<2xi32>} : () -> tensor<2xi32>
+    %s = "tf.Const"() {value = dense<[1, 1]> : tensor<2xi32>} : () -> tensor<2xi32>
+    %y = "tf.StridedSlice"(%m, %b, %e, %s) {begin_mask = 0 : i64, ellipsis_mask = 0 : i64, end_mask = 0 : i64, new_axis_mask = 0 : i64, shrink_axis_mask = 0 : i64} : (tensor<1x8xf32>, tensor<2xi32>, tensor<2xi32>, tensor<2xi32>) -> tensor<1x4xf32>
+    func.return %y : tensor<1x4xf32>
+  }
+}
+"#,
+    )
+    .unwrap();
+    let out = dir.path().join("q.onnx");
+    let o = quantir(&["quantize", &arg(&model), "--activations", "none", "-o", &arg(&out)]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("1 tf.StridedSlice") && e.contains("m.mlir"), "{e}");
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    assert!(!out.exists());
+    // the same model as MLIR needs no lowering
+    let mlir = dir.path().join("q.mlir");
+    ok(quantir(&[
+        "quantize",
+        &arg(&model),
+        "--activations",
+        "none",
+        "-o",
+        &arg(&mlir),
+    ]));
+}
