@@ -26,6 +26,14 @@ fn bench(c: &mut Criterion) {
     g.bench_function("import_savedmodel", |b| {
         b.iter(|| black_box(quantir::formats::savedmodel::load(&ctx, &saved, None).unwrap()))
     });
+    // what quantize -o x.onnx adds for a TF model: TF's prepare passes, then tf-to-onnx
+    g.bench_function("lower_tf_to_onnx", |b| {
+        b.iter_batched(
+            || quantir::formats::savedmodel::load(&ctx, &saved, None).unwrap(),
+            |m| black_box(quantir::quantize::lower_to_onnx(&m).unwrap()),
+            criterion::BatchSize::LargeInput,
+        )
+    });
     let out_t = dir.path().join("out.mlir");
     let out_b = dir.path().join("out.mlirbc");
     g.bench_function("save_text", |b| {

@@ -33,7 +33,8 @@ enum Command {
         /// A pass to run (repeatable, in order).
         #[arg(long = "pass", value_name = "NAME")]
         passes: Vec<String>,
-        /// Output file: .mlir (text), .mlirbc (bytecode) or .onnx (models imported from ONNX).
+        /// Output file: .mlir (text), .mlirbc (bytecode) or .onnx (ONNX ops: an ONNX import, or
+        /// a TF model after --pass tf-to-onnx).
         #[arg(short, long)]
         output: PathBuf,
     },

@@ -353,3 +353,47 @@ fn tf_ops_without_an_onnx_form_are_named_before_anything_is_written() {
         &arg(&mlir),
     ]));
 }
+
+#[test]
+fn int16_activations_raise_the_opset_and_move_reduction_axes_to_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = data("mobilenet_v2_035_savedmodel");
+    let test = data("mobilenet_test.npz");
+    let q = dir.path().join("q16.onnx");
+    ok(quantir(&[
+        "quantize",
+        &arg(&model),
+        "--data",
+        &arg(&test),
+        "--limit",
+        "4",
+        "--activations",
+        "int16",
+        "--no-cache",
+        "-o",
+        &arg(&q),
+    ]));
+    // int16 Q/DQ needs opset 21; ReduceMean's axes moved from its attribute to input 1 (18)
+    let m = proto::ModelProto::decode(std::fs::read(&q).unwrap().as_slice()).unwrap();
+    let opset = m.opset_import.iter().find(|o| o.domain.is_empty()).unwrap().version;
+    assert_eq!(opset, 21);
+    let g = m.graph.unwrap();
+    let mean = g.node.iter().find(|n| n.op_type == "ReduceMean").unwrap();
+    assert!(mean.attribute.iter().all(|a| a.name != "axes"), "{mean:?}");
+    let axes = g.initializer.iter().find(|t| t.name == mean.input[1]).unwrap();
+    assert_eq!(axes.dims, vec![2]);
+    // and onnxruntime runs it as quantir does
+    let float = dir.path().join("f.onnx");
+    lower(&model, &float);
+    let interp = dir.path().join("interp.npz");
+    ok(quantir(&["run", &arg(&q), "--data", &arg(&test), "-o", &arg(&interp)]));
+    let r = onnx_ref(&["eval", &arg(&float), &arg(&q), &arg(&test), &arg(&interp)]);
+    // int16 steps are fine enough for float summation order to move a rounding here and there
+    // over 52 layers: the two runs agree far above the quantization error itself
+    let (agree, sqnr) = (r["sqnr_vs_quantir"].as_f64().unwrap(), r["sqnr"].as_f64().unwrap());
+    assert!(
+        agree >= sqnr + 20.0,
+        "quantir vs onnxruntime {agree:.1} dB, quantization {sqnr:.1} dB"
+    );
+    assert_eq!(r["top1_agreement_vs_quantir"].as_f64().unwrap(), 1.0, "{r}");
+}

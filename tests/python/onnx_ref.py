@@ -90,6 +90,7 @@ def eval_quant(fm, qm, data, interp):
         "max_diff_vs_quantir": float(np.abs(r - q).max()),
         "step": step,
         "top1_agreement_vs_quantir": float((r.argmax(1) == q.argmax(1)).mean()),
+        "sqnr_vs_quantir": float(10 * np.log10((q**2).sum() / max(((r - q) ** 2).sum(), 1e-30))),
     }
     print(json.dumps(out))
 

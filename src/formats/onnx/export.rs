@@ -50,6 +50,46 @@ fn e(path: &Path, reason: String) -> IrError {
     }
 }
 
+/// Ops whose change at that opset only moved `axes` from an attribute to input 1: raising the
+/// opset across it rewrites their nodes instead of stopping.
+const AXES_TO_INPUT: &[(&str, i64)] = &[
+    ("Squeeze", 13),
+    ("Unsqueeze", 13),
+    ("ReduceSum", 13),
+    ("ReduceMean", 18),
+    ("ReduceMax", 18),
+    ("ReduceMin", 18),
+    ("ReduceProd", 18),
+    ("ReduceL1", 18),
+    ("ReduceL2", 18),
+    ("ReduceLogSum", 18),
+    ("ReduceLogSumExp", 18),
+    ("ReduceSumSquare", 18),
+];
+
+/// Moves the `axes` attribute of the nodes [`AXES_TO_INPUT`] names to an int64 initializer
+/// read as input 1, for a raise from opset `from` to `to`.
+fn axes_to_inputs(graph: &mut proto::GraphProto, names: &mut Names, from: i64, to: i64) {
+    let proto::GraphProto { node, initializer, .. } = graph;
+    for n in node.iter_mut().filter(|n| n.domain.is_empty() || n.domain == "ai.onnx") {
+        let crosses = AXES_TO_INPUT
+            .iter()
+            .any(|(op, at)| n.op_type == *op && from < *at && to >= *at);
+        let Some(i) = n.attribute.iter().position(|a| a.name == "axes") else {
+            continue;
+        };
+        if !crosses {
+            continue;
+        }
+        let axes = n.attribute.remove(i).ints;
+        let name = names.fresh(&format!("{}_axes", n.name));
+        let t = Tensor::I64(ndarray::Array1::from(axes).into_dyn());
+        initializer.push(tensor_proto(&name, &t, dt::INT64));
+        n.input.truncate(1);
+        n.input.push(name);
+    }
+}
+
 /// Opset versions at which default-domain ops changed their inputs or attributes in ways a
 /// re-labelled model would not survive (axes/split/pads moved from attributes to inputs, ...).
 const CHANGED_AT: &[(&str, i64)] = &[
@@ -546,7 +586,7 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, IrError
                     return Err(e(
                         path,
                         format!(
-                            "op {name} ({}) has no ONNX form: only models imported from ONNX can be written as .onnx",
+                            "op {name} ({}) has no ONNX form: .onnx holds ONNX ops (an ONNX import, or a TF model lowered by --pass tf-to-onnx, which quantize -o x.onnx runs itself)",
                             crate::interp::location_string(op.location())
                         ),
                     ));
@@ -626,16 +666,18 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, IrError
         .position(|o| o.domain.is_empty() || o.domain == "ai.onnx");
     let current = default.map(|i| opset_import[i].version).unwrap_or(0);
     if needs_opset > current {
-        if let Some((op, at)) = CHANGED_AT
-            .iter()
-            .find(|(op, at)| used_ops.contains_key(*op) && current < *at && needs_opset >= *at)
-        {
+        if let Some((op, at)) = CHANGED_AT.iter().find(|(op, at)| {
+            used_ops.contains_key(*op) && current < *at && needs_opset >= *at && !AXES_TO_INPUT.contains(&(*op, *at))
+        }) {
             return Err(e(
                 path,
                 format!(
                     "the quantized types need opset {needs_opset}, but the model is opset {current} and its {op} nodes changed form at opset {at}; convert the model to opset {needs_opset} first (onnx.version_converter)"
                 ),
             ));
+        }
+        if default.is_some() {
+            axes_to_inputs(&mut graph, &mut names, current, needs_opset);
         }
         match default {
             Some(i) => opset_import[i].version = needs_opset,
