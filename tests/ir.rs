@@ -75,7 +75,7 @@ fn constants_read_back_bit_identically_for_every_element_type_also_after_text_ro
         );
         let m = ir::load_bytes(&ctx, src.as_bytes(), Path::new("t.mlir")).unwrap();
         let f = find_function(&m, None).unwrap();
-        let c = nested_ops(f).into_iter().find(|o| is_constant_op(o)).unwrap();
+        let c = nested_ops(f).into_iter().find(is_constant_op).unwrap();
         let parsed = attribute_to_tensor(c.attribute("value").unwrap(), "parsed").unwrap();
         assert!(parsed.bit_eq(&t), "{} after printing", t.dtype());
     }
@@ -149,7 +149,7 @@ fn parse_errors_carry_file_line_column() {
         "func.func @f(%a: tensor<2xf32>) -> tensor<3xf32> {\n  return %a : tensor<2xf32>\n}\n",
     )
     .unwrap();
-    let e = ir::load(&ctx, &p).err().expect("verifier error").to_string();
+    let e = ir::load(&ctx, &p).expect_err("verifier error").to_string();
     assert!(
         e.contains("bad.mlir:2:3: error:") && e.contains("doesn't match function result type"),
         "{e}"

@@ -354,7 +354,7 @@ fn per_axis_quantize_dequantize_and_half() {
     );
     assert_eq!(
         to_bf16(&ArrayD::from_elem(IxDyn(&[1]), 0.1f32).view())[[0]].to_f32(),
-        0.10009765625
+        0.100_097_656
     );
 }
 

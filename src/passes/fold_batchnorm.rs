@@ -45,7 +45,7 @@ fn single_user<'c, 'a>(v: Value<'c, 'a>) -> Option<(OperationRef<'c, 'a>, usize)
 
 /// A per-channel constant vector of `c` elements (shape [c] or [1, ..., 1, c]).
 fn channel_vector(v: Value, c: usize) -> Option<Vec<f32>> {
-    let d = defining_op(v).filter(|d| is_constant_op(d))?;
+    let d = defining_op(v).filter(is_constant_op)?;
     let Tensor::F32(a) = constant_value(d)? else {
         return None;
     };
@@ -132,7 +132,7 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
             };
             let Some(c) = out_channels(op) else { continue };
             let Ok(w) = op.operand(wi) else { continue };
-            let Some(wdef) = defining_op(w).filter(|d| is_constant_op(d)) else {
+            let Some(wdef) = defining_op(w).filter(is_constant_op) else {
                 continue;
             };
             let Some(Tensor::F32(wt)) = constant_value(wdef) else {
@@ -167,18 +167,15 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
                 let b: Vec<f32> = beta.iter().zip(&mean).zip(&k).map(|((b, m), k)| b - m * k).collect();
                 (Some(k), Some(b), user)
             } else if matches!(uname.as_str(), "tf.AddV2" | "tf.Add" | "tf.Sub") && idx == 0 {
-                match user.operand(1).ok().and_then(|v| channel_vector(v, c)) {
-                    Some(b) => {
-                        let b = if uname == "tf.Sub" {
-                            b.iter().map(|x| -x).collect()
-                        } else {
-                            b
-                        };
-                        erased.insert(user.to_raw().ptr as usize);
-                        to_bias_add(user, out, b)?;
-                        report.count("adds turned into BiasAdd");
-                    }
-                    None => {}
+                if let Some(b) = user.operand(1).ok().and_then(|v| channel_vector(v, c)) {
+                    let b = if uname == "tf.Sub" {
+                        b.iter().map(|x| -x).collect()
+                    } else {
+                        b
+                    };
+                    erased.insert(user.to_raw().ptr as usize);
+                    to_bias_add(user, out, b)?;
+                    report.count("adds turned into BiasAdd");
                 }
                 continue;
             } else {

@@ -30,7 +30,7 @@ fn err(e: impl std::fmt::Display) -> IrError {
 /// `v` as `c` per-channel values when it is a constant that broadcasts along axis `axis` of a
 /// rank-`rank` result (a scalar repeats to every channel).
 fn channel_values(v: Value, c: usize, axis: usize, rank: usize) -> Option<Vec<f32>> {
-    let d = defining_op(v).filter(|d| is_constant_op(d))?;
+    let d = defining_op(v).filter(is_constant_op)?;
     let Tensor::F32(a) = constant_value(d)? else {
         return None;
     };
@@ -82,7 +82,7 @@ pub fn run(func: OperationRef, report: &mut PassReport) -> Result<(), IrError> {
             continue;
         }
         let Ok(w) = op.operand(1) else { continue };
-        let Some(wdef) = defining_op(w).filter(|d| is_constant_op(d)) else {
+        let Some(wdef) = defining_op(w).filter(is_constant_op) else {
             continue;
         };
         let Some(Tensor::F32(wt)) = constant_value(wdef) else {

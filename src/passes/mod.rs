@@ -92,7 +92,7 @@ pub(crate) fn erase_with_dead_constants(op: melior::ir::OperationRef) -> Result<
     let mut consts: Vec<melior::ir::OperationRef> = op
         .operands()
         .filter_map(defining_op)
-        .filter(|d| crate::inspect::is_constant_op(d))
+        .filter(crate::inspect::is_constant_op)
         .collect();
     consts.sort_by_key(|d| d.to_raw().ptr as usize);
     consts.dedup_by_key(|d| d.to_raw().ptr as usize);

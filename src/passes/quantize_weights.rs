@@ -170,7 +170,7 @@ pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError
         let Some(r) = rule(&name) else { continue };
         let Some((wi, axis_rule)) = r.weight else { continue };
         let Ok(w) = op.operand(wi) else { continue };
-        let Some(def) = defining_op(w).filter(|d| is_constant_op(d)) else {
+        let Some(def) = defining_op(w).filter(is_constant_op) else {
             continue;
         };
         let Some(Tensor::F32(wt)) = constant_value(def) else {
@@ -297,7 +297,7 @@ fn bias_site<'c, 'a>(
             (u.owner, 1)
         }
     };
-    let bdef = defining_op(owner.operand(idx).ok()?).filter(|d| is_constant_op(d))?;
+    let bdef = defining_op(owner.operand(idx).ok()?).filter(is_constant_op)?;
     let Tensor::F32(b) = constant_value(bdef)? else {
         return None;
     };

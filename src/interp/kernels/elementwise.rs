@@ -317,7 +317,7 @@ pub fn unary(op: UnOp, t: &Tensor) -> KernelResult<Tensor> {
         UnOp::Reciprocal => map_f32(a, |x| 1.0 / x),
         other => {
             let f = unary_fn(other);
-            map_f32(a, |x| f(x))
+            map_f32(a, f)
         }
     }))
 }
@@ -410,7 +410,7 @@ fn apply_in_place(op: UnOp, a: &mut ArrayD<f32>) {
         UnOp::Square => a.mapv_inplace(|x| x * x),
         other => {
             let f = unary_fn(other);
-            a.mapv_inplace(|x| f(x))
+            a.mapv_inplace(f)
         }
     }
 }
