@@ -322,14 +322,13 @@ fn tf_ops_without_an_onnx_form_are_named_before_anything_is_written() {
     std::fs::write(
         &model,
         r#"module {
-  func.func @main(%x: tensor<1x8xf32>) -> tensor<1x4xf32> {
+  func.func @main(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
     %w = "tf.Const"() {value = dense<0.5> : tensor<8x8xf32>} : () -> tensor<8x8xf32>
     %m = "tf.MatMul"(%x, %w) {transpose_a = false, transpose_b = false} : (tensor<1x8xf32>, tensor<8x8xf32>) -> tensor<1x8xf32>
-    %b = "tf.Const"() {value = dense<[0, 2]> : tensor<2xi32>} : () -> tensor<2xi32>
-    %e = "tf.Const"() {value = dense<[1, 6]> : tensor<2xi32>} : () -> tensor<2xi32>
-    %s = "tf.Const"() {value = dense<[1, 1]> : tensor<2xi32>} : () -> tensor<2xi32>
-    %y = "tf.StridedSlice"(%m, %b, %e, %s) {begin_mask = 0 : i64, ellipsis_mask = 0 : i64, end_mask = 0 : i64, new_axis_mask = 0 : i64, shrink_axis_mask = 0 : i64} : (tensor<1x8xf32>, tensor<2xi32>, tensor<2xi32>, tensor<2xi32>) -> tensor<1x4xf32>
-    func.return %y : tensor<1x4xf32>
+    %d = "tf.Const"() {value = dense<0.75> : tensor<f32>} : () -> tensor<f32>
+    %r = "tf.FloorMod"(%m, %d) : (tensor<1x8xf32>, tensor<f32>) -> tensor<1x8xf32>
+    %y = "tf.Einsum"(%r, %w) {equation = "ij,jk->ik"} : (tensor<1x8xf32>, tensor<8x8xf32>) -> tensor<1x8xf32>
+    func.return %y : tensor<1x8xf32>
   }
 }
 "#,
@@ -339,7 +338,7 @@ fn tf_ops_without_an_onnx_form_are_named_before_anything_is_written() {
     let o = quantir(&["quantize", &arg(&model), "--activations", "none", "-o", &arg(&out)]);
     assert!(!o.status.success());
     let e = stderr(&o);
-    assert!(e.contains("1 tf.StridedSlice") && e.contains("m.mlir"), "{e}");
+    assert!(e.contains("1 tf.Einsum, 1 tf.FloorMod") && e.contains("m.mlir"), "{e}");
     assert_eq!(e.trim().lines().count(), 1, "{e}");
     assert!(!out.exists());
     // the same model as MLIR needs no lowering
@@ -396,4 +395,86 @@ fn int16_activations_raise_the_opset_and_move_reduction_axes_to_inputs() {
         "quantir vs onnxruntime {agree:.1} dB, quantization {sqnr:.1} dB"
     );
     assert_eq!(r["top1_agreement_vs_quantir"].as_f64().unwrap(), 1.0, "{r}");
+}
+
+/// The array ops of the lowering: StridedSlice with shrink, reverse and masked bounds, Slice
+/// to the end, Pack, Gather, Split, SplitV, Tile, BroadcastTo, ClipByValue, ArgMax/ArgMin with
+/// either index type, comparisons and SelectV2.
+const ARRAY_MODULE: &str = r#"module {
+  func.func @main(%x: tensor<1x6x8xf32>) -> (tensor<1x3xf32>, tensor<1x6x4xf32>, tensor<1x2x3x5xf32>, tensor<1x6x3xf32>, tensor<1x4x8xf32>, tensor<1x4x3xf32>, tensor<1x6x8xf32>, tensor<1x6xf32>, tensor<1x6xf32>, tensor<1x6x8xf32>) attributes {tf.entry_function = {inputs = "x", outputs = "ss1,ss2,pk,g,spv,b,c,amax,amin,sel"}} {
+    %b1 = "tf.Const"() {value = dense<[0, 2, 1]> : tensor<3xi32>} : () -> tensor<3xi32>
+    %e1 = "tf.Const"() {value = dense<[1, 3, 7]> : tensor<3xi32>} : () -> tensor<3xi32>
+    %s1 = "tf.Const"() {value = dense<[1, 1, 2]> : tensor<3xi32>} : () -> tensor<3xi32>
+    %ss1 = "tf.StridedSlice"(%x, %b1, %e1, %s1) {begin_mask = 0 : i64, ellipsis_mask = 0 : i64, end_mask = 0 : i64, new_axis_mask = 0 : i64, shrink_axis_mask = 2 : i64} : (tensor<1x6x8xf32>, tensor<3xi32>, tensor<3xi32>, tensor<3xi32>) -> tensor<1x3xf32>
+    %b2 = "tf.Const"() {value = dense<[0, -1, 0]> : tensor<3xi32>} : () -> tensor<3xi32>
+    %e2 = "tf.Const"() {value = dense<[0, 0, 0]> : tensor<3xi32>} : () -> tensor<3xi32>
+    %s2 = "tf.Const"() {value = dense<[1, -1, -2]> : tensor<3xi32>} : () -> tensor<3xi32>
+    %ss2 = "tf.StridedSlice"(%x, %b2, %e2, %s2) {begin_mask = 5 : i64, ellipsis_mask = 0 : i64, end_mask = 7 : i64, new_axis_mask = 0 : i64, shrink_axis_mask = 0 : i64} : (tensor<1x6x8xf32>, tensor<3xi32>, tensor<3xi32>, tensor<3xi32>) -> tensor<1x6x4xf32>
+    %sb = "tf.Const"() {value = dense<[0, 2, 3]> : tensor<3xi32>} : () -> tensor<3xi32>
+    %sz = "tf.Const"() {value = dense<[-1, 3, -1]> : tensor<3xi32>} : () -> tensor<3xi32>
+    %sl = "tf.Slice"(%x, %sb, %sz) : (tensor<1x6x8xf32>, tensor<3xi32>, tensor<3xi32>) -> tensor<1x3x5xf32>
+    %pk = "tf.Pack"(%sl, %sl) {axis = 1 : i64} : (tensor<1x3x5xf32>, tensor<1x3x5xf32>) -> tensor<1x2x3x5xf32>
+    %gi = "tf.Const"() {value = dense<[5, 0, 2]> : tensor<3xi32>} : () -> tensor<3xi32>
+    %ga = "tf.Const"() {value = dense<2> : tensor<i32>} : () -> tensor<i32>
+    %g = "tf.GatherV2"(%x, %gi, %ga) {batch_dims = 0 : i64} : (tensor<1x6x8xf32>, tensor<3xi32>, tensor<i32>) -> tensor<1x6x3xf32>
+    %sp:2 = "tf.Split"(%ga, %x) {num_split = 2 : i64} : (tensor<i32>, tensor<1x6x8xf32>) -> (tensor<1x6x4xf32>, tensor<1x6x4xf32>)
+    %vs = "tf.Const"() {value = dense<[2, -1]> : tensor<2xi32>} : () -> tensor<2xi32>
+    %va = "tf.Const"() {value = dense<1> : tensor<i32>} : () -> tensor<i32>
+    %spv:2 = "tf.SplitV"(%x, %vs, %va) : (tensor<1x6x8xf32>, tensor<2xi32>, tensor<i32>) -> (tensor<1x2x8xf32>, tensor<1x4x8xf32>)
+    %tm = "tf.Const"() {value = dense<[1, 1, 2]> : tensor<3xi32>} : () -> tensor<3xi32>
+    %t = "tf.Tile"(%sp#0, %tm) : (tensor<1x6x4xf32>, tensor<3xi32>) -> tensor<1x6x8xf32>
+    %bs = "tf.Const"() {value = dense<[1, 4, 3]> : tensor<3xi32>} : () -> tensor<3xi32>
+    %b = "tf.BroadcastTo"(%ss1, %bs) : (tensor<1x3xf32>, tensor<3xi32>) -> tensor<1x4x3xf32>
+    %lo = "tf.Const"() {value = dense<-0.5> : tensor<f32>} : () -> tensor<f32>
+    %hi = "tf.Const"() {value = dense<0.7> : tensor<f32>} : () -> tensor<f32>
+    %c = "tf.ClipByValue"(%x, %lo, %hi) : (tensor<1x6x8xf32>, tensor<f32>, tensor<f32>) -> tensor<1x6x8xf32>
+    %am = "tf.ArgMax"(%x, %ga) : (tensor<1x6x8xf32>, tensor<i32>) -> tensor<1x6xi64>
+    %an = "tf.ArgMin"(%x, %ga) : (tensor<1x6x8xf32>, tensor<i32>) -> tensor<1x6xi32>
+    %amf = "tf.Cast"(%am) {Truncate = false} : (tensor<1x6xi64>) -> tensor<1x6xf32>
+    %anf = "tf.Cast"(%an) {Truncate = false} : (tensor<1x6xi32>) -> tensor<1x6xf32>
+    %zero = "tf.Const"() {value = dense<0.0> : tensor<f32>} : () -> tensor<f32>
+    %pos = "tf.Greater"(%x, %zero) : (tensor<1x6x8xf32>, tensor<f32>) -> tensor<1x6x8xi1>
+    %sel = "tf.SelectV2"(%pos, %x, %t) : (tensor<1x6x8xi1>, tensor<1x6x8xf32>, tensor<1x6x8xf32>) -> tensor<1x6x8xf32>
+    func.return %ss1, %ss2, %pk, %g, %spv#1, %b, %c, %amf, %anf, %sel : tensor<1x3xf32>, tensor<1x6x4xf32>, tensor<1x2x3x5xf32>, tensor<1x6x3xf32>, tensor<1x4x8xf32>, tensor<1x4x3xf32>, tensor<1x6x8xf32>, tensor<1x6xf32>, tensor<1x6xf32>, tensor<1x6x8xf32>
+  }
+}
+"#;
+
+#[test]
+fn array_ops_lower_to_their_onnx_forms() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("array.mlir");
+    std::fs::write(&model, ARRAY_MODULE).unwrap();
+    let n = 3 * 6 * 8;
+    let v: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 40.0).collect();
+    let x = dir.path().join("x.npz");
+    let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(&x).unwrap());
+    w.add_array("x", &ArrayD::from_shape_vec(vec![3, 6, 8], v).unwrap())
+        .unwrap();
+    w.finish().unwrap();
+    let tf_out = dir.path().join("tf.npz");
+    ok(quantir(&["run", &arg(&model), "--data", &arg(&x), "-o", &arg(&tf_out)]));
+    let onnx = dir.path().join("array.onnx");
+    lower(&model, &onnx);
+    let ort_out = dir.path().join("ort.npz");
+    onnx_ref(&["run", &arg(&onnx), &arg(&x), &arg(&ort_out)]);
+    let onnx_out = dir.path().join("onnx.npz");
+    ok(quantir(&[
+        "run",
+        &arg(&onnx),
+        "--data",
+        &arg(&x),
+        "-o",
+        &arg(&onnx_out),
+    ]));
+    for name in ["ss1", "ss2", "pk", "g", "spv", "b", "c", "amax", "amin", "sel"] {
+        let want = read(&tf_out, name);
+        // values are moved, never computed: exact
+        assert_eq!(
+            read(&ort_out, name),
+            want,
+            "{name}: onnxruntime(lowered) vs quantir(TF)"
+        );
+        assert_eq!(read(&onnx_out, name), want, "{name}: quantir(lowered) vs quantir(TF)");
+    }
 }

@@ -217,7 +217,12 @@ pub const TABLE: &[(&str, Builder)] = &[
     ("onnx.Pad", pad),
     ("onnx.Resize", resize_op),
     ("onnx.Cast", |d| {
-        let t = d.result_dtype(0).ok_or("Cast to an unsupported type")?;
+        // `to` says it even where the result type is not known yet (during type inference)
+        let to = d.attr("to").and_then(|a| a.as_int());
+        let t = to
+            .and_then(|t| crate::formats::onnx::types::dtype_of(t as i32))
+            .or_else(|| d.result_dtype(0))
+            .ok_or_else(|| format!("Cast to an unsupported type ({})", to.unwrap_or(-1)))?;
         Ok(one(move |x| layout::cast(x[0], t)))
     }),
     ("onnx.CastLike", |_| Ok(one(|x| layout::cast(x[0], x[1].dtype())))),

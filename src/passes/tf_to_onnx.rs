@@ -130,6 +130,27 @@ const TABLE: &[(&str, Rule)] = &[
     ("tf.Transpose", Custom(transpose)),
     ("tf.Cast", Custom(cast)),
     ("tf.Shape", Custom(shape)),
+    ("tf.StridedSlice", Custom(strided_slice)),
+    ("tf.Slice", Custom(slice)),
+    ("tf.Pack", Custom(pack)),
+    ("tf.GatherV2", Custom(gather)),
+    ("tf.Split", Custom(split)),
+    ("tf.SplitV", Custom(split)),
+    ("tf.Tile", Custom(tile_or_expand)),
+    ("tf.BroadcastTo", Custom(tile_or_expand)),
+    ("tf.ClipByValue", Custom(clip_by_value)),
+    ("tf.ArgMax", Custom(arg_extreme)),
+    ("tf.ArgMin", Custom(arg_extreme)),
+    // logic
+    ("tf.Less", Elementwise("onnx.Less")),
+    ("tf.LessEqual", Elementwise("onnx.LessOrEqual")),
+    ("tf.Greater", Elementwise("onnx.Greater")),
+    ("tf.GreaterEqual", Elementwise("onnx.GreaterOrEqual")),
+    ("tf.Equal", Elementwise("onnx.Equal")),
+    ("tf.LogicalAnd", Elementwise("onnx.And")),
+    ("tf.LogicalOr", Elementwise("onnx.Or")),
+    ("tf.LogicalNot", Elementwise("onnx.Not")),
+    ("tf.SelectV2", Elementwise("onnx.Where")),
     ("tf.Identity", Custom(identity)),
     ("tf.IdentityN", Custom(identity)),
     ("tf.StopGradient", Custom(identity)),
@@ -1088,6 +1109,255 @@ fn shape<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(
     let to = onnx_element(elem).ok_or_else(|| err(format!("{}: {elem} has no ONNX type", label(op))))?;
     let to = l.int(to as i64);
     let y = l.build1(op, "onnx.Cast", &[s], &[("to", to)], ty, loc)?;
+    l.finish(op, 0, y)
+}
+
+/// `StridedSlice` with constant begin/end/strides as ONNX `Slice`, then `Squeeze` of the
+/// shrunk axes. Masks become ONNX's clamped bounds: a masked begin is the first element in the
+/// step's direction, a masked end runs past the last.
+fn strided_slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+    let a = op_attrs(&op);
+    let mask = |k: &str| a.get(k).and_then(AttrValue::as_int).unwrap_or(0);
+    if mask("ellipsis_mask") != 0 || mask("new_axis_mask") != 0 {
+        return Err(err(format!(
+            "{}: ellipsis_mask / new_axis_mask have no ONNX Slice form",
+            label(op)
+        )));
+    }
+    let (begin, end, strides) = (const_ints(op, 1)?, const_ints(op, 2)?, const_ints(op, 3)?);
+    if begin.len() != end.len() || begin.len() != strides.len() || strides.contains(&0) {
+        return Err(err(format!(
+            "{}: begin/end/strides {begin:?} {end:?} {strides:?}",
+            label(op)
+        )));
+    }
+    let (bm, em, sm) = (mask("begin_mask"), mask("end_mask"), mask("shrink_axis_mask"));
+    let (mut starts, mut ends, mut shrink) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..begin.len() {
+        let bit = 1i64 << i;
+        let up = strides[i] > 0;
+        if sm & bit != 0 {
+            // one element: [b, b + 1), with b = -1 running to the end
+            starts.push(begin[i]);
+            ends.push(if begin[i] == -1 { i64::MAX } else { begin[i] + 1 });
+            shrink.push(i as i64);
+            continue;
+        }
+        starts.push(match (bm & bit != 0, up) {
+            (true, true) => 0,
+            (true, false) => i64::MAX,
+            (false, _) => begin[i],
+        });
+        ends.push(match (em & bit != 0, up) {
+            (true, true) => i64::MAX,
+            (true, false) => i64::MIN,
+            (false, _) => end[i],
+        });
+    }
+    let steps: Vec<i64> = (0..begin.len())
+        .map(|i| if sm & (1 << i) != 0 { 1 } else { strides[i] })
+        .collect();
+    let axes: Vec<i64> = (0..begin.len() as i64).collect();
+    let x = op.operand(0).map_err(err)?;
+    let ins = [
+        x,
+        l.i64s(op, &starts)?,
+        l.i64s(op, &ends)?,
+        l.i64s(op, &axes)?,
+        l.i64s(op, &steps)?,
+    ];
+    let ty = l.result_type(op, 0)?;
+    let loc = l.loc(op, "");
+    if shrink.is_empty() {
+        let y = l.build1(op, "onnx.Slice", &ins, &[], ty, loc)?;
+        return l.finish(op, 0, y);
+    }
+    // the slice keeps the shrunk axes at size 1
+    let xd = dims(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?;
+    let mut sliced: Vec<Option<i64>> = xd.iter().map(|d| d.map(|n| n as i64)).collect();
+    let out = dims(op.result(0).map_err(err)?.into()).unwrap_or_default();
+    let mut kept = out.iter();
+    for (i, d) in sliced.iter_mut().enumerate() {
+        *d = if shrink.contains(&(i as i64)) {
+            Some(1)
+        } else {
+            kept.next().copied().flatten().map(|n| n as i64)
+        };
+    }
+    let mid = crate::formats::infer_types::tensor_type_of(element_of(ty), Some(&sliced));
+    let loc_s = l.loc(op, "slice");
+    let s1 = l.build1(op, "onnx.Slice", &ins, &[], mid, loc_s)?;
+    let ax = l.i64s(op, &shrink)?;
+    let y = l.build1(op, "onnx.Squeeze", &[s1, ax], &[], ty, loc)?;
+    l.finish(op, 0, y)
+}
+
+/// `Slice(x, begin, size)`: ends are `begin + size`, or the end of the axis for `size = -1`.
+fn slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+    let (begin, size) = (const_ints(op, 1)?, const_ints(op, 2)?);
+    if begin.len() != size.len() {
+        return Err(err(format!("{}: begin {begin:?} and size {size:?}", label(op))));
+    }
+    let ends: Vec<i64> = begin
+        .iter()
+        .zip(&size)
+        .map(|(&b, &s)| if s < 0 { i64::MAX } else { b + s })
+        .collect();
+    let axes: Vec<i64> = (0..begin.len() as i64).collect();
+    let x = op.operand(0).map_err(err)?;
+    let ins = [x, l.i64s(op, &begin)?, l.i64s(op, &ends)?, l.i64s(op, &axes)?];
+    let ty = l.result_type(op, 0)?;
+    let loc = l.loc(op, "");
+    let y = l.build1(op, "onnx.Slice", &ins, &[], ty, loc)?;
+    l.finish(op, 0, y)
+}
+
+/// `Pack` (tf.stack) as an `Unsqueeze` of each value, then `Concat`.
+fn pack<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+    let a = op_attrs(&op);
+    let ty = l.result_type(op, 0)?;
+    let r = rank(op.result(0).map_err(err)?.into()).ok_or_else(|| err(format!("{}: unranked result", label(op))))?;
+    let axis = a.get("axis").and_then(AttrValue::as_int).unwrap_or(0);
+    let axis = norm_axis(axis, r).ok_or_else(|| err(format!("{}: axis {axis} out of rank {r}", label(op))))?;
+    let mut parts = Vec::new();
+    for (i, v) in operands(op).into_iter().enumerate() {
+        let mut d: Vec<Option<i64>> = dims(v)
+            .ok_or_else(|| err(format!("{}: unranked operand", label(op))))?
+            .into_iter()
+            .map(|x| x.map(|n| n as i64))
+            .collect();
+        d.insert(axis.min(d.len()), Some(1));
+        let t = crate::formats::infer_types::tensor_type_of(element_of(v.r#type()), Some(&d));
+        let ax = l.i64s(op, &[axis as i64])?;
+        let loc = l.loc(op, &format!("unsqueeze_{i}"));
+        parts.push(l.build1(op, "onnx.Unsqueeze", &[v, ax], &[], t, loc)?);
+    }
+    let ax = l.int(axis as i64);
+    let loc = l.loc(op, "");
+    let y = l.build1(op, "onnx.Concat", &parts, &[("axis", ax)], ty, loc)?;
+    l.finish(op, 0, y)
+}
+
+fn gather<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+    let a = op_attrs(&op);
+    if a.get("batch_dims").and_then(AttrValue::as_int).unwrap_or(0) != 0 {
+        return Err(err(format!("{}: batch_dims has no ONNX Gather form", label(op))));
+    }
+    let (x, idx) = (op.operand(0).map_err(err)?, op.operand(1).map_err(err)?);
+    let axis = const_ints(op, 2)?;
+    let [axis] = axis.as_slice() else {
+        return Err(err(format!("{}: axis must be one value", label(op))));
+    };
+    let ty = l.result_type(op, 0)?;
+    let ax = l.int(*axis);
+    let loc = l.loc(op, "");
+    let y = l.build1(op, "onnx.Gather", &[x, idx], &[("axis", ax)], ty, loc)?;
+    l.finish(op, 0, y)
+}
+
+/// `Split(axis, x)` (equal parts) and `SplitV(x, sizes, axis)` as ONNX `Split` with its sizes.
+fn split<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+    let v = op_name(&op) == "tf.SplitV";
+    let (x, axis) = if v {
+        (op.operand(0).map_err(err)?, const_ints(op, 2)?)
+    } else {
+        (op.operand(1).map_err(err)?, const_ints(op, 0)?)
+    };
+    let [axis] = axis.as_slice() else {
+        return Err(err(format!("{}: axis must be one value", label(op))));
+    };
+    let xd = dims(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?;
+    let ax = norm_axis(*axis, xd.len()).ok_or_else(|| err(format!("{}: axis {axis} out of rank", label(op))))?;
+    // sizes from the results' static extents along the axis (they are what TF inferred)
+    let mut sizes = Vec::new();
+    for i in 0..op.result_count() {
+        let d = dims(op.result(i).map_err(err)?.into()).and_then(|d| d.get(ax).copied().flatten());
+        sizes.push(d.ok_or_else(|| err(format!("{}: result {i} has no static size on axis {ax}", label(op))))? as i64);
+    }
+    let types: Vec<Type> = (0..op.result_count())
+        .map(|i| l.result_type(op, i))
+        .collect::<Result<_, _>>()?;
+    let sv = l.i64s(op, &sizes)?;
+    let a = l.int(ax as i64);
+    let loc = l.loc(op, "");
+    let s = l.build(op, "onnx.Split", &[x, sv], &[("axis", a)], &types, loc)?;
+    for i in 0..op.result_count() {
+        let y: Value = s.result(i).map_err(err)?.into();
+        l.finish(op, i, y)?;
+    }
+    Ok(())
+}
+
+/// `Tile(x, multiples)` and `BroadcastTo(x, shape)`: ONNX's `Tile` and `Expand`, int64 operand.
+fn tile_or_expand<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+    let name = if op_name(&op) == "tf.Tile" {
+        "onnx.Tile"
+    } else {
+        "onnx.Expand"
+    };
+    let x = op.operand(0).map_err(err)?;
+    let s = i64_operand(l, op, 1)?;
+    let ty = l.result_type(op, 0)?;
+    let loc = l.loc(op, "");
+    let y = l.build1(op, name, &[x, s], &[], ty, loc)?;
+    l.finish(op, 0, y)
+}
+
+/// `ClipByValue` with scalar bounds is ONNX's `Clip`; tensor bounds are `Max(Min(x, hi), lo)`.
+fn clip_by_value<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+    let ins = operands(op);
+    let scalar = |v: &Value| dims(*v).is_some_and(|d| d.iter().all(|x| *x == Some(1)));
+    if ins.len() == 3 && scalar(&ins[1]) && scalar(&ins[2]) {
+        let mut bounds = Vec::new();
+        for v in &ins[1..] {
+            bounds.push(if rank(*v) == Some(0) {
+                *v
+            } else {
+                let ax = l.i64s(op, &(0..rank(*v).unwrap_or(0) as i64).collect::<Vec<_>>())?;
+                let t = crate::formats::infer_types::tensor_type_of(element_of(v.r#type()), Some(&[]));
+                let loc = l.loc(op, "bound");
+                l.build1(op, "onnx.Squeeze", &[*v, ax], &[], t, loc)?
+            });
+        }
+        return l.elementwise_on(op, "onnx.Clip", &[ins[0], bounds[0], bounds[1]], &[]);
+    }
+    Err(err(format!(
+        "{}: bounds that are not scalars have no ONNX Clip form",
+        label(op)
+    )))
+}
+
+/// `ArgMax`/`ArgMin` over a constant axis (ONNX's result is int64; an int32 result gets a Cast).
+fn arg_extreme<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+    let name = if op_name(&op) == "tf.ArgMax" {
+        "onnx.ArgMax"
+    } else {
+        "onnx.ArgMin"
+    };
+    let x = op.operand(0).map_err(err)?;
+    let axis = const_ints(op, 1)?;
+    let [axis] = axis.as_slice() else {
+        return Err(err(format!("{}: dimension must be one value", label(op))));
+    };
+    let ty = l.result_type(op, 0)?;
+    let attrs = [("axis", l.int(*axis)), ("keepdims", l.int(0))];
+    let loc = l.loc(op, "");
+    let i64t: Type = IntegerType::new(l.ctx, 64).into();
+    if element_of(ty) == i64t {
+        let y = l.build1(op, name, &[x], &attrs, ty, loc)?;
+        return l.finish(op, 0, y);
+    }
+    let d: Vec<Option<i64>> = dims(op.result(0).map_err(err)?.into())
+        .unwrap_or_default()
+        .iter()
+        .map(|x| x.map(|n| n as i64))
+        .collect();
+    let t64 = crate::formats::infer_types::tensor_type_of(i64t, Some(&d));
+    let loc64 = l.loc(op, "i64");
+    let a = l.build1(op, name, &[x], &attrs, t64, loc64)?;
+    let to = onnx_element(element_of(ty)).ok_or_else(|| err(format!("{}: index type has no ONNX form", label(op))))?;
+    let to = l.int(to as i64);
+    let y = l.build1(op, "onnx.Cast", &[a], &[("to", to)], ty, loc)?;
     l.finish(op, 0, y)
 }
 

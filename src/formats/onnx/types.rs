@@ -28,6 +28,25 @@ pub fn mlir_element<'c>(ctx: &'c Context, t: i32) -> Option<Type<'c>> {
     })
 }
 
+/// The [`DType`](crate::tensor::DType) of an ONNX `TensorProto.DataType` quantir computes with.
+pub fn dtype_of(t: i32) -> Option<crate::tensor::DType> {
+    use crate::tensor::DType;
+    Some(match t {
+        dt::FLOAT => DType::F32,
+        dt::DOUBLE => DType::F64,
+        dt::FLOAT16 => DType::F16,
+        dt::BFLOAT16 => DType::BF16,
+        dt::BOOL => DType::I1,
+        dt::INT8 => DType::I8,
+        dt::UINT8 => DType::U8,
+        dt::INT16 => DType::I16,
+        dt::UINT16 => DType::U16,
+        dt::INT32 => DType::I32,
+        dt::INT64 => DType::I64,
+        _ => return None,
+    })
+}
+
 /// The ONNX data type of an MLIR element type (`!quant.uniform` types by their storage type).
 pub fn onnx_element(t: Type) -> Option<i32> {
     let raw = t.to_raw();
