@@ -45,6 +45,20 @@ fn lower(model: &Path, out: &Path) {
     ]));
 }
 
+/// Runs a TF module three ways on `x`: quantir on the TF ops, onnxruntime on the lowered
+/// `.onnx`, quantir on the lowered `.onnx`. Returns the three output files and the `.onnx`.
+fn three_runs(dir: &Path, model: &Path, x: &Path) -> ([std::path::PathBuf; 3], std::path::PathBuf) {
+    let tf_out = dir.join("tf.npz");
+    ok(quantir(&["run", &arg(model), "--data", &arg(x), "-o", &arg(&tf_out)]));
+    let onnx = dir.join("lowered.onnx");
+    lower(model, &onnx);
+    let ort_out = dir.join("ort.npz");
+    onnx_ref(&["run", &arg(&onnx), &arg(x), &arg(&ort_out)]);
+    let onnx_out = dir.join("onnx.npz");
+    ok(quantir(&["run", &arg(&onnx), "--data", &arg(x), "-o", &arg(&onnx_out)]));
+    ([tf_out, ort_out, onnx_out], onnx)
+}
+
 #[test]
 fn lowered_savedmodels_reproduce_tensorflow_in_onnxruntime() {
     let dir = tempfile::tempdir().unwrap();
@@ -173,26 +187,12 @@ fn hand_built_tf_module_lowers_op_for_op() {
     std::fs::write(&model, layout_module()).unwrap();
     let x = dir.path().join("x.npz");
     layout_data(&x);
-    let tf_out = dir.path().join("tf.npz");
-    ok(quantir(&["run", &arg(&model), "--data", &arg(&x), "-o", &arg(&tf_out)]));
-    let onnx = dir.path().join("layout.onnx");
-    lower(&model, &onnx);
+    let ([tf_out, ort_out, onnx_out], onnx) = three_runs(dir.path(), &model, &x);
     // the twins carry NCHW from the first convolution to every consumer: one Transpose in, one
     // out for each NHWC result (feat, and flat's Reshape reading it)
     let ops = op_types(&onnx);
     assert_eq!(ops.iter().filter(|t| *t == "Transpose").count(), 2, "{ops:?}");
     assert!(!ops.iter().any(|t| t.starts_with("tf.")), "{ops:?}");
-    let ort_out = dir.path().join("ort.npz");
-    onnx_ref(&["run", &arg(&onnx), &arg(&x), &arg(&ort_out)]);
-    let onnx_out = dir.path().join("onnx.npz");
-    ok(quantir(&[
-        "run",
-        &arg(&onnx),
-        "--data",
-        &arg(&x),
-        "-o",
-        &arg(&onnx_out),
-    ]));
     for name in ["logits", "feat", "flat"] {
         let want = read(&tf_out, name);
         let d = max_abs_diff(&read(&ort_out, name), &want);
@@ -452,21 +452,7 @@ fn array_ops_lower_to_their_onnx_forms() {
     w.add_array("x", &ArrayD::from_shape_vec(vec![3, 6, 8], v).unwrap())
         .unwrap();
     w.finish().unwrap();
-    let tf_out = dir.path().join("tf.npz");
-    ok(quantir(&["run", &arg(&model), "--data", &arg(&x), "-o", &arg(&tf_out)]));
-    let onnx = dir.path().join("array.onnx");
-    lower(&model, &onnx);
-    let ort_out = dir.path().join("ort.npz");
-    onnx_ref(&["run", &arg(&onnx), &arg(&x), &arg(&ort_out)]);
-    let onnx_out = dir.path().join("onnx.npz");
-    ok(quantir(&[
-        "run",
-        &arg(&onnx),
-        "--data",
-        &arg(&x),
-        "-o",
-        &arg(&onnx_out),
-    ]));
+    let ([tf_out, ort_out, onnx_out], _) = three_runs(dir.path(), &model, &x);
     for name in ["ss1", "ss2", "pk", "g", "spv", "b", "c", "amax", "amin", "sel"] {
         let want = read(&tf_out, name);
         // values are moved, never computed: exact

@@ -50,31 +50,14 @@ fn e(path: &Path, reason: String) -> IrError {
     }
 }
 
-/// Ops whose change at that opset only moved `axes` from an attribute to input 1: raising the
-/// opset across it rewrites their nodes instead of stopping.
-const AXES_TO_INPUT: &[(&str, i64)] = &[
-    ("Squeeze", 13),
-    ("Unsqueeze", 13),
-    ("ReduceSum", 13),
-    ("ReduceMean", 18),
-    ("ReduceMax", 18),
-    ("ReduceMin", 18),
-    ("ReduceProd", 18),
-    ("ReduceL1", 18),
-    ("ReduceL2", 18),
-    ("ReduceLogSum", 18),
-    ("ReduceLogSumExp", 18),
-    ("ReduceSumSquare", 18),
-];
-
-/// Moves the `axes` attribute of the nodes [`AXES_TO_INPUT`] names to an int64 initializer
-/// read as input 1, for a raise from opset `from` to `to`.
+/// Moves the `axes` attribute of the nodes whose [`CHANGED_AT`] change is [`Change::AxesToInput`]
+/// to an int64 initializer read as input 1, for a raise from opset `from` to `to`.
 fn axes_to_inputs(graph: &mut proto::GraphProto, names: &mut Names, from: i64, to: i64) {
     let proto::GraphProto { node, initializer, .. } = graph;
     for n in node.iter_mut().filter(|n| n.domain.is_empty() || n.domain == "ai.onnx") {
-        let crosses = AXES_TO_INPUT
+        let crosses = CHANGED_AT
             .iter()
-            .any(|(op, at)| n.op_type == *op && from < *at && to >= *at);
+            .any(|(op, at, c)| *c == Change::AxesToInput && n.op_type == *op && from < *at && to >= *at);
         let Some(i) = n.attribute.iter().position(|a| a.name == "axes") else {
             continue;
         };
@@ -90,31 +73,40 @@ fn axes_to_inputs(graph: &mut proto::GraphProto, names: &mut Names, from: i64, t
     }
 }
 
+/// What changed in an op at an opset of [`CHANGED_AT`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// Only `axes` moved from an attribute to input 1: a raise across it rewrites the node.
+    AxesToInput,
+    /// Anything else: a raise across it stops the export.
+    Other,
+}
+
 /// Opset versions at which default-domain ops changed their inputs or attributes in ways a
 /// re-labelled model would not survive (axes/split/pads moved from attributes to inputs, ...).
-const CHANGED_AT: &[(&str, i64)] = &[
-    ("Squeeze", 13),
-    ("Unsqueeze", 13),
-    ("Split", 13),
-    ("ReduceSum", 13),
-    ("ReduceMean", 18),
-    ("ReduceMax", 18),
-    ("ReduceMin", 18),
-    ("ReduceProd", 18),
-    ("ReduceL1", 18),
-    ("ReduceL2", 18),
-    ("ReduceLogSum", 18),
-    ("ReduceLogSumExp", 18),
-    ("ReduceSumSquare", 18),
-    ("Split", 18),
-    ("Pad", 11),
-    ("Resize", 11),
-    ("Upsample", 10),
-    ("Slice", 10),
-    ("TopK", 10),
-    ("Clip", 11),
-    ("BatchNormalization", 14),
-    ("Dropout", 12),
+const CHANGED_AT: &[(&str, i64, Change)] = &[
+    ("Squeeze", 13, Change::AxesToInput),
+    ("Unsqueeze", 13, Change::AxesToInput),
+    ("Split", 13, Change::Other),
+    ("ReduceSum", 13, Change::AxesToInput),
+    ("ReduceMean", 18, Change::AxesToInput),
+    ("ReduceMax", 18, Change::AxesToInput),
+    ("ReduceMin", 18, Change::AxesToInput),
+    ("ReduceProd", 18, Change::AxesToInput),
+    ("ReduceL1", 18, Change::AxesToInput),
+    ("ReduceL2", 18, Change::AxesToInput),
+    ("ReduceLogSum", 18, Change::AxesToInput),
+    ("ReduceLogSumExp", 18, Change::AxesToInput),
+    ("ReduceSumSquare", 18, Change::AxesToInput),
+    ("Split", 18, Change::Other),
+    ("Pad", 11, Change::Other),
+    ("Resize", 11, Change::Other),
+    ("Upsample", 10, Change::Other),
+    ("Slice", 10, Change::Other),
+    ("TopK", 10, Change::Other),
+    ("Clip", 11, Change::Other),
+    ("BatchNormalization", 14, Change::Other),
+    ("Dropout", 12, Change::Other),
 ];
 
 /// The smallest default-domain opset that can express a quantized type.
@@ -666,8 +658,8 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, IrError
         .position(|o| o.domain.is_empty() || o.domain == "ai.onnx");
     let current = default.map(|i| opset_import[i].version).unwrap_or(0);
     if needs_opset > current {
-        if let Some((op, at)) = CHANGED_AT.iter().find(|(op, at)| {
-            used_ops.contains_key(*op) && current < *at && needs_opset >= *at && !AXES_TO_INPUT.contains(&(*op, *at))
+        if let Some((op, at, _)) = CHANGED_AT.iter().find(|(op, at, c)| {
+            used_ops.contains_key(*op) && current < *at && needs_opset >= *at && *c == Change::Other
         }) {
             return Err(e(
                 path,
