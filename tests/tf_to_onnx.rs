@@ -203,25 +203,34 @@ fn hand_built_tf_module_lowers_op_for_op() {
 }
 
 #[test]
-fn quantized_savedmodel_as_onnx_matches_the_mlir_path_and_runs_in_onnxruntime() {
+fn quantized_tf_models_as_onnx_match_the_mlir_path_and_run_in_onnxruntime() {
+    // the SavedModel (ops named after TF's nodes) and the frozen .mlir (no names: positional
+    // keys pinned before the lowering, which must not collide with the ops it adds)
+    for (model, lowered) in [(data("digits_cnn_savedmodel"), 13), (example("digits_cnn.mlir"), 14)] {
+        tf_model_as_onnx(&model, lowered);
+    }
+}
+
+fn tf_model_as_onnx(model: &Path, lowered: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let model = data("digits_cnn_savedmodel");
     let (calib, test) = (example("digits_calib.npz"), example("digits_test.npz"));
     let q_onnx = dir.path().join("q.onnx");
     let o = ok(quantir(&[
         "quantize",
-        &arg(&model),
+        &arg(model),
         "--data",
         &arg(&calib),
         "--no-cache",
         "-o",
         &arg(&q_onnx),
     ]));
-    assert!(stderr(&o).contains("lowered 13 TF ops to ONNX"), "{}", stderr(&o));
+    let text = stderr(&o);
+    assert!(text.contains(&format!("lowered {lowered} TF ops to ONNX")), "{text}");
+    assert!(text.contains("4 weights"), "{text}");
     let q_mlir = dir.path().join("q.mlir");
     ok(quantir(&[
         "quantize",
-        &arg(&model),
+        &arg(model),
         "--data",
         &arg(&calib),
         "--no-cache",
@@ -234,7 +243,7 @@ fn quantized_savedmodel_as_onnx_matches_the_mlir_path_and_runs_in_onnxruntime() 
     let quality = |q: &Path| {
         let o = ok(quantir(&[
             "evaluate",
-            &arg(&model),
+            &arg(model),
             &arg(q),
             "--data",
             &arg(&test),
@@ -252,7 +261,7 @@ fn quantized_savedmodel_as_onnx_matches_the_mlir_path_and_runs_in_onnxruntime() 
     assert_eq!(a, b);
     // in onnxruntime: int8 weights, within one step of quantir's run, above the peers' target
     let float = dir.path().join("f.onnx");
-    lower(&model, &float);
+    lower(model, &float);
     let interp = dir.path().join("interp.npz");
     ok(quantir(&[
         "run",

@@ -73,16 +73,26 @@ pub fn value_key(func: OperationRef<'_, '_>, value: Value) -> Option<String> {
 /// Gives every op that has results but no name location the name of its first result's key,
 /// so that keys stay the same when the rewriter inserts ops (positional keys would shift).
 /// Locations keep their file:line:col as the name's child.
+/// A positional key that an op already carries as its name (a rewrite moved ops after their
+/// keys were pinned) gets a `'` until it is unique.
 pub fn pin_keys(module: &melior::ir::Module) {
     for func in super::graph::functions(module) {
         let keys = TensorKeys::new(func);
+        let mut taken: std::collections::HashSet<String> = nested_ops(func)
+            .into_iter()
+            .filter_map(|op| location_name(op.location()))
+            .collect();
         for op in nested_ops(func) {
             if op.result_count() == 0 || location_name(op.location()).is_some() {
                 continue;
             }
-            let Some(key) = op.result(0).ok().and_then(|r| keys.get(r.into()).map(str::to_string)) else {
+            let Some(mut key) = op.result(0).ok().and_then(|r| keys.get(r.into()).map(str::to_string)) else {
                 continue;
             };
+            while taken.contains(&key) {
+                key.push('\'');
+            }
+            taken.insert(key.clone());
             let ctx_ref = op.context();
             let ctx = unsafe { ctx_ref.to_ref() };
             let loc = Location::name(ctx, &key, op.location());

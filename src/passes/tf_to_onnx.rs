@@ -175,6 +175,8 @@ pub struct Lowering<'c, 'a> {
     twins: HashMap<usize, Value<'c, 'a>>,
     /// Transposes this pass inserted, erased at the end when nothing reads them.
     transposes: Vec<OperationRef<'c, 'a>>,
+    /// Constants made so far (their names count up).
+    constants: usize,
     report: PassReport,
 }
 
@@ -325,8 +327,13 @@ impl<'c, 'a> Lowering<'c, 'a> {
         Ok(op.result(0).map_err(err)?.into())
     }
 
+    /// A new constant before `anchor`, named after it (`conv1/const3`): a constant without a
+    /// name would get a positional key, which can collide with the positional names the
+    /// lowered ops carry over from the TF ops.
     fn constant(&mut self, anchor: OperationRef<'c, 'a>, t: &Tensor) -> Result<Value<'c, 'a>, IrError> {
-        let c = insert_constant(anchor, t, false, Location::unknown(self.ctx))?;
+        self.constants += 1;
+        let loc = self.loc(anchor, &format!("const{}", self.constants));
+        let c = insert_constant(anchor, t, false, loc)?;
         Ok(c.result(0).map_err(err)?.into())
     }
 
@@ -395,7 +402,11 @@ impl<'c, 'a> Lowering<'c, 'a> {
         }
         let loc = match defining_op(v) {
             Some(d) => self.loc(d, "nchw"),
-            None => Location::unknown(self.ctx),
+            None => {
+                // a function argument: named after its key's position
+                let k = unsafe { mlir_sys::mlirBlockArgumentGetArgNumber(v.to_raw()) };
+                Location::name(self.ctx, &format!("arg#{k}/nchw"), Location::unknown(self.ctx))
+            }
         };
         let t = self.transpose_op(anchor, v, &TO_NCHW, loc)?;
         self.twins.insert(key(v), t);
@@ -1407,6 +1418,7 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
         ctx,
         twins: HashMap::new(),
         transposes: Vec::new(),
+        constants: 0,
         report: PassReport::default(),
     };
     for func in functions(module) {
