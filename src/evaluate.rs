@@ -184,6 +184,20 @@ fn quantized_ranges(quant: &Module) -> Result<Vec<(String, (f64, f64))>, EvalErr
     Ok(out)
 }
 
+/// The quantized model's value of a layer laid out as the float model's: as it is when the
+/// shapes agree, transposed back when it is the NCHW form of an NHWC tensor (a TF model
+/// written as ONNX), and `None` when the two are not the same tensor.
+fn aligned<'t>(f: &Tensor, q: &'t Tensor) -> Option<std::borrow::Cow<'t, Tensor>> {
+    let (fs, qs) = (f.shape(), q.shape());
+    if fs == qs {
+        return Some(std::borrow::Cow::Borrowed(q));
+    }
+    let nchw = fs.len() == 4 && [fs[0], fs[3], fs[1], fs[2]] == qs;
+    nchw.then(|| crate::interp::kernels::layout::transpose(q, &[0, 2, 3, 1]).ok())
+        .flatten()
+        .map(std::borrow::Cow::Owned)
+}
+
 fn argmax(t: &Tensor) -> Option<usize> {
     let a = t.as_f32()?;
     a.iter()
@@ -301,7 +315,9 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
             true,
             &mut |i, k, v| {
                 if let Some(f) = fvals.get(&(i, k.to_string())) {
-                    layers.entry(k.to_string()).or_default().add(f, v);
+                    if let Some(q) = aligned(f, v) {
+                        layers.entry(k.to_string()).or_default().add(f, &q);
+                    }
                 }
                 Ok(())
             },

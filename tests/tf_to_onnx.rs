@@ -259,6 +259,38 @@ fn tf_model_as_onnx(model: &Path, lowered: usize) {
     let (a, b) = (quality(&q_onnx), quality(&q_mlir));
     assert!(!a.is_empty(), "no quality lines");
     assert_eq!(a, b);
+    // layer by layer too: the NCHW tensors of the .onnx are compared as the float model's NHWC
+    // ones, and a convolution whose bias was folded in answers for the bias add
+    let layers = |q: &Path| {
+        let o = ok(quantir(&[
+            "evaluate",
+            &arg(model),
+            &arg(q),
+            "--data",
+            &arg(&test),
+            "--per-layer",
+            "--json",
+        ]));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        r["per_layer"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| (l["key"].as_str().unwrap().to_string(), l["sqnr_db"].as_f64()))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let (lo, lm) = (layers(&q_onnx), layers(&q_mlir));
+    assert!(lo.len() >= 8, "{lo:?}");
+    for (k, v) in &lo {
+        let want = lm
+            .get(k)
+            .unwrap_or_else(|| panic!("{k} is not a layer of the .mlir: {lm:?}"));
+        let (v, want) = (v.unwrap(), want.unwrap());
+        assert!(
+            (v - want).abs() < 0.01,
+            "{k}: {v:.2} dB as .onnx, {want:.2} dB as .mlir"
+        );
+    }
     // in onnxruntime: int8 weights, within one step of quantir's run, above the peers' target
     let float = dir.path().join("f.onnx");
     lower(model, &float);

@@ -155,8 +155,15 @@ pub fn run(func: OperationRef, report: &mut PassReport) -> Result<(), IrError> {
                 erase_op(d)?;
             }
         }
-        // the last op's users read the folded op directly
+        // the last op's users read the folded op directly, and its value is the one that
+        // survives: it keeps that op's name, so that keys (per-layer comparisons, statistics)
+        // mean the same tensor before and after
         replace_all_uses(cur, out);
+        if let Some(last) = chain.last() {
+            let mut m = unsafe { melior::ir::operation::OperationRefMut::from_raw(op.to_raw()) };
+            use melior::ir::operation::OperationMutLike;
+            m.set_location(last.location());
+        }
         for a in chain.into_iter().rev() {
             erased.insert(a.to_raw().ptr as usize);
             erase_with_dead_constants(a)?;
