@@ -28,8 +28,10 @@ LEVELS = [
 # (name, model, calibration data, test data, extra quantize flags)
 CASES = [
     ("digits CNN (int8)", "tests/data/digits_cnn_savedmodel", "examples/digits_calib.npz", "examples/digits_test.npz", []),
+    ("digits CNN (int8, --reduce-range)", "tests/data/digits_cnn_savedmodel", "examples/digits_calib.npz", "examples/digits_test.npz", ["--reduce-range"]),
     ("digits MLP (int8)", "tests/data/digits_mlp_savedmodel", "tests/data/digits_mlp_calib.npz", "tests/data/digits_mlp_test.npz", []),
     ("MobileNet v2 0.35 (int8)", "tests/data/mobilenet_v2_035_savedmodel", "tests/data/mobilenet_test.npz", "tests/data/mobilenet_test.npz", []),
+    ("MobileNet v2 0.35 (int8, --reduce-range)", "tests/data/mobilenet_v2_035_savedmodel", "tests/data/mobilenet_test.npz", "tests/data/mobilenet_test.npz", ["--reduce-range"]),
     ("MobileNet v2 0.35 (int16 act.)", "tests/data/mobilenet_v2_035_savedmodel", "tests/data/mobilenet_test.npz", "tests/data/mobilenet_test.npz", ["--activations", "int16"]),
 ]
 
@@ -86,10 +88,12 @@ def main():
                 self.i += 1
                 return {"input": x[self.i - 1 : self.i]}
 
-        om = os.path.join(tmp, "ort.onnx")
-        quantize_static(D("tests/data/digits_cnn.onnx"), om, Reader(), quant_format=QuantFormat.QDQ,
-                        per_channel=True, weight_type=QuantType.QInt8, activation_type=QuantType.QInt8)
-        row("onnxruntime quantize_static, digits CNN (int8)", D("tests/data/digits_cnn.onnx"), om, "examples/digits_test.npz")
+        for reduce_range in [False, True]:
+            om = os.path.join(tmp, "ort.onnx")
+            quantize_static(D("tests/data/digits_cnn.onnx"), om, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                            reduce_range=reduce_range, weight_type=QuantType.QInt8, activation_type=QuantType.QInt8)
+            name = "onnxruntime quantize_static, digits CNN (int8" + (", reduce_range)" if reduce_range else ")")
+            row(name, D("tests/data/digits_cnn.onnx"), om, "examples/digits_test.npz")
 
 
 if __name__ == "__main__":

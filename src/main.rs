@@ -306,6 +306,10 @@ struct RecipeArgs {
     /// Quantize the model's outputs too (fully integer graph); by default they stay float.
     #[arg(long)]
     quantize_outputs: bool,
+    /// 7-bit weights (int8 storage, onnx and torch schemes): for onnxruntime on x86 CPUs
+    /// without VNNI, whose int8 kernels saturate on full-range weights.
+    #[arg(long)]
+    reduce_range: bool,
     /// Leave ops (by name, `*` wildcards) or tensors (by key) in float (repeatable).
     #[arg(long)]
     exclude: Vec<String>,
@@ -336,6 +340,7 @@ impl RecipeArgs {
         c.per_channel &= !self.per_tensor;
         c.symmetric_activations |= self.symmetric_activations;
         c.quantize_outputs |= self.quantize_outputs;
+        c.reduce_range |= self.reduce_range;
         c.exclude.extend(self.exclude.iter().cloned());
         Ok(c)
     }

@@ -50,6 +50,7 @@ fn weight_params(w: &ArrayD<f32>, axis: Option<usize>, res: &Resolved) -> Result
     let opts = RangeOptions {
         symmetric: true,
         narrow_range: true,
+        reduce_range: res.reduce_range,
         ..Default::default()
     };
     let min_max = |v: ndarray::ArrayViewD<f32>| {

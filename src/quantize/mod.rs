@@ -47,6 +47,10 @@ pub struct QuantConfig {
     /// Quantize the model's outputs too (a fully integer graph); off by default, the outputs
     /// come out of the last op in float.
     pub quantize_outputs: bool,
+    /// 7-bit weights in int8 storage (onnxruntime's `reduce_range`): x86 CPUs without VNNI
+    /// multiply u8×s8 pairs into int16 and saturate on full-range weights. Not in the `mlir`
+    /// scheme.
+    pub reduce_range: bool,
     /// Calibration method when `quantize` calibrates itself (a recipe's `method`).
     pub method: Option<String>,
     pub percentile: Option<f64>,
@@ -65,6 +69,7 @@ impl Default for QuantConfig {
             exclude: Vec::new(),
             bias_overflow: BiasOverflowPolicy::Clip,
             quantize_outputs: false,
+            reduce_range: false,
             method: None,
             percentile: None,
             overrides: Vec::new(),

@@ -53,6 +53,7 @@ struct RecipeFile {
     per_channel: Option<bool>,
     symmetric_activations: Option<bool>,
     quantize_outputs: Option<bool>,
+    reduce_range: Option<bool>,
     exclude: Vec<String>,
     method: Option<String>,
     percentile: Option<f64>,
@@ -126,6 +127,7 @@ pub fn parse_onto(text: &str, base: QuantConfig) -> Result<QuantConfig, String> 
     c.per_channel = f.per_channel.unwrap_or(c.per_channel);
     c.symmetric_activations = f.symmetric_activations.unwrap_or(c.symmetric_activations);
     c.quantize_outputs = f.quantize_outputs.unwrap_or(c.quantize_outputs);
+    c.reduce_range = f.reduce_range.unwrap_or(c.reduce_range);
     c.exclude = f.exclude;
     c.method = f.method;
     c.percentile = f.percentile;
@@ -156,6 +158,8 @@ pub struct Resolved {
     pub activations: Option<StorageType>,
     pub scheme: Scheme,
     pub per_channel: bool,
+    /// 7-bit weights ([`QuantConfig::reduce_range`](super::QuantConfig::reduce_range)).
+    pub reduce_range: bool,
     /// Calibration method name and percentile, when an override sets one.
     pub method: Option<(String, Option<f64>)>,
 }
@@ -170,6 +174,7 @@ impl QuantConfig {
             activations: self.activations,
             scheme: self.scheme,
             per_channel: self.per_channel,
+            reduce_range: self.reduce_range,
             method: None,
         };
         for o in self.overrides.iter().filter(|o| hit(&o.pattern)) {

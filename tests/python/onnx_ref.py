@@ -4,6 +4,9 @@
   eval FLOAT QUANT DATA INTERP    SQNR/top-1 of QUANT vs FLOAT in onnxruntime, QUANT's weight
                                   storage, and quantir's outputs (INTERP .npz) vs onnxruntime's
   ops DIR                         small models of single ops + inputs + onnxruntime's outputs
+  levels FLOAT QUANT DATA         SQNR of QUANT vs FLOAT at every graph-optimization level (the
+                                  fused int8 kernels run from EXTENDED on), and QUANT's largest
+                                  |int8 weight|
   run MODEL DATA OUT              MODEL on every sample of DATA (key x, or the input's name),
                                   outputs by graph output name into OUT (.npz)
 
@@ -168,6 +171,26 @@ def ops(out_dir):
     print(json.dumps({"cases": cases}))
 
 
+def levels(fm, qm, data):
+    x = np.load(data)["x"]
+    f = run_all(fm, x)
+    out = {}
+    for name in ["ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL"]:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, name)
+        s = ort.InferenceSession(qm, so, providers=["CPUExecutionProvider"])
+        n = s.get_inputs()[0].name
+        q = np.concatenate([s.run(None, {n: x[i : i + 1].astype(np.float32)})[0] for i in range(len(x))])
+        out[name] = float(10 * np.log10((f**2).sum() / ((f - q) ** 2).sum()))
+    m = onnx.load(qm)
+    # the stored weights: int8 initializers that a DequantizeLinear reads as its data
+    data = {n.input[0] for n in m.graph.node if n.op_type == "DequantizeLinear"}
+    ints = [numpy_helper.to_array(t) for t in m.graph.initializer if t.data_type == TensorProto.INT8 and t.name in data]
+    out["max_abs_int8"] = int(max(np.abs(a.astype(np.int64)).max() for a in ints))
+    print(json.dumps(out))
+
+
 def run(model, data, out):
     s = session(model)
     d = np.load(data)
@@ -181,4 +204,4 @@ def run(model, data, out):
 
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"roundtrip": roundtrip, "eval": eval_quant, "ops": ops, "run": run}[cmd](*args)
+    {"roundtrip": roundtrip, "eval": eval_quant, "ops": ops, "run": run, "levels": levels}[cmd](*args)
