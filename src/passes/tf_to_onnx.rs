@@ -27,6 +27,7 @@
 
 use super::fold_constants::{constant_value, insert_constant};
 use super::{erase_with_dead_constants, PassOptions, PassReport};
+use crate::formats::infer_types::tensor_type_of;
 use crate::formats::onnx::types::onnx_element;
 use crate::interp::kernels::{ints_of, layout};
 use crate::ir::attrs::{op_attrs, AttrValue};
@@ -430,6 +431,21 @@ impl<'c, 'a> Lowering<'c, 'a> {
         Ok(())
     }
 
+    /// The one-result op's replacement in TF's layout: `name(operands) {attrs}` with the op's
+    /// own result type and name.
+    fn replace(
+        &mut self,
+        op: OperationRef<'c, 'a>,
+        name: &str,
+        operands: &[Value<'c, 'a>],
+        attrs: &[(&str, Attribute<'c>)],
+    ) -> Result<(), IrError> {
+        let ty = self.result_type(op, 0)?;
+        let loc = self.loc(op, "");
+        let y = self.build1(op, name, operands, attrs, ty, loc)?;
+        self.finish(op, 0, y)
+    }
+
     fn result_type(&self, op: OperationRef<'c, 'a>, i: usize) -> Result<Type<'c>, IrError> {
         Ok(op.result(i).map_err(err)?.r#type())
     }
@@ -562,7 +578,7 @@ fn bias_add<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Resul
         None => {
             let s = l.i64s(op, &shape)?;
             let c = dims(b).and_then(|d| d.first().copied().flatten());
-            let ty = crate::formats::infer_types::tensor_type_of(
+            let ty = tensor_type_of(
                 element_of(b.r#type()),
                 Some(
                     &std::iter::once(c.map(|c| c as i64))
@@ -574,10 +590,7 @@ fn bias_add<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Resul
             l.build1(op, "onnx.Reshape", &[b, s], &[], ty, loc)?
         }
     };
-    let ty = l.result_type(op, 0)?;
-    let loc = l.loc(op, "");
-    let y = l.build1(op, "onnx.Add", &[x, b2], &[], ty, loc)?;
-    l.finish(op, 0, y)
+    l.replace(op, "onnx.Add", &[x, b2], &[])
 }
 
 /// TF's SAME padding of one spatial axis: the extra pixel goes at the end (ONNX SAME_UPPER).
@@ -695,10 +708,7 @@ fn conv<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<()
             if depthwise {
                 let s = l.i64s(op, &w_shape)?;
                 let elem = element_of(f.r#type());
-                let ty = crate::formats::infer_types::tensor_type_of(
-                    elem,
-                    Some(&w_shape.iter().map(|&d| Some(d)).collect::<Vec<_>>()),
-                );
+                let ty = tensor_type_of(elem, Some(&w_shape.iter().map(|&d| Some(d)).collect::<Vec<_>>()));
                 let loc = l.loc(op, "filter");
                 f2 = l.build1(op, "onnx.Reshape", &[f, s], &[], ty, loc)?;
             }
@@ -815,11 +825,8 @@ fn softmax<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result
         "onnx.LogSoftmax"
     };
     let x = op.operand(0).map_err(err)?;
-    let ty = l.result_type(op, 0)?;
-    let loc = l.loc(op, "");
     let axis = l.int(-1);
-    let y = l.build1(op, name, &[x], &[("axis", axis)], ty, loc)?;
-    l.finish(op, 0, y)
+    l.replace(op, name, &[x], &[("axis", axis)])
 }
 
 /// `a @ b` with TF's transpose / adjoint flags made explicit: on constants ahead of time, on
@@ -856,10 +863,7 @@ fn matmul<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
             }
         });
     }
-    let ty = l.result_type(op, 0)?;
-    let loc = l.loc(op, "");
-    let y = l.build1(op, "onnx.MatMul", &ins, &[], ty, loc)?;
-    l.finish(op, 0, y)
+    l.replace(op, "onnx.MatMul", &ins, &[])
 }
 
 /// Whether dropping `axes` from a twin leaves the remaining axes in TF's order, so that the
@@ -926,7 +930,7 @@ fn i64_operand<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>, i: us
         return l.constant(op, &t);
     }
     let d = dims(v).ok_or_else(|| err(format!("{}: operand {i} is unranked", label(op))))?;
-    let ty = crate::formats::infer_types::tensor_type_of(
+    let ty = tensor_type_of(
         IntegerType::new(l.ctx, 64).into(),
         Some(&d.iter().map(|x| x.map(|n| n as i64)).collect::<Vec<_>>()),
     );
@@ -938,10 +942,7 @@ fn i64_operand<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>, i: us
 fn reshape<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
     let x = op.operand(0).map_err(err)?;
     let s = i64_operand(l, op, 1)?;
-    let ty = l.result_type(op, 0)?;
-    let loc = l.loc(op, "");
-    let y = l.build1(op, "onnx.Reshape", &[x, s], &[], ty, loc)?;
-    l.finish(op, 0, y)
+    l.replace(op, "onnx.Reshape", &[x, s], &[])
 }
 
 fn squeeze<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
@@ -973,10 +974,7 @@ fn squeeze<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result
     };
     ax.sort_unstable();
     let axv = l.i64s(op, &ax)?;
-    let ty = l.result_type(op, 0)?;
-    let loc = l.loc(op, "");
-    let y = l.build1(op, "onnx.Squeeze", &[xin, axv], &[], ty, loc)?;
-    l.finish(op, 0, y)
+    l.replace(op, "onnx.Squeeze", &[xin, axv], &[])
 }
 
 fn expand_dims<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
@@ -989,10 +987,7 @@ fn expand_dims<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Re
     };
     let a = norm_axis(*d, out_rank).ok_or_else(|| err(format!("{}: dim {d} out of rank {out_rank}", label(op))))?;
     let axv = l.i64s(op, &[a as i64])?;
-    let ty = l.result_type(op, 0)?;
-    let loc = l.loc(op, "");
-    let y = l.build1(op, "onnx.Unsqueeze", &[x, axv], &[], ty, loc)?;
-    l.finish(op, 0, y)
+    l.replace(op, "onnx.Unsqueeze", &[x, axv], &[])
 }
 
 fn concat<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
@@ -1085,22 +1080,16 @@ fn pad<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(),
 fn transpose<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
     let x = op.operand(0).map_err(err)?;
     let perm = const_ints(op, 1)?;
-    let ty = l.result_type(op, 0)?;
     let p = l.ints(&perm);
-    let loc = l.loc(op, "");
-    let y = l.build1(op, "onnx.Transpose", &[x], &[("perm", p)], ty, loc)?;
-    l.finish(op, 0, y)
+    l.replace(op, "onnx.Transpose", &[x], &[("perm", p)])
 }
 
 fn cast<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
     let x = op.operand(0).map_err(err)?;
-    let ty = l.result_type(op, 0)?;
-    let elem = element_of(ty);
+    let elem = element_of(l.result_type(op, 0)?);
     let to = onnx_element(elem).ok_or_else(|| err(format!("{}: {elem} has no ONNX type", label(op))))?;
     let to = l.int(to as i64);
-    let loc = l.loc(op, "");
-    let y = l.build1(op, "onnx.Cast", &[x], &[("to", to)], ty, loc)?;
-    l.finish(op, 0, y)
+    l.replace(op, "onnx.Cast", &[x], &[("to", to)])
 }
 
 /// `Shape` is int64 in ONNX; TF's int32 form gets a Cast.
@@ -1108,7 +1097,7 @@ fn shape<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(
     let x = op.operand(0).map_err(err)?;
     let r = rank(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?;
     let ty = l.result_type(op, 0)?;
-    let i64t = crate::formats::infer_types::tensor_type_of(IntegerType::new(l.ctx, 64).into(), Some(&[Some(r as i64)]));
+    let i64t = tensor_type_of(IntegerType::new(l.ctx, 64).into(), Some(&[Some(r as i64)]));
     let loc = l.loc(op, "");
     let elem = element_of(ty);
     if elem == IntegerType::new(l.ctx, 64).into() {
@@ -1195,7 +1184,7 @@ fn strided_slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> 
             kept.next().copied().flatten().map(|n| n as i64)
         };
     }
-    let mid = crate::formats::infer_types::tensor_type_of(element_of(ty), Some(&sliced));
+    let mid = tensor_type_of(element_of(ty), Some(&sliced));
     let loc_s = l.loc(op, "slice");
     let s1 = l.build1(op, "onnx.Slice", &ins, &[], mid, loc_s)?;
     let ax = l.i64s(op, &shrink)?;
@@ -1217,16 +1206,12 @@ fn slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(
     let axes: Vec<i64> = (0..begin.len() as i64).collect();
     let x = op.operand(0).map_err(err)?;
     let ins = [x, l.i64s(op, &begin)?, l.i64s(op, &ends)?, l.i64s(op, &axes)?];
-    let ty = l.result_type(op, 0)?;
-    let loc = l.loc(op, "");
-    let y = l.build1(op, "onnx.Slice", &ins, &[], ty, loc)?;
-    l.finish(op, 0, y)
+    l.replace(op, "onnx.Slice", &ins, &[])
 }
 
 /// `Pack` (tf.stack) as an `Unsqueeze` of each value, then `Concat`.
 fn pack<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
     let a = op_attrs(&op);
-    let ty = l.result_type(op, 0)?;
     let r = rank(op.result(0).map_err(err)?.into()).ok_or_else(|| err(format!("{}: unranked result", label(op))))?;
     let axis = a.get("axis").and_then(AttrValue::as_int).unwrap_or(0);
     let axis = norm_axis(axis, r).ok_or_else(|| err(format!("{}: axis {axis} out of rank {r}", label(op))))?;
@@ -1238,15 +1223,13 @@ fn pack<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<()
             .map(|x| x.map(|n| n as i64))
             .collect();
         d.insert(axis.min(d.len()), Some(1));
-        let t = crate::formats::infer_types::tensor_type_of(element_of(v.r#type()), Some(&d));
+        let t = tensor_type_of(element_of(v.r#type()), Some(&d));
         let ax = l.i64s(op, &[axis as i64])?;
         let loc = l.loc(op, &format!("unsqueeze_{i}"));
         parts.push(l.build1(op, "onnx.Unsqueeze", &[v, ax], &[], t, loc)?);
     }
     let ax = l.int(axis as i64);
-    let loc = l.loc(op, "");
-    let y = l.build1(op, "onnx.Concat", &parts, &[("axis", ax)], ty, loc)?;
-    l.finish(op, 0, y)
+    l.replace(op, "onnx.Concat", &parts, &[("axis", ax)])
 }
 
 fn gather<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
@@ -1259,11 +1242,8 @@ fn gather<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
     let [axis] = axis.as_slice() else {
         return Err(err(format!("{}: axis must be one value", label(op))));
     };
-    let ty = l.result_type(op, 0)?;
     let ax = l.int(*axis);
-    let loc = l.loc(op, "");
-    let y = l.build1(op, "onnx.Gather", &[x, idx], &[("axis", ax)], ty, loc)?;
-    l.finish(op, 0, y)
+    l.replace(op, "onnx.Gather", &[x, idx], &[("axis", ax)])
 }
 
 /// `Split(axis, x)` (equal parts) and `SplitV(x, sizes, axis)` as ONNX `Split` with its sizes.
@@ -1308,10 +1288,7 @@ fn tile_or_expand<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) ->
     };
     let x = op.operand(0).map_err(err)?;
     let s = i64_operand(l, op, 1)?;
-    let ty = l.result_type(op, 0)?;
-    let loc = l.loc(op, "");
-    let y = l.build1(op, name, &[x, s], &[], ty, loc)?;
-    l.finish(op, 0, y)
+    l.replace(op, name, &[x, s], &[])
 }
 
 /// `ClipByValue` with scalar bounds is ONNX's `Clip`; tensor bounds are `Max(Min(x, hi), lo)`.
@@ -1325,7 +1302,7 @@ fn clip_by_value<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> 
                 *v
             } else {
                 let ax = l.i64s(op, &(0..rank(*v).unwrap_or(0) as i64).collect::<Vec<_>>())?;
-                let t = crate::formats::infer_types::tensor_type_of(element_of(v.r#type()), Some(&[]));
+                let t = tensor_type_of(element_of(v.r#type()), Some(&[]));
                 let loc = l.loc(op, "bound");
                 l.build1(op, "onnx.Squeeze", &[*v, ax], &[], t, loc)?
             });
@@ -1363,7 +1340,7 @@ fn arg_extreme<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Re
         .iter()
         .map(|x| x.map(|n| n as i64))
         .collect();
-    let t64 = crate::formats::infer_types::tensor_type_of(i64t, Some(&d));
+    let t64 = tensor_type_of(i64t, Some(&d));
     let loc64 = l.loc(op, "i64");
     let a = l.build1(op, name, &[x], &attrs, t64, loc64)?;
     let to = onnx_element(element_of(ty)).ok_or_else(|| err(format!("{}: index type has no ONNX form", label(op))))?;
