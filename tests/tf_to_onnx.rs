@@ -545,3 +545,53 @@ fn reduce_range_weights_keep_their_quality_in_onnxruntimes_fused_kernels() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("reduce_range"), "{}", stderr(&o));
 }
+
+/// Resizes in TF's three conventions each way, NotEqual and float FloorDiv.
+const RESIZE_MODULE: &str = r#"module {
+  func.func @main(%x: tensor<1x5x7x3xf32>) -> (tensor<1x9x12x3xf32>, tensor<1x10x14x3xf32>, tensor<1x8x8x3xf32>, tensor<1x9x12x3xf32>, tensor<1x10x14x3xf32>, tensor<1x8x8x3xf32>, tensor<1x5x7x3xf32>, tensor<1x5x7x3xf32>) attributes {tf.entry_function = {inputs = "x", outputs = "b_half,b_align,b_asym,n_half,n_align,n_asym,ne,fd"}} {
+    %s1 = "tf.Const"() {value = dense<[9, 12]> : tensor<2xi32>} : () -> tensor<2xi32>
+    %s2 = "tf.Const"() {value = dense<[10, 14]> : tensor<2xi32>} : () -> tensor<2xi32>
+    %s3 = "tf.Const"() {value = dense<[8, 8]> : tensor<2xi32>} : () -> tensor<2xi32>
+    %b1 = "tf.ResizeBilinear"(%x, %s1) {align_corners = false, half_pixel_centers = true} : (tensor<1x5x7x3xf32>, tensor<2xi32>) -> tensor<1x9x12x3xf32>
+    %b2 = "tf.ResizeBilinear"(%x, %s2) {align_corners = true, half_pixel_centers = false} : (tensor<1x5x7x3xf32>, tensor<2xi32>) -> tensor<1x10x14x3xf32>
+    %b3 = "tf.ResizeBilinear"(%x, %s3) {align_corners = false, half_pixel_centers = false} : (tensor<1x5x7x3xf32>, tensor<2xi32>) -> tensor<1x8x8x3xf32>
+    %n1 = "tf.ResizeNearestNeighbor"(%x, %s1) {align_corners = false, half_pixel_centers = true} : (tensor<1x5x7x3xf32>, tensor<2xi32>) -> tensor<1x9x12x3xf32>
+    %n2 = "tf.ResizeNearestNeighbor"(%x, %s2) {align_corners = true, half_pixel_centers = false} : (tensor<1x5x7x3xf32>, tensor<2xi32>) -> tensor<1x10x14x3xf32>
+    %n3 = "tf.ResizeNearestNeighbor"(%x, %s3) {align_corners = false, half_pixel_centers = false} : (tensor<1x5x7x3xf32>, tensor<2xi32>) -> tensor<1x8x8x3xf32>
+    %two = "tf.Const"() {value = dense<2.0> : tensor<f32>} : () -> tensor<f32>
+    %x2 = "tf.Mul"(%x, %two) : (tensor<1x5x7x3xf32>, tensor<f32>) -> tensor<1x5x7x3xf32>
+    %fl = "tf.Floor"(%x2) : (tensor<1x5x7x3xf32>) -> tensor<1x5x7x3xf32>
+    %zero = "tf.Const"() {value = dense<0.0> : tensor<f32>} : () -> tensor<f32>
+    %neb = "tf.NotEqual"(%fl, %zero) {incompatible_shape_error = true} : (tensor<1x5x7x3xf32>, tensor<f32>) -> tensor<1x5x7x3xi1>
+    %ne = "tf.Cast"(%neb) {Truncate = false} : (tensor<1x5x7x3xi1>) -> tensor<1x5x7x3xf32>
+    %d = "tf.Const"() {value = dense<0.3> : tensor<f32>} : () -> tensor<f32>
+    %fd = "tf.FloorDiv"(%x, %d) : (tensor<1x5x7x3xf32>, tensor<f32>) -> tensor<1x5x7x3xf32>
+    func.return %b1, %b2, %b3, %n1, %n2, %n3, %ne, %fd : tensor<1x9x12x3xf32>, tensor<1x10x14x3xf32>, tensor<1x8x8x3xf32>, tensor<1x9x12x3xf32>, tensor<1x10x14x3xf32>, tensor<1x8x8x3xf32>, tensor<1x5x7x3xf32>, tensor<1x5x7x3xf32>
+  }
+}
+"#;
+
+#[test]
+fn resizes_lower_with_tensorflows_coordinate_conventions() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("resize.mlir");
+    std::fs::write(&model, RESIZE_MODULE).unwrap();
+    let n = 2 * 5 * 7 * 3;
+    let v: Vec<f32> = (0..n).map(|i| ((i * 53 % 97) as f32 - 48.0) / 17.0).collect();
+    let x = dir.path().join("x.npz");
+    let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(&x).unwrap());
+    w.add_array("x", &ArrayD::from_shape_vec(vec![2, 5, 7, 3], v).unwrap())
+        .unwrap();
+    w.finish().unwrap();
+    let ([tf_out, ort_out, onnx_out], onnx) = three_runs(dir.path(), &model, &x);
+    // every resize is an ONNX Resize (none falls back to a float path)
+    let ops = op_types(&onnx);
+    assert_eq!(ops.iter().filter(|t| *t == "Resize").count(), 6, "{ops:?}");
+    for name in ["b_half", "b_align", "b_asym", "n_half", "n_align", "n_asym", "ne", "fd"] {
+        let want = read(&tf_out, name);
+        let d = max_abs_diff(&read(&ort_out, name), &want);
+        assert!(d <= 1e-5, "{name}: max |onnxruntime(lowered) - quantir(TF)| = {d}");
+        let d = max_abs_diff(&read(&onnx_out, name), &want);
+        assert!(d <= 1e-5, "{name}: max |quantir(lowered) - quantir(TF)| = {d}");
+    }
+}

@@ -76,6 +76,8 @@ const TABLE: &[(&str, Rule)] = &[
     ("tf.AvgPool", Custom(pool)),
     ("tf.FusedBatchNorm", Custom(batch_norm)),
     ("tf.FusedBatchNormV3", Custom(batch_norm)),
+    ("tf.ResizeBilinear", Custom(resize)),
+    ("tf.ResizeNearestNeighbor", Custom(resize)),
     ("tf.Softmax", Custom(softmax)),
     ("tf.LogSoftmax", Custom(softmax)),
     // activations
@@ -95,6 +97,7 @@ const TABLE: &[(&str, Rule)] = &[
     ("tf.Mul", Elementwise("onnx.Mul")),
     ("tf.RealDiv", Elementwise("onnx.Div")),
     ("tf.Div", Elementwise("onnx.Div")),
+    ("tf.FloorDiv", Custom(floor_div)),
     ("tf.Maximum", Elementwise("onnx.Max")),
     ("tf.Minimum", Elementwise("onnx.Min")),
     ("tf.Pow", Elementwise("onnx.Pow")),
@@ -148,6 +151,7 @@ const TABLE: &[(&str, Rule)] = &[
     ("tf.Greater", Elementwise("onnx.Greater")),
     ("tf.GreaterEqual", Elementwise("onnx.GreaterOrEqual")),
     ("tf.Equal", Elementwise("onnx.Equal")),
+    ("tf.NotEqual", Custom(not_equal)),
     ("tf.LogicalAnd", Elementwise("onnx.And")),
     ("tf.LogicalOr", Elementwise("onnx.Or")),
     ("tf.LogicalNot", Elementwise("onnx.Not")),
@@ -549,6 +553,24 @@ fn rsqrt<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(
     two_step(l, op, "onnx.Sqrt", &x, "onnx.Reciprocal", false)
 }
 
+fn not_equal<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+    let x = operands(op);
+    two_step(l, op, "onnx.Equal", &x, "onnx.Not", false)
+}
+
+/// Float `FloorDiv` is `Floor(Div)`; ONNX's integer `Div` truncates, which TF's does not.
+fn floor_div<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+    let ty = l.result_type(op, 0)?;
+    if !tensor_type(ty).and_then(|t| t.dtype).is_some_and(|d| d.is_float()) {
+        return Err(err(format!(
+            "{}: integer FloorDiv has no ONNX form (ONNX's Div truncates)",
+            label(op)
+        )));
+    }
+    let x = operands(op);
+    two_step(l, op, "onnx.Div", &x, "onnx.Floor", false)
+}
+
 fn square<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
     let x = op.operand(0).map_err(err)?;
     l.elementwise_on(op, "onnx.Mul", &[x, x], &[])
@@ -811,6 +833,84 @@ fn batch_norm<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Res
         op,
         "onnx.BatchNormalization",
         &nins,
+        &attrs,
+        permuted_type(ty, &TO_NCHW)?,
+        loc,
+    )?;
+    l.finish_nchw(op, 0, y)
+}
+
+/// `ResizeBilinear` / `ResizeNearestNeighbor` (NHWC, constant `[h, w]`) as ONNX `Resize` on
+/// NCHW with `sizes`, TF's `align_corners` / `half_pixel_centers` as the coordinate
+/// transformation and rounding TF uses.
+fn resize<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+    let a = op_attrs(&op);
+    let nearest = op_name(&op) == "tf.ResizeNearestNeighbor";
+    let flag = |k: &str| a.get(k).and_then(AttrValue::as_bool).unwrap_or(false);
+    let (coords, rounding) = match (flag("align_corners"), flag("half_pixel_centers"), nearest) {
+        (true, true, _) => {
+            return Err(err(format!(
+                "{}: align_corners and half_pixel_centers are both set",
+                label(op)
+            )))
+        }
+        (true, false, _) => ("align_corners", "round_prefer_ceil"),
+        (false, true, true) => ("tf_half_pixel_for_nn", "floor"),
+        (false, true, false) => ("half_pixel", "floor"),
+        (false, false, _) => ("asymmetric", "floor"),
+    };
+    let x = op.operand(0).map_err(err)?;
+    let xd = dims(x).filter(|d| d.len() == 4);
+    let (n, c) = match xd.as_deref() {
+        Some([Some(n), _, _, Some(c)]) => (*n as i64, *c as i64),
+        _ => {
+            return Err(err(format!(
+                "{}: the input needs a static batch and channel count",
+                label(op)
+            )))
+        }
+    };
+    let size = const_ints(op, 1)?;
+    let [h, w] = size.as_slice() else {
+        return Err(err(format!("{}: size {size:?} is not [height, width]", label(op))));
+    };
+    let ty = l.result_type(op, 0)?;
+    let mut xin = l.nchw_of(op, x)?;
+    // bilinear yields float whatever the input; ONNX's Resize keeps the input's type
+    if !nearest && element_of(xin.r#type()) != element_of(ty) {
+        let to = onnx_element(element_of(ty)).ok_or_else(|| err(format!("{}: result type", label(op))))?;
+        let to = l.int(to as i64);
+        let d: Vec<Option<i64>> = dims(xin)
+            .unwrap_or_default()
+            .iter()
+            .map(|x| x.map(|v| v as i64))
+            .collect();
+        let cast_ty = tensor_type_of(element_of(ty), Some(&d));
+        let loc = l.loc(op, "cast");
+        xin = l.build1(op, "onnx.Cast", &[xin], &[("to", to)], cast_ty, loc)?;
+    }
+    let none_ty = unsafe { Type::from_raw(mlir_sys::mlirNoneTypeGet(l.ctx.to_raw())) };
+    let none = l.build1(
+        op,
+        crate::formats::onnx::import::NO_VALUE,
+        &[],
+        &[],
+        none_ty,
+        Location::unknown(l.ctx),
+    )?;
+    let sizes = l.i64s(op, &[n, c, *h, *w])?;
+    let mut attrs = vec![
+        ("coordinate_transformation_mode", l.string(coords)),
+        ("mode", l.string(if nearest { "nearest" } else { "linear" })),
+    ];
+    if nearest {
+        attrs.push(("nearest_mode", l.string(rounding)));
+    }
+    let loc = l.loc(op, "");
+    let y = l.build1(
+        op,
+        "onnx.Resize",
+        &[xin, none, none, sizes],
         &attrs,
         permuted_type(ty, &TO_NCHW)?,
         loc,
