@@ -63,6 +63,14 @@ pub fn element_dtype(t: Type) -> Option<DType> {
     }
 }
 
+/// The element type of a shaped type (tensor, vector, memref); `None` for any other type.
+pub fn element_type(t: Type) -> Option<Type> {
+    unsafe {
+        mlir_sys::mlirTypeIsAShaped(t.to_raw())
+            .then(|| Type::from_raw(mlir_sys::mlirShapedTypeGetElementType(t.to_raw())))
+    }
+}
+
 /// Element type and shape of `t` if it is a ranked tensor type.
 pub fn tensor_type(t: Type) -> Option<TensorType> {
     let raw = t.to_raw();

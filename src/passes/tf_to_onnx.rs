@@ -33,7 +33,7 @@ use crate::interp::kernels::{ints_of, layout};
 use crate::ir::attrs::{op_attrs, AttrValue};
 use crate::ir::graph::{body_ops, defining_op, erase_op, functions, insert_before, op_name, replace_all_uses, uses};
 use crate::ir::keys::location_name;
-use crate::ir::types::{tensor_type, Dim};
+use crate::ir::types::{element_type, tensor_type, Dim};
 use crate::ir::IrError;
 use crate::tensor::Tensor;
 use melior::ir::attribute::{
@@ -41,7 +41,7 @@ use melior::ir::attribute::{
 };
 use melior::ir::operation::{OperationBuilder, OperationLike, OperationMutLike};
 use melior::ir::r#type::IntegerType;
-use melior::ir::{Attribute, Identifier, Location, Module, OperationRef, Type, TypeLike, Value, ValueLike};
+use melior::ir::{Attribute, Identifier, Location, Module, OperationRef, Type, Value, ValueLike};
 use melior::Context;
 use std::collections::{BTreeMap, HashMap};
 
@@ -187,7 +187,11 @@ pub struct Lowering<'c, 'a> {
 
 /// The shape of a ranked tensor value; dynamic dimensions as `None`.
 fn dims(v: Value) -> Option<Vec<Option<usize>>> {
-    tensor_type(v.r#type()).map(|t| {
+    type_dims(v.r#type())
+}
+
+fn type_dims(t: Type) -> Option<Vec<Option<usize>>> {
+    tensor_type(t).map(|t| {
         t.dims
             .iter()
             .map(|d| match d {
@@ -202,35 +206,23 @@ fn rank(v: Value) -> Option<usize> {
     dims(v).map(|d| d.len())
 }
 
+/// A ranked tensor type of `elem` with `dims` (`None` = dynamic).
+fn ranked<'c>(elem: Type<'c>, dims: &[Option<usize>]) -> Type<'c> {
+    let d: Vec<Option<i64>> = dims.iter().map(|x| x.map(|n| n as i64)).collect();
+    tensor_type_of(elem, Some(&d))
+}
+
 /// `t` with its dimensions permuted (`out[i] = in[perm[i]]`).
 fn permuted_type<'c>(t: Type<'c>, perm: &[usize]) -> Result<Type<'c>, IrError> {
-    let raw = t.to_raw();
-    unsafe {
-        if !mlir_sys::mlirTypeIsARankedTensor(raw) || mlir_sys::mlirShapedTypeGetRank(raw) as usize != perm.len() {
-            return Err(err(format!("cannot permute type {t} by {perm:?}")));
-        }
-        let shape: Vec<i64> = perm
-            .iter()
-            .map(|&p| mlir_sys::mlirShapedTypeGetDimSize(raw, p as isize))
-            .collect();
-        Ok(Type::from_raw(mlir_sys::mlirRankedTensorTypeGet(
-            shape.len() as isize,
-            shape.as_ptr(),
-            mlir_sys::mlirShapedTypeGetElementType(raw),
-            mlir_sys::mlirAttributeGetNull(),
-        )))
-    }
+    let d = type_dims(t)
+        .filter(|d| d.len() == perm.len())
+        .ok_or_else(|| err(format!("cannot permute type {t} by {perm:?}")))?;
+    Ok(ranked(element_of(t), &perm.iter().map(|&p| d[p]).collect::<Vec<_>>()))
 }
 
 /// The element type of a shaped type; any other type is its own element.
 fn element_of(t: Type) -> Type {
-    unsafe {
-        if mlir_sys::mlirTypeIsAShaped(t.to_raw()) {
-            Type::from_raw(mlir_sys::mlirShapedTypeGetElementType(t.to_raw()))
-        } else {
-            t
-        }
-    }
+    element_type(t).unwrap_or(t)
 }
 
 fn constant_of(v: Value) -> Option<Tensor> {
@@ -600,14 +592,10 @@ fn bias_add<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Resul
         None => {
             let s = l.i64s(op, &shape)?;
             let c = dims(b).and_then(|d| d.first().copied().flatten());
-            let ty = tensor_type_of(
-                element_of(b.r#type()),
-                Some(
-                    &std::iter::once(c.map(|c| c as i64))
-                        .chain(std::iter::repeat_n(Some(1), r.saturating_sub(2)))
-                        .collect::<Vec<_>>(),
-                ),
-            );
+            let d: Vec<Option<usize>> = std::iter::once(c)
+                .chain(std::iter::repeat_n(Some(1), r.saturating_sub(2)))
+                .collect();
+            let ty = ranked(element_of(b.r#type()), &d);
             let loc = l.loc(op, "bias");
             l.build1(op, "onnx.Reshape", &[b, s], &[], ty, loc)?
         }
@@ -730,7 +718,7 @@ fn conv<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<()
             if depthwise {
                 let s = l.i64s(op, &w_shape)?;
                 let elem = element_of(f.r#type());
-                let ty = tensor_type_of(elem, Some(&w_shape.iter().map(|&d| Some(d)).collect::<Vec<_>>()));
+                let ty = ranked(elem, &w_shape.iter().map(|&d| Some(d as usize)).collect::<Vec<_>>());
                 let loc = l.loc(op, "filter");
                 f2 = l.build1(op, "onnx.Reshape", &[f, s], &[], ty, loc)?;
             }
@@ -880,12 +868,7 @@ fn resize<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
     if !nearest && element_of(xin.r#type()) != element_of(ty) {
         let to = onnx_element(element_of(ty)).ok_or_else(|| err(format!("{}: result type", label(op))))?;
         let to = l.int(to as i64);
-        let d: Vec<Option<i64>> = dims(xin)
-            .unwrap_or_default()
-            .iter()
-            .map(|x| x.map(|v| v as i64))
-            .collect();
-        let cast_ty = tensor_type_of(element_of(ty), Some(&d));
+        let cast_ty = ranked(element_of(ty), &dims(xin).unwrap_or_default());
         let loc = l.loc(op, "cast");
         xin = l.build1(op, "onnx.Cast", &[xin], &[("to", to)], cast_ty, loc)?;
     }
@@ -1030,10 +1013,7 @@ fn i64_operand<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>, i: us
         return l.constant(op, &t);
     }
     let d = dims(v).ok_or_else(|| err(format!("{}: operand {i} is unranked", label(op))))?;
-    let ty = tensor_type_of(
-        IntegerType::new(l.ctx, 64).into(),
-        Some(&d.iter().map(|x| x.map(|n| n as i64)).collect::<Vec<_>>()),
-    );
+    let ty = ranked(IntegerType::new(l.ctx, 64).into(), &d);
     let to = l.int(crate::formats::onnx::proto::data_type::INT64 as i64);
     let loc = l.loc(op, "shape_i64");
     l.build1(op, "onnx.Cast", &[v], &[("to", to)], ty, loc)
@@ -1197,7 +1177,7 @@ fn shape<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(
     let x = op.operand(0).map_err(err)?;
     let r = rank(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?;
     let ty = l.result_type(op, 0)?;
-    let i64t = tensor_type_of(IntegerType::new(l.ctx, 64).into(), Some(&[Some(r as i64)]));
+    let i64t = ranked(IntegerType::new(l.ctx, 64).into(), &[Some(r)]);
     let loc = l.loc(op, "");
     let elem = element_of(ty);
     if elem == IntegerType::new(l.ctx, 64).into() {
@@ -1273,18 +1253,19 @@ fn strided_slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> 
         return l.finish(op, 0, y);
     }
     // the slice keeps the shrunk axes at size 1
-    let xd = dims(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?;
-    let mut sliced: Vec<Option<i64>> = xd.iter().map(|d| d.map(|n| n as i64)).collect();
+    let r = rank(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?;
     let out = dims(op.result(0).map_err(err)?.into()).unwrap_or_default();
     let mut kept = out.iter();
-    for (i, d) in sliced.iter_mut().enumerate() {
-        *d = if shrink.contains(&(i as i64)) {
-            Some(1)
-        } else {
-            kept.next().copied().flatten().map(|n| n as i64)
-        };
-    }
-    let mid = tensor_type_of(element_of(ty), Some(&sliced));
+    let sliced: Vec<Option<usize>> = (0..r as i64)
+        .map(|i| {
+            if shrink.contains(&i) {
+                Some(1)
+            } else {
+                kept.next().copied().flatten()
+            }
+        })
+        .collect();
+    let mid = ranked(element_of(ty), &sliced);
     let loc_s = l.loc(op, "slice");
     let s1 = l.build1(op, "onnx.Slice", &ins, &[], mid, loc_s)?;
     let ax = l.i64s(op, &shrink)?;
@@ -1317,13 +1298,9 @@ fn pack<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<()
     let axis = norm_axis(axis, r).ok_or_else(|| err(format!("{}: axis {axis} out of rank {r}", label(op))))?;
     let mut parts = Vec::new();
     for (i, v) in operands(op).into_iter().enumerate() {
-        let mut d: Vec<Option<i64>> = dims(v)
-            .ok_or_else(|| err(format!("{}: unranked operand", label(op))))?
-            .into_iter()
-            .map(|x| x.map(|n| n as i64))
-            .collect();
+        let mut d = dims(v).ok_or_else(|| err(format!("{}: unranked operand", label(op))))?;
         d.insert(axis.min(d.len()), Some(1));
-        let t = tensor_type_of(element_of(v.r#type()), Some(&d));
+        let t = ranked(element_of(v.r#type()), &d);
         let ax = l.i64s(op, &[axis as i64])?;
         let loc = l.loc(op, &format!("unsqueeze_{i}"));
         parts.push(l.build1(op, "onnx.Unsqueeze", &[v, ax], &[], t, loc)?);
@@ -1402,7 +1379,7 @@ fn clip_by_value<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> 
                 *v
             } else {
                 let ax = l.i64s(op, &(0..rank(*v).unwrap_or(0) as i64).collect::<Vec<_>>())?;
-                let t = tensor_type_of(element_of(v.r#type()), Some(&[]));
+                let t = ranked(element_of(v.r#type()), &[]);
                 let loc = l.loc(op, "bound");
                 l.build1(op, "onnx.Squeeze", &[*v, ax], &[], t, loc)?
             });
@@ -1435,12 +1412,7 @@ fn arg_extreme<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Re
         let y = l.build1(op, name, &[x], &attrs, ty, loc)?;
         return l.finish(op, 0, y);
     }
-    let d: Vec<Option<i64>> = dims(op.result(0).map_err(err)?.into())
-        .unwrap_or_default()
-        .iter()
-        .map(|x| x.map(|n| n as i64))
-        .collect();
-    let t64 = tensor_type_of(i64t, Some(&d));
+    let t64 = ranked(i64t, &dims(op.result(0).map_err(err)?.into()).unwrap_or_default());
     let loc64 = l.loc(op, "i64");
     let a = l.build1(op, name, &[x], &attrs, t64, loc64)?;
     let to = onnx_element(element_of(ty)).ok_or_else(|| err(format!("{}: index type has no ONNX form", label(op))))?;

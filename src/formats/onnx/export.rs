@@ -26,13 +26,14 @@ use crate::ir::attrs::{attr_value, op_attrs, AttrValue};
 use crate::ir::graph::{body_ops, find_function, op_name};
 use crate::ir::keys::{location_name, TensorKeys};
 use crate::ir::quant::params_from_type;
+use crate::ir::types::element_type;
 use crate::ir::IrError;
 use crate::params::{Scheme, StorageType};
 use crate::tensor::Tensor;
 use melior::ir::attribute::AttributeLike;
 use melior::ir::block::BlockLike;
 use melior::ir::operation::OperationLike;
-use melior::ir::{Location, Module, OperationRef, RegionLike, Type, TypeLike, Value, ValueLike};
+use melior::ir::{Location, Module, OperationRef, RegionLike, Type, Value, ValueLike};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
@@ -153,15 +154,8 @@ fn dims_of(t: Type) -> Option<Vec<Option<i64>>> {
     )
 }
 
-fn element_of(t: Type) -> Option<Type> {
-    unsafe {
-        mlir_sys::mlirTypeIsAShaped(t.to_raw())
-            .then(|| Type::from_raw(mlir_sys::mlirShapedTypeGetElementType(t.to_raw())))
-    }
-}
-
 fn value_info(name: &str, t: Type, params: &[String]) -> Option<proto::ValueInfoProto> {
-    let elem = onnx_element(element_of(t)?)?;
+    let elem = onnx_element(element_type(t)?)?;
     let shape = dims_of(t).map(|dims| proto::TensorShapeProto {
         dim: dims
             .iter()
@@ -219,7 +213,7 @@ fn initializer(op: OperationRef, name: &str, path: &Path) -> Result<TensorProto,
         .attribute("value")
         .map_err(|x| e(path, format!("constant '{name}': {x}")))?;
     let ty = unsafe { Type::from_raw(mlir_sys::mlirAttributeGetType(attr.to_raw())) };
-    let elem_ty = element_of(ty).ok_or_else(|| e(path, format!("constant '{name}' is not a tensor")))?;
+    let elem_ty = element_type(ty).ok_or_else(|| e(path, format!("constant '{name}' is not a tensor")))?;
     let elem = onnx_element(elem_ty).ok_or_else(|| {
         e(
             path,
@@ -493,7 +487,7 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, IrError
                 } else {
                     x.r#type()
                 };
-                let elem = element_of(qty).ok_or_else(|| e(path, format!("{name} of a non-tensor")))?;
+                let elem = element_type(qty).ok_or_else(|| e(path, format!("{name} of a non-tensor")))?;
                 let p = params_from_type(elem, Scheme::Onnx).map_err(|x| e(path, x.to_string()))?;
                 needs_opset = needs_opset.max(opset_for(p.dtype, p.axis.is_some()));
                 let zp_type = onnx_element(elem).ok_or_else(|| e(path, format!("{elem} has no ONNX type")))?;
@@ -554,7 +548,7 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, IrError
                 let to = op
                     .result(0)
                     .ok()
-                    .and_then(|r| element_of(r.r#type()))
+                    .and_then(|r| element_type(r.r#type()))
                     .and_then(onnx_element)
                     .ok_or_else(|| e(path, format!("{name}: result type has no ONNX form")))?;
                 let base = out(0)?;
