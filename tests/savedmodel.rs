@@ -28,23 +28,7 @@ fn max_abs_diff(a: &ArrayD<f32>, b: &ArrayD<f32>) -> f32 {
 #[test]
 fn run_reproduces_tensorflow_outputs() {
     let dir = tempfile::tempdir().unwrap();
-    for (model, test, reference) in [
-        (
-            "digits_cnn_savedmodel",
-            example("digits_test.npz"),
-            "digits_cnn_test_outputs.npz",
-        ),
-        (
-            "digits_mlp_savedmodel",
-            data("digits_mlp_test.npz"),
-            "digits_mlp_test_outputs.npz",
-        ),
-        (
-            "mobilenet_v2_035_savedmodel",
-            data("mobilenet_test.npz"),
-            "mobilenet_v2_035_test_outputs.npz",
-        ),
-    ] {
+    for (model, test, reference) in common::saved_models() {
         let out = dir.path().join(format!("{model}.npz"));
         ok(quantir(&[
             "run",
@@ -56,7 +40,7 @@ fn run_reproduces_tensorflow_outputs() {
         ]));
         // outputs are named by the signature's keys
         let got = read_npz(&out, "output_0");
-        let want = read_npz(&data(reference), "y");
+        let want = read_npz(&reference, "y");
         let d = max_abs_diff(&got, &want);
         assert!(d <= 1e-4, "{model}: max |quantir - TensorFlow| = {d}");
     }
@@ -747,23 +731,28 @@ fn variables_are_found_by_name_when_no_call_binds_them() {
     }
     std::fs::write(&pb, sm.encode_to_vec()).unwrap();
     let out = dir.path().join("y.npz");
-    ok(quantir(&[
-        "run",
-        &arg(&m),
-        "--data",
-        &arg(&example("digits_test.npz")),
-        "-o",
-        &arg(&out),
-    ]));
-    let d = max_abs_diff(
-        &read_npz(&out, "output_0"),
-        &read_npz(&data("digits_cnn_test_outputs.npz"), "y"),
-    );
-    assert!(d <= 1e-4, "{d}");
+    assert_reproduces_digits_cnn(&m, &out);
     // without the object graph the variables' names are not checkpoint keys: named error
     sm.meta_graphs[0].object_graph_def = None;
     std::fs::write(&pb, sm.encode_to_vec()).unwrap();
     assert_refused(&m, &[], &["variables.index", "no checkpoint value for variable"]);
+}
+
+/// `quantir run` of a variant of the digits CNN SavedModel gives TensorFlow's outputs.
+fn assert_reproduces_digits_cnn(model: &Path, out: &Path) {
+    ok(quantir(&[
+        "run",
+        &arg(model),
+        "--data",
+        &arg(&example("digits_test.npz")),
+        "-o",
+        &arg(out),
+    ]));
+    let d = max_abs_diff(
+        &read_npz(out, "output_0"),
+        &read_npz(&data("digits_cnn_test_outputs.npz"), "y"),
+    );
+    assert!(d <= 1e-4, "{}: max |quantir - TensorFlow| = {d}", model.display());
 }
 
 /// Makes the first dim of `s` unknown when it is 1.
@@ -811,19 +800,7 @@ fn dynamic_batch_savedmodel_runs_and_quantizes() {
     let text = std::fs::read_to_string(&out).unwrap();
     assert!(text.contains("(%arg0: tensor<?x8x8x1xf32>"), "{text}");
     let y = dir.path().join("y.npz");
-    ok(quantir(&[
-        "run",
-        &arg(&m),
-        "--data",
-        &arg(&example("digits_test.npz")),
-        "-o",
-        &arg(&y),
-    ]));
-    let d = max_abs_diff(
-        &read_npz(&y, "output_0"),
-        &read_npz(&data("digits_cnn_test_outputs.npz"), "y"),
-    );
-    assert!(d <= 1e-4, "{d}");
+    assert_reproduces_digits_cnn(&m, &y);
     let (sqnr, agreement) = quantize_and_score(
         &m,
         &example("digits_calib.npz"),

@@ -62,27 +62,8 @@ fn three_runs(dir: &Path, model: &Path, x: &Path) -> ([std::path::PathBuf; 3], s
 #[test]
 fn lowered_savedmodels_reproduce_tensorflow_in_onnxruntime() {
     let dir = tempfile::tempdir().unwrap();
-    // (model, test data, TF's outputs, Transpose nodes left: NHWC input in, flatten out)
-    for (model, test, reference, transposes) in [
-        (
-            "digits_cnn_savedmodel",
-            example("digits_test.npz"),
-            "digits_cnn_test_outputs.npz",
-            2,
-        ),
-        (
-            "digits_mlp_savedmodel",
-            data("digits_mlp_test.npz"),
-            "digits_mlp_test_outputs.npz",
-            0,
-        ),
-        (
-            "mobilenet_v2_035_savedmodel",
-            data("mobilenet_test.npz"),
-            "mobilenet_v2_035_test_outputs.npz",
-            1,
-        ),
-    ] {
+    // Transpose nodes left: CNN NHWC input in and flatten out, MLP none, MobileNet input only
+    for ((model, test, reference), transposes) in common::saved_models().into_iter().zip([2, 0, 1]) {
         let onnx = dir.path().join(format!("{model}.onnx"));
         lower(&data(model), &onnx);
         let ops = op_types(&onnx);
@@ -93,7 +74,7 @@ fn lowered_savedmodels_reproduce_tensorflow_in_onnxruntime() {
         );
         let out = dir.path().join(format!("{model}_ort.npz"));
         onnx_ref(&["run", &arg(&onnx), &arg(&test), &arg(&out)]);
-        let d = max_abs_diff(&read(&out, "output_0"), &read(&data(reference), "y"));
+        let d = max_abs_diff(&read(&out, "output_0"), &read(&reference, "y"));
         assert!(d <= 1e-4, "{model}: max |onnxruntime - TensorFlow| = {d}");
     }
 }

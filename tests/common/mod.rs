@@ -101,3 +101,25 @@ pub fn onnx_ref(args: &[&str]) -> serde_json::Value {
     let text = String::from_utf8_lossy(&o.stdout);
     serde_json::from_str(text.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
+
+/// The bundled SavedModels: (directory under tests/data, test data, TensorFlow's outputs on it
+/// under key `y`).
+pub fn saved_models() -> [(&'static str, PathBuf, PathBuf); 3] {
+    [
+        (
+            "digits_cnn_savedmodel",
+            example("digits_test.npz"),
+            data("digits_cnn_test_outputs.npz"),
+        ),
+        (
+            "digits_mlp_savedmodel",
+            data("digits_mlp_test.npz"),
+            data("digits_mlp_test_outputs.npz"),
+        ),
+        (
+            "mobilenet_v2_035_savedmodel",
+            data("mobilenet_test.npz"),
+            data("mobilenet_v2_035_test_outputs.npz"),
+        ),
+    ]
+}
