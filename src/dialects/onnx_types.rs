@@ -1,9 +1,31 @@
-//! ONNX element types ⇄ MLIR element types.
+//! ONNX's `TensorProto.DataType` codes and their MLIR element types and quantir dtypes (used
+//! by the ONNX import and export, the ONNX interpreter table's Cast, and the TF → ONNX lowering).
 
-use super::proto::data_type as dt;
 use melior::ir::r#type::IntegerType;
-use melior::ir::{Type, TypeLike};
+use melior::ir::Type;
 use melior::Context;
+
+use data_type as dt;
+
+/// The codes of `TensorProto.DataType` quantir reads and writes.
+pub mod data_type {
+    pub const FLOAT: i32 = 1;
+    pub const UINT8: i32 = 2;
+    pub const INT8: i32 = 3;
+    pub const UINT16: i32 = 4;
+    pub const INT16: i32 = 5;
+    pub const INT32: i32 = 6;
+    pub const INT64: i32 = 7;
+    pub const STRING: i32 = 8;
+    pub const BOOL: i32 = 9;
+    pub const FLOAT16: i32 = 10;
+    pub const DOUBLE: i32 = 11;
+    pub const UINT32: i32 = 12;
+    pub const UINT64: i32 = 13;
+    pub const BFLOAT16: i32 = 16;
+    pub const UINT4: i32 = 21;
+    pub const INT4: i32 = 22;
+}
 
 /// The MLIR element type of an ONNX `TensorProto.DataType` (signless integers for signed ONNX
 /// types, as TF and the quant dialect's storage types spell them).
@@ -49,55 +71,38 @@ pub fn dtype_of(t: i32) -> Option<crate::tensor::DType> {
 
 /// The ONNX data type of an MLIR element type (`!quant.uniform` types by their storage type).
 pub fn onnx_element(t: Type) -> Option<i32> {
-    let raw = t.to_raw();
-    unsafe {
-        if mlir_sys::mlirTypeIsAQuantizedType(raw) {
-            let storage = Type::from_raw(mlir_sys::mlirQuantizedTypeGetStorageType(raw));
-            let signed = mlir_sys::mlirQuantizedTypeIsSigned(raw);
-            let w = mlir_sys::mlirIntegerTypeGetWidth(storage.to_raw());
-            return Some(match (w, signed) {
-                (4, true) => dt::INT4,
-                (4, false) => dt::UINT4,
-                (8, true) => dt::INT8,
-                (8, false) => dt::UINT8,
-                (16, true) => dt::INT16,
-                (16, false) => dt::UINT16,
-                (32, true) => dt::INT32,
-                (32, false) => dt::UINT32,
-                _ => return None,
-            });
-        }
-        if mlir_sys::mlirTypeIsAF32(raw) {
-            return Some(dt::FLOAT);
-        }
-        if mlir_sys::mlirTypeIsAF64(raw) {
-            return Some(dt::DOUBLE);
-        }
-        if mlir_sys::mlirTypeIsAF16(raw) {
-            return Some(dt::FLOAT16);
-        }
-        if mlir_sys::mlirTypeIsABF16(raw) {
-            return Some(dt::BFLOAT16);
-        }
-        if mlir_sys::mlirTypeIsAInteger(raw) {
-            let unsigned = mlir_sys::mlirIntegerTypeIsUnsigned(raw);
-            return Some(match (mlir_sys::mlirIntegerTypeGetWidth(raw), unsigned) {
-                (1, _) => dt::BOOL,
-                (4, false) => dt::INT4,
-                (4, true) => dt::UINT4,
-                (8, false) => dt::INT8,
-                (8, true) => dt::UINT8,
-                (16, false) => dt::INT16,
-                (16, true) => dt::UINT16,
-                (32, false) => dt::INT32,
-                (32, true) => dt::UINT32,
-                (64, false) => dt::INT64,
-                (64, true) => dt::UINT64,
-                _ => return None,
-            });
-        }
-    }
-    None
+    use crate::ir::types::Scalar;
+    Some(match crate::ir::types::scalar_kind(t)? {
+        Scalar::F32 => dt::FLOAT,
+        Scalar::F64 => dt::DOUBLE,
+        Scalar::F16 => dt::FLOAT16,
+        Scalar::BF16 => dt::BFLOAT16,
+        Scalar::Quantized { width, signed } => match (width, signed) {
+            (4, true) => dt::INT4,
+            (4, false) => dt::UINT4,
+            (8, true) => dt::INT8,
+            (8, false) => dt::UINT8,
+            (16, true) => dt::INT16,
+            (16, false) => dt::UINT16,
+            (32, true) => dt::INT32,
+            (32, false) => dt::UINT32,
+            _ => return None,
+        },
+        Scalar::Int { width, signed } => match (width, signed) {
+            (1, _) => dt::BOOL,
+            (4, true) => dt::INT4,
+            (4, false) => dt::UINT4,
+            (8, true) => dt::INT8,
+            (8, false) => dt::UINT8,
+            (16, true) => dt::INT16,
+            (16, false) => dt::UINT16,
+            (32, true) => dt::INT32,
+            (32, false) => dt::UINT32,
+            (64, true) => dt::INT64,
+            (64, false) => dt::UINT64,
+            _ => return None,
+        },
+    })
 }
 
 /// Bytes per element in ONNX `raw_data` (4-bit types: 0, they are packed two per byte).
