@@ -3,13 +3,14 @@
 
 use crate::ir::graph::{body_ops, function_name, functions, nested_ops, op_name};
 use crate::ir::keys::TensorKeys;
+use crate::ir::ops::{entry_function_names, is_constant_op};
 use crate::ir::types::tensor_type;
 use crate::ir::IrError;
 use melior::ir::attribute::AttributeLike;
 use melior::ir::block::BlockLike;
 use melior::ir::operation::OperationLike;
 use melior::ir::RegionLike;
-use melior::ir::{Module, OperationRef, ValueLike};
+use melior::ir::{Module, ValueLike};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -53,53 +54,6 @@ pub struct Inspection {
     pub float_tensors: Vec<FloatTensor>,
     /// Compute ops the dialect tables mark for int8 (weights and activation inputs quantized).
     pub quantizable_ops: BTreeMap<String, usize>,
-}
-
-/// True for an op that holds a constant tensor: no operands and an elements-valued `value`
-/// attribute (`tf.Const`, `arith.constant`, `onnx.Constant`, ...).
-pub fn is_constant_op<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> bool {
-    op.operand_count() == 0
-        && op.result_count() == 1
-        && op
-            .attribute("value")
-            .map(|a| unsafe { mlir_sys::mlirAttributeIsAElements(a.to_raw()) })
-            .unwrap_or(false)
-}
-
-fn split_names(s: Option<String>) -> Vec<String> {
-    s.map(|s| s.split(',').filter(|x| !x.is_empty()).map(str::to_string).collect())
-        .unwrap_or_default()
-}
-
-/// `tf.entry_function`'s `inputs` / `outputs` names of a function.
-pub fn entry_function_names(func: OperationRef) -> (Vec<String>, Vec<String>) {
-    // ONNX import: the graph's input and output names
-    let names = |k: &str| -> Option<Vec<String>> {
-        let a = func.attribute(k).ok()?;
-        match crate::ir::attrs::attr_value(a) {
-            crate::ir::attrs::AttrValue::Array(v) => v.iter().map(|x| x.as_str().map(str::to_string)).collect(),
-            _ => None,
-        }
-    };
-    if let (Some(i), Some(o)) = (names("onnx.input_names"), names("onnx.output_names")) {
-        return (i, o);
-    }
-    let Ok(dict) = func.attribute("tf.entry_function") else {
-        return (vec![], vec![]);
-    };
-    let get = |k: &str| unsafe {
-        let id = mlir_sys::MlirStringRef {
-            data: k.as_ptr() as *const _,
-            length: k.len(),
-        };
-        let a = mlir_sys::mlirDictionaryAttrGetElementByName(dict.to_raw(), id);
-        if a.ptr.is_null() {
-            None
-        } else {
-            crate::ir::graph::string_value(melior::ir::Attribute::from_raw(a))
-        }
-    };
-    (split_names(get("inputs")), split_names(get("outputs")))
 }
 
 pub fn inspect(module: &Module) -> Result<Inspection, IrError> {

@@ -14,6 +14,7 @@ pub mod ir;
 pub mod params;
 pub mod passes;
 pub mod quantize;
+pub mod recipe;
 pub mod report;
 pub mod run;
 pub mod stats_io;

@@ -7,8 +7,8 @@ use common::{ok, quantir};
 
 use melior::ir::operation::OperationLike;
 use melior::ir::ValueLike;
-use quantir::inspect::is_constant_op;
 use quantir::ir::graph::{body_ops, defining_op, find_function, op_name, uses};
+use quantir::ir::ops::is_constant_op;
 
 fn data(name: &str) -> String {
     common::data(name).to_string_lossy().into_owned()

@@ -28,7 +28,7 @@ fn shared_checkpoint_holds_the_frozen_models_weights() {
     let func = quantir::ir::graph::find_function(&m, None).unwrap();
     let mut weights = Vec::new();
     for op in quantir::ir::graph::body_ops(func) {
-        if let Some(Tensor::F32(t)) = quantir::passes::fold_constants::constant_value(op) {
+        if let Some(Tensor::F32(t)) = quantir::ir::ops::constant_value(op) {
             if t.len() > 1 {
                 weights.push(t);
             }

@@ -4,6 +4,7 @@
 //! passes read these tables; none of them names an op itself.
 
 pub mod onnx;
+pub mod onnx_types;
 pub mod tf;
 
 use crate::ir::attrs::AttrValue;

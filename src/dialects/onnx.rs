@@ -4,6 +4,9 @@
 
 use super::{same_scale, shape, AxisRule, OpRule};
 
+/// The op that stands for an absent optional input.
+pub const NO_VALUE: &str = "onnx.NoValue";
+
 const fn compute(name: &'static str, weight: (usize, AxisRule), bias_operand: Option<usize>) -> OpRule {
     OpRule {
         activations: &[0],

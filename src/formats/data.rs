@@ -68,6 +68,8 @@ pub enum DataError {
     },
     #[error("{path}: no samples")]
     NoSamples { path: PathBuf },
+    #[error(transparent)]
+    Image(#[from] super::images::ImageError),
     #[error("{path}: a folder of images feeds one image input, but input '{input}' {problem}")]
     ImageInput {
         path: PathBuf,

@@ -6,10 +6,18 @@
 //! normalised per channel as `(x - mean) / std` (torchvision's convention: a TF MobileNet that
 //! wants [-1, 1] takes mean 0.5 and std 0.5), then laid out NHWC or NCHW.
 
-use super::data::DataError;
 use image::imageops::FilterType;
 use ndarray::{ArrayD, IxDyn};
 use std::path::{Path, PathBuf};
+
+/// Errors reading a folder of images (the data layer wraps them in its own error).
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("{path}: cannot read: {reason}")]
+    Read { path: PathBuf, reason: String },
+    #[error("{path}: no samples")]
+    NoSamples { path: PathBuf },
+}
 
 /// Channel order of the model's image input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -83,9 +91,9 @@ pub struct ImageShape {
 
 impl ImageFolder {
     /// Lists the images of `dir`; an error when there is none.
-    pub fn open(dir: &Path, options: &ImageOptions) -> Result<ImageFolder, DataError> {
+    pub fn open(dir: &Path, options: &ImageOptions) -> Result<ImageFolder, ImageError> {
         let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(|e| DataError::Read {
+            .map_err(|e| ImageError::Read {
                 path: dir.into(),
                 reason: e.to_string(),
             })?
@@ -97,18 +105,18 @@ impl ImageFolder {
             files.truncate(n);
         }
         if files.is_empty() {
-            return Err(DataError::NoSamples { path: dir.into() });
+            return Err(ImageError::NoSamples { path: dir.into() });
         }
         for (what, v) in [("mean", &options.mean), ("std", &options.std)] {
             if v.is_empty() || v.iter().any(|x| !x.is_finite()) {
-                return Err(DataError::Read {
+                return Err(ImageError::Read {
                     path: dir.into(),
                     reason: format!("--{what} needs finite values"),
                 });
             }
         }
         if options.std.contains(&0.0) {
-            return Err(DataError::Read {
+            return Err(ImageError::Read {
                 path: dir.into(),
                 reason: "--std must not be 0".into(),
             });
@@ -161,20 +169,20 @@ impl ImageFolder {
     }
 
     /// Decodes image `i` into a `[1, H, W, C]` or `[1, C, H, W]` f32 tensor.
-    pub fn load(&self, i: usize, shape: ImageShape) -> Result<ArrayD<f32>, DataError> {
+    pub fn load(&self, i: usize, shape: ImageShape) -> Result<ArrayD<f32>, ImageError> {
         let file = &self.files[i];
         let img = image::ImageReader::open(file)
-            .map_err(|e| DataError::Read {
+            .map_err(|e| ImageError::Read {
                 path: file.clone(),
                 reason: e.to_string(),
             })?
             .with_guessed_format()
-            .map_err(|e| DataError::Read {
+            .map_err(|e| ImageError::Read {
                 path: file.clone(),
                 reason: e.to_string(),
             })?
             .decode()
-            .map_err(|e| DataError::Read {
+            .map_err(|e| ImageError::Read {
                 path: file.clone(),
                 reason: format!("not a readable image: {e}"),
             })?;
@@ -201,7 +209,7 @@ impl ImageFolder {
                 (0..c * h * w).map(|k| value(k % (h * w), k / (h * w))).collect(),
             ),
         };
-        ArrayD::from_shape_vec(IxDyn(&dims), data).map_err(|e| DataError::Read {
+        ArrayD::from_shape_vec(IxDyn(&dims), data).map_err(|e| ImageError::Read {
             path: file.clone(),
             reason: e.to_string(),
         })

@@ -3,7 +3,6 @@
 
 pub mod data;
 pub mod images;
-pub mod infer_types;
 pub mod model;
 pub mod npy_stream;
 pub mod onnx;

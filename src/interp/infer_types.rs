@@ -1,50 +1,16 @@
 //! Types of intermediate values found by running the imported function on zeros, for
 //! importers (ONNX, SavedModel) whose files do not record every value's shape.
 
-use crate::interp::Program;
-use crate::ir::graph::{body_ops, find_function, op_name};
+use super::Program;
+use crate::ir::graph::{body_ops, find_function, op_name, set_function_type, set_value_type};
 use crate::ir::keys::TensorKeys;
+use crate::ir::types::{element_type, is_ranked_tensor, tensor_type_of};
 use crate::tensor::{DType, Tensor};
-use melior::ir::attribute::{AttributeLike, TypeAttribute};
 use melior::ir::block::BlockLike;
-use melior::ir::operation::{OperationLike, OperationMutLike};
-use melior::ir::r#type::FunctionType;
-use melior::ir::{Attribute, Module, RegionLike, Type, TypeLike, Value, ValueLike};
+use melior::ir::operation::OperationLike;
+use melior::ir::{Module, RegionLike, Type, Value, ValueLike};
 use melior::Context;
 use std::collections::HashMap;
-
-/// A tensor type: unranked when `dims` is None, `?` for an unknown dim.
-pub fn tensor_type_of<'c>(elem: Type<'c>, dims: Option<&[Option<i64>]>) -> Type<'c> {
-    unsafe {
-        match dims {
-            None => Type::from_raw(mlir_sys::mlirUnrankedTensorTypeGet(elem.to_raw())),
-            Some(d) => {
-                let shape: Vec<i64> = d.iter().map(|x| x.unwrap_or(i64::MIN)).collect();
-                Type::from_raw(mlir_sys::mlirRankedTensorTypeGet(
-                    shape.len() as isize,
-                    shape.as_ptr(),
-                    elem.to_raw(),
-                    mlir_sys::mlirAttributeGetNull(),
-                ))
-            }
-        }
-    }
-}
-
-pub fn attr_type(a: Attribute) -> Type {
-    unsafe { Type::from_raw(mlir_sys::mlirAttributeGetType(a.to_raw())) }
-}
-
-pub fn set_function_type<'c>(
-    ctx: &'c Context,
-    f: melior::ir::OperationRef<'c, '_>,
-    ins: &[Type<'c>],
-    outs: &[Type<'c>],
-) {
-    let ty = FunctionType::new(ctx, ins, outs);
-    let mut m = unsafe { melior::ir::operation::OperationRefMut::from_raw(f.to_raw()) };
-    m.set_attribute("function_type", TypeAttribute::new(ty.into()).into());
-}
 
 /// Largest input (elements) inference runs on: a declared shape beyond it is taken as corrupt
 /// and the types stay as declared.
@@ -105,10 +71,7 @@ fn run_shapes(prog: &Program, fill: usize) -> Option<HashMap<String, (DType, Vec
 /// the interpreter cannot run the function, nothing changes.
 pub fn infer_types(ctx: &Context, module: &Module, skip: &[&str]) {
     let Ok(func) = find_function(module, None) else { return };
-    let unranked = |op: &melior::ir::OperationRef| {
-        op.results()
-            .any(|r| !unsafe { mlir_sys::mlirTypeIsARankedTensor(Value::from(r).r#type().to_raw()) })
-    };
+    let unranked = |op: &melior::ir::OperationRef| op.results().any(|r| !is_ranked_tensor(Value::from(r).r#type()));
     if !body_ops(func)
         .iter()
         .any(|op| !skip.contains(&op_name(op).as_str()) && unranked(op))
@@ -135,7 +98,7 @@ pub fn infer_types(ctx: &Context, module: &Module, skip: &[&str]) {
         for r in op.results() {
             let v: Value = r.into();
             // declared types (graph outputs, value_info, constants) stay as they are
-            if unsafe { mlir_sys::mlirTypeIsARankedTensor(v.r#type().to_raw()) } {
+            if is_ranked_tensor(v.r#type()) {
                 continue;
             }
             let Some(key) = keys.get(v) else { continue };
@@ -149,14 +112,16 @@ pub fn infer_types(ctx: &Context, module: &Module, skip: &[&str]) {
                     .collect(),
                 (true, _) => vec![None; shape.len()],
             };
-            let old_elem = unsafe { Type::from_raw(mlir_sys::mlirShapedTypeGetElementType(v.r#type().to_raw())) };
+            let Some(old_elem) = element_type(v.r#type()) else {
+                continue;
+            };
             // 4-bit integers are held in 8-bit tensors: keep the declared width
             let elem = if crate::ir::types::element_dtype(old_elem) == Some(*dtype) {
                 old_elem
             } else {
                 crate::ir::types::dtype_to_type(ctx, *dtype)
             };
-            unsafe { mlir_sys::mlirValueSetType(v.to_raw(), tensor_type_of(elem, Some(&dims)).to_raw()) };
+            set_value_type(v, tensor_type_of(elem, Some(&dims)));
         }
     }
     // the signature follows the refined result types

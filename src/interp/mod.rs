@@ -7,15 +7,16 @@
 //! one thread, and results never depend on the thread count.
 
 pub mod desc;
+pub mod infer_types;
 pub mod kernels;
 pub mod onnx;
 pub mod tf;
 pub mod upstream;
 
-use crate::inspect::{entry_function_names, is_constant_op};
 use crate::ir::attrs::op_attrs;
 use crate::ir::graph::{body_ops, find_function, op_name};
 use crate::ir::keys::TensorKeys;
+use crate::ir::ops::{entry_function_names, is_constant_op, location_string};
 use crate::ir::quant::params_from_type;
 use crate::ir::types::{tensor_type, Dim, TensorType};
 use crate::ir::{attribute_to_tensor, IrError};
@@ -25,7 +26,7 @@ use desc::OpDesc;
 use kernels::Kernel;
 use melior::ir::block::BlockLike;
 use melior::ir::operation::OperationLike;
-use melior::ir::{Location, Module, RegionLike, Type, TypeLike, ValueLike};
+use melior::ir::{Module, RegionLike, Type, ValueLike};
 use std::collections::{HashMap, HashSet};
 
 #[derive(Debug, thiserror::Error)]
@@ -148,48 +149,11 @@ pub struct Watch {
     slots: HashSet<usize>,
 }
 
-/// `file:line:col` of a location when it has one (through names, fusions and call sites).
-pub fn location_string(loc: Location) -> String {
-    fn find(loc: Location) -> Option<String> {
-        if loc.is_file_line_col_range() {
-            let f = crate::ir::ref_str(loc.file_line_col_range_filename().as_string_ref())
-                .unwrap_or("?")
-                .to_string();
-            return Some(format!(
-                "{f}:{}:{}",
-                loc.file_line_col_range_start_line(),
-                loc.file_line_col_range_start_column()
-            ));
-        }
-        if loc.is_name() {
-            let child = loc.name_child_location();
-            // ONNX import: loc("tensor"("node"(file:N:1))) — name the node too
-            if child.is_name() && child.name_child_location().is_file_line_col_range() {
-                let node = crate::ir::ref_str(child.name_value().as_string_ref())
-                    .unwrap_or("?")
-                    .to_string();
-                return find(child).map(|f| format!("{f} (node '{node}')"));
-            }
-            return find(child);
-        }
-        if loc.is_fused() {
-            return (0..loc.fused_num_locations()).find_map(|i| find(loc.fused_location(i)));
-        }
-        if loc.is_call_site() {
-            return find(loc.call_site_caller());
-        }
-        None
-    }
-    find(loc).unwrap_or_else(|| loc.to_string())
-}
-
 fn quant_of(t: Type) -> Option<crate::params::QuantParams> {
-    let elem = unsafe {
-        if !mlir_sys::mlirTypeIsARankedTensor(t.to_raw()) {
-            return None;
-        }
-        Type::from_raw(mlir_sys::mlirShapedTypeGetElementType(t.to_raw()))
-    };
+    if !crate::ir::types::is_ranked_tensor(t) {
+        return None;
+    }
+    let elem = crate::ir::types::element_type(t)?;
     params_from_type(elem, Scheme::Mlir).ok()
 }
 
@@ -307,7 +271,7 @@ impl Program {
             if op.region_count() > 0 {
                 return Err(unsupported("ops with regions (control flow) are not supported".into()));
             }
-            if name == crate::formats::onnx::import::NO_VALUE {
+            if name == crate::dialects::onnx::NO_VALUE {
                 // an absent optional ONNX input: kernels see an empty tensor, and their builders
                 // see no operand type (`none` is not a tensor type)
                 let r = op.result(0).map_err(|e| unsupported(e.to_string()))?;

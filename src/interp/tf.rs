@@ -87,6 +87,13 @@ pub const TABLE: &[(&str, Builder)] = &[
     ("tf.Relu", |_| un(UnOp::Relu)),
     ("tf.Relu6", |_| un(UnOp::Relu6)),
     ("tf.Elu", |_| un(UnOp::Elu)),
+    // TensorFlow's constants (tf.nn.selu), rounded to f32 as its f32 kernel uses them
+    ("tf.Selu", |_| {
+        un(UnOp::Selu {
+            alpha: 1.673_263_2,
+            gamma: 1.050_701,
+        })
+    }),
     ("tf.LeakyRelu", |d| un(UnOp::LeakyRelu(d.f64_attr("alpha", 0.2) as f32))),
     ("tf.Sigmoid", |_| un(UnOp::Sigmoid)),
     ("tf.Tanh", |_| un(UnOp::Tanh)),

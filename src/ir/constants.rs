@@ -237,3 +237,46 @@ pub fn tensor_to_attribute<'c>(ctx: &'c melior::Context, t: &Tensor) -> Attribut
         ))
     }
 }
+
+/// A `DenseElementsAttr` of type `ty` from its raw little-endian bytes, as they are.
+pub fn dense_from_raw<'c>(ty: melior::ir::Type<'c>, bytes: &[u8]) -> Attribute<'c> {
+    unsafe {
+        Attribute::from_raw(mlir_sys::mlirDenseElementsAttrRawBufferGet(
+            ty.to_raw(),
+            bytes.len(),
+            bytes.as_ptr() as *const _,
+        ))
+    }
+}
+
+/// A `DenseF32ArrayAttr` (`array<f32: ...>`).
+pub fn dense_f32_array<'c>(ctx: &'c melior::Context, values: &[f32]) -> Attribute<'c> {
+    unsafe {
+        Attribute::from_raw(mlir_sys::mlirDenseF32ArrayGet(
+            ctx.to_raw(),
+            values.len() as isize,
+            values.as_ptr(),
+        ))
+    }
+}
+
+/// True for an elements attribute (dense, splat or resource): what a constant op holds.
+pub fn is_elements(a: Attribute) -> bool {
+    unsafe { mlir_sys::mlirAttributeIsAElements(a.to_raw()) }
+}
+
+/// The raw little-endian bytes of a non-splat `DenseElementsAttr` of `len` bytes, copied;
+/// `None` for splat, resource or other attributes, whose bytes are not stored expanded.
+pub fn dense_raw_bytes(a: Attribute, len: usize) -> Option<Vec<u8>> {
+    unsafe {
+        if !mlir_sys::mlirAttributeIsADenseElements(a.to_raw()) || mlir_sys::mlirDenseElementsAttrIsSplat(a.to_raw()) {
+            return None;
+        }
+        let ptr = mlir_sys::mlirDenseElementsAttrGetRawData(a.to_raw()) as *const u8;
+        Some(if len == 0 || ptr.is_null() {
+            Vec::new()
+        } else {
+            std::slice::from_raw_parts(ptr, len).to_vec()
+        })
+    }
+}

@@ -10,7 +10,7 @@ use melior::ir::block::BlockLike;
 use melior::ir::operation::OperationRefMut;
 use melior::ir::operation::{OperationLike, OperationMutLike};
 use melior::ir::RegionLike;
-use melior::ir::{Attribute, Module, Operation, OperationRef, Value, ValueLike};
+use melior::ir::{Attribute, Module, Operation, OperationRef, TypeLike, Value, ValueLike};
 
 /// The name of an op (`tf.Conv2D`, `func.func`).
 pub fn op_name<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> String {
@@ -194,4 +194,98 @@ pub fn erase_op(op: OperationRef<'_, '_>) -> Result<(), IrError> {
     }
     unsafe { mlir_sys::mlirOperationDestroy(op.to_raw()) };
     Ok(())
+}
+
+/// A mutable handle to `op`, for setting attributes and locations (see [`as_mut`]).
+pub fn op_mut<'c, 'a>(op: OperationRef<'c, 'a>) -> OperationRefMut<'c, 'a> {
+    as_mut(op)
+}
+
+/// The module's top-level op, mutable (module attributes: opsets, metadata, versions).
+pub fn module_op_mut<'c, 'a>(module: &'a Module<'c>) -> OperationRefMut<'c, 'a> {
+    as_mut(module.as_operation())
+}
+
+/// Replaces all operands of `op` by `operands` (their number may change).
+pub fn set_operands<'c, 'a>(op: OperationRef<'c, 'a>, operands: &[Value<'c, 'a>]) {
+    let raw: Vec<mlir_sys::MlirValue> = operands.iter().map(|v| v.to_raw()).collect();
+    unsafe { mlir_sys::mlirOperationSetOperands(op.to_raw(), raw.len() as isize, raw.as_ptr()) };
+}
+
+/// Gives `value` a new type (importers refine types they first left unranked).
+pub fn set_value_type<'c>(value: Value<'c, '_>, ty: melior::ir::Type<'c>) {
+    unsafe { mlir_sys::mlirValueSetType(value.to_raw(), ty.to_raw()) };
+}
+
+/// The argument number of a block argument; `None` for an op result.
+pub fn block_argument_number(value: Value) -> Option<usize> {
+    unsafe {
+        mlir_sys::mlirValueIsABlockArgument(value.to_raw())
+            .then(|| mlir_sys::mlirBlockArgumentGetArgNumber(value.to_raw()) as usize)
+    }
+}
+
+/// A `&'c Context` for a `ContextRef<'c>` that outlives it.
+///
+/// melior's `ContextRef::to_ref` reinterprets a reference *to the `ContextRef` itself*, so the
+/// result dangles as soon as that `ContextRef` goes. Here each context gets one `ContextRef`
+/// kept for the process (keyed by the context's address; a later context at the same address
+/// holds the same pointer, so the kept value stays right for it): a few words per context ever
+/// created, and a reference valid for as long as the context is.
+fn lasting_context(r: melior::ContextRef<'_>) -> &melior::Context {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static KEPT: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+    // valid here: `r` lives until the end of this function
+    let raw_ctx = unsafe { r.to_ref() }.to_raw();
+    let raw = raw_ctx.ptr as usize;
+    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+    let at = *kept.get_or_insert_with(HashMap::new).entry(raw).or_insert_with(|| {
+        let boxed: Box<melior::ContextRef<'static>> = Box::new(unsafe { melior::ContextRef::from_raw(raw_ctx) });
+        Box::into_raw(boxed) as usize
+    });
+    let kept_ref: &'static melior::ContextRef<'static> = unsafe { &*(at as *const melior::ContextRef<'static>) };
+    unsafe { kept_ref.to_ref() }
+}
+
+/// The context an op lives in, for as long as the op's borrow of it.
+pub fn context_of<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> &'c melior::Context {
+    lasting_context(op.context())
+}
+
+/// The context a value lives in.
+pub fn value_context<'c>(v: Value<'c, '_>) -> &'c melior::Context {
+    lasting_context(v.context())
+}
+
+/// The context of a module.
+pub fn module_context<'c>(module: &Module<'c>) -> &'c melior::Context {
+    lasting_context(module.context())
+}
+
+/// Sets a function's `function_type` from its argument and result types.
+pub fn set_function_type<'c>(
+    ctx: &'c melior::Context,
+    f: OperationRef<'c, '_>,
+    ins: &[melior::ir::Type<'c>],
+    outs: &[melior::ir::Type<'c>],
+) {
+    use melior::ir::attribute::TypeAttribute;
+    let ty = melior::ir::r#type::FunctionType::new(ctx, ins, outs);
+    as_mut(f).set_attribute("function_type", TypeAttribute::new(ty.into()).into());
+}
+
+/// The entry of a `DictionaryAttr` named `key`.
+pub fn dictionary_get<'c>(dict: Attribute<'c>, key: &str) -> Option<Attribute<'c>> {
+    unsafe {
+        if !mlir_sys::mlirAttributeIsADictionary(dict.to_raw()) {
+            return None;
+        }
+        let id = mlir_sys::MlirStringRef {
+            data: key.as_ptr() as *const _,
+            length: key.len(),
+        };
+        let a = mlir_sys::mlirDictionaryAttrGetElementByName(dict.to_raw(), id);
+        (!a.ptr.is_null()).then(|| Attribute::from_raw(a))
+    }
 }

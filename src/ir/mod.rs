@@ -14,6 +14,7 @@ pub mod context;
 pub mod graph;
 pub mod io;
 pub mod keys;
+pub mod ops;
 pub mod quant;
 pub mod types;
 

@@ -114,3 +114,89 @@ pub fn dtype_to_type<'c>(ctx: &'c melior::Context, d: DType) -> Type<'c> {
         DType::I64 => IntegerType::new(ctx, 64).into(),
     }
 }
+
+/// A tensor type: unranked when `dims` is None, `?` for an unknown dim.
+pub fn tensor_type_of<'c>(elem: Type<'c>, dims: Option<&[Option<i64>]>) -> Type<'c> {
+    unsafe {
+        match dims {
+            None => Type::from_raw(mlir_sys::mlirUnrankedTensorTypeGet(elem.to_raw())),
+            Some(d) => {
+                let shape: Vec<i64> = d.iter().map(|x| x.unwrap_or(i64::MIN)).collect();
+                Type::from_raw(mlir_sys::mlirRankedTensorTypeGet(
+                    shape.len() as isize,
+                    shape.as_ptr(),
+                    elem.to_raw(),
+                    mlir_sys::mlirAttributeGetNull(),
+                ))
+            }
+        }
+    }
+}
+
+/// The type of an attribute (a dense constant's tensor type).
+pub fn attr_type(a: melior::ir::Attribute) -> Type {
+    use melior::ir::attribute::AttributeLike;
+    unsafe { Type::from_raw(mlir_sys::mlirAttributeGetType(a.to_raw())) }
+}
+
+/// True for a ranked tensor type.
+pub fn is_ranked_tensor(t: Type) -> bool {
+    unsafe { mlir_sys::mlirTypeIsARankedTensor(t.to_raw()) }
+}
+
+/// MLIR's `none` type (the type of an absent optional operand).
+pub fn none_type(ctx: &melior::Context) -> Type<'_> {
+    unsafe { Type::from_raw(mlir_sys::mlirNoneTypeGet(ctx.to_raw())) }
+}
+
+/// What a scalar element type is, for translating it to another type system (ONNX data types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scalar {
+    F32,
+    F64,
+    F16,
+    BF16,
+    /// An integer of `width` bits; `signed` is false only for `ui` types.
+    Int {
+        width: u32,
+        signed: bool,
+    },
+    /// A `!quant` type, by its storage integer.
+    Quantized {
+        width: u32,
+        signed: bool,
+    },
+}
+
+/// The [`Scalar`] kind of an element type; `None` for types with no such reading.
+pub fn scalar_kind(t: Type) -> Option<Scalar> {
+    let raw = t.to_raw();
+    unsafe {
+        if mlir_sys::mlirTypeIsAQuantizedType(raw) {
+            let storage = mlir_sys::mlirQuantizedTypeGetStorageType(raw);
+            return Some(Scalar::Quantized {
+                width: mlir_sys::mlirIntegerTypeGetWidth(storage),
+                signed: mlir_sys::mlirQuantizedTypeIsSigned(raw),
+            });
+        }
+        if mlir_sys::mlirTypeIsAF32(raw) {
+            return Some(Scalar::F32);
+        }
+        if mlir_sys::mlirTypeIsAF64(raw) {
+            return Some(Scalar::F64);
+        }
+        if mlir_sys::mlirTypeIsAF16(raw) {
+            return Some(Scalar::F16);
+        }
+        if mlir_sys::mlirTypeIsABF16(raw) {
+            return Some(Scalar::BF16);
+        }
+        if mlir_sys::mlirTypeIsAInteger(raw) {
+            return Some(Scalar::Int {
+                width: mlir_sys::mlirIntegerTypeGetWidth(raw),
+                signed: !mlir_sys::mlirIntegerTypeIsUnsigned(raw),
+            });
+        }
+    }
+    None
+}

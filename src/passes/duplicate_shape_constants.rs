@@ -25,9 +25,9 @@
 
 use super::{PassOptions, PassReport};
 use crate::dialects::{self, rule};
-use crate::inspect::is_constant_op;
-use crate::interp::location_string;
 use crate::ir::graph::{body_ops, clone_op, defining_op, functions, insert_after, op_name, set_operand, uses};
+use crate::ir::ops::is_constant_op;
+use crate::ir::ops::location_string;
 use crate::ir::IrError;
 use melior::ir::operation::OperationLike;
 use melior::ir::{Module, OperationRef};

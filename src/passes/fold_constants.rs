@@ -12,54 +12,14 @@
 //! Quant casts are never folded (they are what the rewriter inserts); constants left without
 //! uses are erased.
 
-use super::{erase_with_dead_constants, PassOptions, PassReport};
-use crate::inspect::is_constant_op;
+use super::{PassOptions, PassReport};
 use crate::interp::build_kernel;
-use crate::ir::graph::{body_ops, defining_op, erase_op, functions, insert_before, op_name, replace_all_uses, uses};
-use crate::ir::{attribute_to_tensor, tensor_to_attribute, IrError};
+use crate::ir::graph::{body_ops, defining_op, erase_op, functions, op_name, replace_all_uses, uses};
+use crate::ir::ops::{constant_value, erase_with_dead_constants, insert_constant, is_constant_op};
+use crate::ir::IrError;
 use crate::tensor::Tensor;
-use melior::ir::attribute::AttributeLike;
-use melior::ir::operation::{OperationBuilder, OperationLike};
-use melior::ir::{Identifier, Module, OperationRef, ValueLike};
-
-/// The value of a constant op's `value` attribute.
-pub fn constant_value(op: OperationRef) -> Option<Tensor> {
-    if !is_constant_op(&op) {
-        return None;
-    }
-    attribute_to_tensor(op.attribute("value").ok()?, "constant").ok()
-}
-
-/// A new constant op holding `t`, in the dialect of `like` (`tf.Const` next to TF ops,
-/// `arith.constant` otherwise), inserted before `anchor`.
-pub fn insert_constant<'c, 'a>(
-    anchor: OperationRef<'c, 'a>,
-    t: &Tensor,
-    tf: bool,
-    loc: melior::ir::Location<'c>,
-) -> Result<OperationRef<'c, 'a>, IrError> {
-    let ctx_ref = anchor.context();
-    let ctx = unsafe { ctx_ref.to_ref() };
-    insert_constant_attr(anchor, tensor_to_attribute(ctx, t), tf, loc)
-}
-
-/// A new constant op holding `attr`, inserted before `anchor`.
-pub fn insert_constant_attr<'c, 'a>(
-    anchor: OperationRef<'c, 'a>,
-    attr: melior::ir::Attribute<'c>,
-    tf: bool,
-    loc: melior::ir::Location<'c>,
-) -> Result<OperationRef<'c, 'a>, IrError> {
-    let ctx_ref = anchor.context();
-    let ctx = unsafe { ctx_ref.to_ref() };
-    let name = if tf { "tf.Const" } else { "arith.constant" };
-    let op = OperationBuilder::new(name, loc)
-        .add_attributes(&[(Identifier::new(ctx, "value"), attr)])
-        .add_results(&[attr.r#type()])
-        .build()
-        .map_err(|e| IrError::Invalid(format!("cannot build {name}: {e}")))?;
-    insert_before(anchor, op)
-}
+use melior::ir::operation::OperationLike;
+use melior::ir::{Module, ValueLike};
 
 pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
     let mut report = PassReport::default();

@@ -16,7 +16,7 @@ use super::{PassOptions, PassReport};
 use crate::ir::graph::{defining_op, insert_after, insert_before, set_operand, uses};
 use crate::ir::quant::quantized_tensor_type;
 use crate::ir::IrError;
-use crate::quantize::plan;
+use crate::recipe::plan;
 use melior::ir::operation::{OperationBuilder, OperationLike};
 use melior::ir::{Location, Module, Value, ValueLike};
 
@@ -41,8 +41,7 @@ pub fn insert_pair<'c: 'a, 'a>(
     key: &str,
     p: &crate::params::QuantParams,
 ) -> Result<Value<'c, 'a>, IrError> {
-    let ctx_ref = v.context();
-    let ctx = unsafe { ctx_ref.to_ref() };
+    let ctx = crate::ir::graph::value_context(v);
     let qty = quantized_tensor_type(ctx, v.r#type(), p)?;
     let old_uses = uses(v);
     let base = v.location();

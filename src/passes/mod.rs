@@ -5,7 +5,6 @@
 
 pub mod duplicate_shape_constants;
 pub mod fold_batchnorm;
-pub mod fold_batchnorm_onnx;
 pub mod fold_constants;
 pub mod insert_qdq;
 pub mod quantize_weights;
@@ -35,7 +34,7 @@ impl PassReport {
 #[derive(Debug, Clone, Default)]
 pub struct PassOptions {
     pub stats: Option<crate::calibration::StatsFile>,
-    pub config: crate::quantize::QuantConfig,
+    pub config: crate::recipe::QuantConfig,
 }
 
 /// One registered pass.
@@ -83,27 +82,6 @@ pub const PASSES: &[PassInfo] = &[
         run: insert_qdq::run,
     },
 ];
-
-/// Erases `op` (which must have no uses left), then each distinct constant that fed it and is
-/// now unused.
-pub(crate) fn erase_with_dead_constants(op: melior::ir::OperationRef) -> Result<(), IrError> {
-    use crate::ir::graph::{defining_op, erase_op, uses};
-    use melior::ir::operation::OperationLike;
-    let mut consts: Vec<melior::ir::OperationRef> = op
-        .operands()
-        .filter_map(defining_op)
-        .filter(crate::inspect::is_constant_op)
-        .collect();
-    consts.sort_by_key(|d| d.to_raw().ptr as usize);
-    consts.dedup_by_key(|d| d.to_raw().ptr as usize);
-    erase_op(op)?;
-    for d in consts {
-        if d.results().all(|r| uses(r.into()).is_empty()) {
-            erase_op(d)?;
-        }
-    }
-    Ok(())
-}
 
 /// The pass called `name`.
 pub fn find(name: &str) -> Option<&'static PassInfo> {

@@ -15,21 +15,21 @@
 //! ```
 //! A weight shared by several ops is quantized once; bias overflows are reported per channel.
 
-use super::fold_constants::{constant_value, insert_constant, insert_constant_attr};
 use super::{PassOptions, PassReport};
 use crate::dialects::{rule, OpRule};
-use crate::inspect::is_constant_op;
-use crate::interp::location_string;
 use crate::ir::attrs::op_attrs;
 use crate::ir::constants::int4_attribute;
 use crate::ir::graph::{body_ops, defining_op, erase_op, find_function, insert_after, op_name, set_operand, uses};
+use crate::ir::ops::is_constant_op;
+use crate::ir::ops::location_string;
+use crate::ir::ops::{constant_value, insert_constant, insert_constant_attr};
 use crate::ir::quant::quantized_tensor_type;
 use crate::ir::IrError;
 use crate::params::{
     compute, compute_per_axis, quantize, quantize_bias, to_bf16, to_f16, QuantParams, RangeOptions, Rounding,
     StorageType,
 };
-use crate::quantize::{plan, Resolved, WeightMode};
+use crate::recipe::{plan, Resolved, WeightMode};
 use crate::tensor::Tensor;
 use melior::ir::operation::{OperationBuilder, OperationLike};
 use melior::ir::{Location, Module, OperationRef, Value, ValueLike};
@@ -96,8 +96,7 @@ fn constant_then<'c, 'a>(
     make: impl FnOnce(OperationRef<'c, 'a>, &'c melior::Context, Location<'c>) -> Result<OperationRef<'c, 'a>, IrError>,
     ops: impl FnOnce(&'c melior::Context) -> Result<Vec<(&'static str, melior::ir::Type<'c>)>, IrError>,
 ) -> Result<Value<'c, 'a>, IrError> {
-    let ctx_ref = anchor.context();
-    let ctx = unsafe { ctx_ref.to_ref() };
+    let ctx = crate::ir::graph::context_of(&anchor);
     let loc = Location::name(ctx, key, anchor.location());
     let next = anchor
         .next_in_block()
@@ -280,7 +279,7 @@ type BiasSite<'c, 'a> = (OperationRef<'c, 'a>, usize, OperationRef<'c, 'a>, Arra
 fn bias_site<'c, 'a>(
     op: OperationRef<'c, 'a>,
     r: &OpRule,
-    plan: &crate::quantize::Plan<'c, 'a>,
+    plan: &crate::recipe::Plan<'c, 'a>,
 ) -> Option<BiasSite<'c, 'a>> {
     let s_in = plan.params_of(op.operand(*r.activations.first()?).ok()?)?;
     if s_in.scale.len() != 1 {

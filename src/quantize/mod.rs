@@ -4,91 +4,18 @@
 
 pub mod cache;
 pub mod calibrate;
-pub mod plan;
-pub mod recipe;
 pub mod summary;
 
+pub use crate::recipe::file as recipe;
+pub use crate::recipe::plan::{self, plan, ActivationPoint, Plan};
+pub use crate::recipe::{glob, parse_activations, Override, QuantConfig, Resolved, WeightMode};
 pub use calibrate::{calibrate, calibrate_cached, CalibrateOptions, Calibrated};
-pub use plan::{plan, ActivationPoint, Plan};
-pub use recipe::{parse_activations, Override, Resolved};
 
 use crate::calibration::StatsFile;
 use crate::ir::IrError;
-use crate::params::{BiasOverflowPolicy, Scheme, StorageType};
 use crate::passes::{self, PassOptions, PassReport};
 use melior::ir::Module;
-use serde::{Deserialize, Serialize};
-
-/// How weights are stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WeightMode {
-    Int8,
-    Int4,
-    Fp16,
-    Bf16,
-}
-
-/// The quantization recipe.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct QuantConfig {
-    /// Parameter scheme for activations and weights.
-    pub scheme: Scheme,
-    /// Activation storage; `None` = weight-only.
-    pub activations: Option<StorageType>,
-    pub symmetric_activations: bool,
-    pub weights: WeightMode,
-    /// Per-channel weights (per-tensor otherwise).
-    pub per_channel: bool,
-    /// Op names (`tf.MatMul`, `*Conv*`) or tensor keys left in float.
-    pub exclude: Vec<String>,
-    pub bias_overflow: BiasOverflowPolicy,
-    /// Quantize the model's outputs too (a fully integer graph); off by default, the outputs
-    /// come out of the last op in float.
-    pub quantize_outputs: bool,
-    /// 7-bit weights in int8 storage (onnxruntime's `reduce_range`): x86 CPUs without VNNI
-    /// multiply u8×s8 pairs into int16 and saturate on full-range weights. Not in the `mlir`
-    /// scheme.
-    pub reduce_range: bool,
-    /// Calibration method when `quantize` calibrates itself (a recipe's `method`).
-    pub method: Option<String>,
-    pub percentile: Option<f64>,
-    /// Per-op / per-tensor overrides, later ones winning.
-    pub overrides: Vec<recipe::Override>,
-}
-
-impl Default for QuantConfig {
-    fn default() -> Self {
-        QuantConfig {
-            scheme: Scheme::Mlir,
-            activations: Some(StorageType::Int8),
-            symmetric_activations: false,
-            weights: WeightMode::Int8,
-            per_channel: true,
-            exclude: Vec::new(),
-            bias_overflow: BiasOverflowPolicy::Clip,
-            quantize_outputs: false,
-            reduce_range: false,
-            method: None,
-            percentile: None,
-            overrides: Vec::new(),
-        }
-    }
-}
-
-/// True when `pattern` (with `*` wildcards) matches `text`.
-pub fn glob(pattern: &str, text: &str) -> bool {
-    fn go(p: &[u8], t: &[u8]) -> bool {
-        match (p.first(), t.first()) {
-            (None, None) => true,
-            (Some(b'*'), _) => go(&p[1..], t) || (!t.is_empty() && go(p, &t[1..])),
-            (Some(a), Some(b)) if a == b => go(&p[1..], &t[1..]),
-            _ => false,
-        }
-    }
-    go(pattern.as_bytes(), text.as_bytes())
-}
+use serde::Serialize;
 
 /// The passes run before calibration and before quantization alike, so that both see the
 /// same ops and the same tensor keys.

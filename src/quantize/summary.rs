@@ -49,7 +49,7 @@ pub fn summarize(module: &Module, config: &QuantConfig) -> Result<Summary, IrErr
         let Some(r) = rule(&name) else {
             let structural = name.starts_with("quant.")
                 || name == "func.return"
-                || crate::inspect::is_constant_op(&op)
+                || crate::ir::ops::is_constant_op(&op)
                 || op.result_count() == 0;
             if !structural {
                 *s.unknown_ops.entry(name).or_default() += 1;

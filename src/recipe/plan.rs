@@ -11,9 +11,9 @@
 use super::{QuantConfig, Resolved};
 use crate::calibration::StatsFile;
 use crate::dialects::{rule, shape_operands};
-use crate::inspect::is_constant_op;
 use crate::ir::graph::{body_ops, defining_op, find_function, op_name, uses};
 use crate::ir::keys::TensorKeys;
+use crate::ir::ops::is_constant_op;
 use crate::ir::types::tensor_type;
 use crate::ir::IrError;
 use crate::params::{compute, QuantParams, RangeOptions, Scheme, StorageType};

@@ -17,20 +17,19 @@
 //! need (10 per-tensor int8/uint8, 13 per-axis, 21 for int4/int16) when no op of the model
 //! changed meaning in between.
 
-use super::import::NO_VALUE;
 use super::proto::{self, attribute_type as at, data_type as dt, AttributeProto, NodeProto, TensorProto};
-use super::types::onnx_element;
+use crate::dialects::onnx::NO_VALUE;
+use crate::dialects::onnx_types::onnx_element;
 use crate::fsutil::write_atomic;
-use crate::inspect::{entry_function_names, is_constant_op};
 use crate::ir::attrs::{attr_value, op_attrs, AttrValue};
 use crate::ir::graph::{body_ops, find_function, op_name};
 use crate::ir::keys::{location_name, TensorKeys};
+use crate::ir::ops::{entry_function_names, is_constant_op};
 use crate::ir::quant::params_from_type;
 use crate::ir::types::element_type;
 use crate::ir::IrError;
 use crate::params::{Scheme, StorageType};
 use crate::tensor::Tensor;
-use melior::ir::attribute::AttributeLike;
 use melior::ir::block::BlockLike;
 use melior::ir::operation::OperationLike;
 use melior::ir::{Location, Module, OperationRef, RegionLike, Type, Value, ValueLike};
@@ -109,6 +108,11 @@ const CHANGED_AT: &[(&str, i64, Change)] = &[
     ("BatchNormalization", 14, Change::Other),
     ("Dropout", 12, Change::Other),
 ];
+
+/// The ops of [`CHANGED_AT`] (for the table cross-check).
+pub fn opset_changed_ops() -> Vec<&'static str> {
+    CHANGED_AT.iter().map(|(op, _, _)| *op).collect()
+}
 
 /// The smallest default-domain opset that can express a quantized type.
 fn opset_for(dtype: StorageType, per_axis: bool) -> i64 {
@@ -212,7 +216,7 @@ fn initializer(op: OperationRef, name: &str, path: &Path) -> Result<TensorProto,
     let attr = op
         .attribute("value")
         .map_err(|x| e(path, format!("constant '{name}': {x}")))?;
-    let ty = unsafe { Type::from_raw(mlir_sys::mlirAttributeGetType(attr.to_raw())) };
+    let ty = crate::ir::types::attr_type(attr);
     let elem_ty = element_type(ty).ok_or_else(|| e(path, format!("constant '{name}' is not a tensor")))?;
     let elem = onnx_element(elem_ty).ok_or_else(|| {
         e(
@@ -222,17 +226,11 @@ fn initializer(op: OperationRef, name: &str, path: &Path) -> Result<TensorProto,
     })?;
     let dims = dims_of(ty).unwrap_or_default();
     let n: i64 = dims.iter().map(|d| d.unwrap_or(0)).product();
-    let size = super::types::raw_size(elem).unwrap_or(0);
-    let dense = unsafe { mlir_sys::mlirAttributeIsADenseElements(attr.to_raw()) };
-    let splat = dense && unsafe { mlir_sys::mlirDenseElementsAttrIsSplat(attr.to_raw()) };
-    if dense && !splat && size > 0 && elem != dt::BOOL {
-        let ptr = unsafe { mlir_sys::mlirDenseElementsAttrGetRawData(attr.to_raw()) } as *const u8;
-        let len = n as usize * size;
-        let raw = if len == 0 || ptr.is_null() {
-            Vec::new()
-        } else {
-            unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()
-        };
+    let size = crate::dialects::onnx_types::raw_size(elem).unwrap_or(0);
+    let raw = (size > 0 && elem != dt::BOOL)
+        .then(|| crate::ir::constants::dense_raw_bytes(attr, n as usize * size))
+        .flatten();
+    if let Some(raw) = raw {
         return Ok(TensorProto {
             dims: dims.iter().map(|d| d.unwrap_or(0)).collect(),
             data_type: elem,
@@ -573,7 +571,7 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, IrError
                         path,
                         format!(
                             "op {name} ({}) has no ONNX form: .onnx holds ONNX ops (an ONNX import, or a TF model lowered by --pass tf-to-onnx, which quantize -o x.onnx runs itself)",
-                            crate::interp::location_string(op.location())
+                            crate::ir::ops::location_string(op.location())
                         ),
                     ));
                 };

@@ -26,9 +26,12 @@
 //! unranked types with an element type from [`result_element`].
 
 use super::proto::{self, attribute_type as at, data_type as dt, AttributeProto, ModelProto, TensorProto};
-use super::types::{mlir_element, name as type_name, raw_size};
-use crate::formats::infer_types::{attr_type, infer_types, set_function_type, tensor_type_of};
+use crate::dialects::onnx::NO_VALUE;
+use crate::dialects::onnx_types::{mlir_element, name as type_name, raw_size};
+use crate::interp::infer_types::infer_types;
 use crate::ir::constants::{int4_attribute, tensor_to_attribute};
+use crate::ir::graph::set_function_type;
+use crate::ir::types::{attr_type, tensor_type_of};
 use crate::ir::IrError;
 use crate::tensor::Tensor;
 use melior::dialect::func;
@@ -38,16 +41,11 @@ use melior::ir::attribute::{
 use melior::ir::block::BlockLike;
 use melior::ir::operation::{OperationBuilder, OperationLike, OperationMutLike};
 use melior::ir::r#type::{FunctionType, IntegerType};
-use melior::ir::{
-    Attribute, Block, Identifier, Location, Module, Region, RegionLike, Type, TypeLike, Value, ValueLike,
-};
+use melior::ir::{Attribute, Block, Identifier, Location, Module, Region, RegionLike, Type, Value, ValueLike};
 use melior::Context;
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-
-/// The op that stands for an absent optional input.
-pub const NO_VALUE: &str = "onnx.NoValue";
 
 /// Reads and imports an `.onnx` file (external data relative to its folder).
 pub fn load<'c>(ctx: &'c Context, path: &Path) -> Result<Module<'c>, IrError> {
@@ -175,8 +173,7 @@ fn set_module_attrs(ctx: &Context, module: &Module, m: &ModelProto) {
             blobs(m.training_info.iter().map(|f| f.encode_to_vec()).collect()),
         ));
     }
-    let op = module.as_operation();
-    let mut op = unsafe { melior::ir::operation::OperationRefMut::from_raw(op.to_raw()) };
+    let mut op = crate::ir::graph::module_op_mut(module);
     for (k, v) in attrs {
         op.set_attribute(crate::ir::ref_str(k.as_string_ref()).unwrap_or_default(), v);
     }
@@ -346,13 +343,7 @@ impl<'c> Reader<'c, '_> {
                     )));
                 }
                 let ty = tensor_type_of(elem, Some(&t.dims.iter().map(|&d| Some(d)).collect::<Vec<_>>()));
-                Ok(unsafe {
-                    Attribute::from_raw(mlir_sys::mlirDenseElementsAttrRawBufferGet(
-                        ty.to_raw(),
-                        bytes.len(),
-                        bytes.as_ptr() as *const _,
-                    ))
-                })
+                Ok(crate::ir::constants::dense_from_raw(ty, &bytes))
             }
         }
     }
@@ -378,13 +369,7 @@ impl<'c> Reader<'c, '_> {
                 let t = a.t.as_ref().ok_or_else(|| e("a tensor without a value"))?;
                 self.tensor_attr(t, &format!("{node}/{}", a.name))?
             }
-            at::FLOATS => unsafe {
-                Attribute::from_raw(mlir_sys::mlirDenseF32ArrayGet(
-                    ctx.to_raw(),
-                    a.floats.len() as isize,
-                    a.floats.as_ptr(),
-                ))
-            },
+            at::FLOATS => crate::ir::constants::dense_f32_array(ctx, &a.floats),
             at::INTS => DenseI64ArrayAttribute::new(ctx, &a.ints).into(),
             at::STRINGS => {
                 let v: Result<Vec<String>, IrError> = a.strings.iter().map(|s| utf8(s)).collect();
@@ -405,13 +390,9 @@ impl<'c> Reader<'c, '_> {
             .attribute
             .first()
             .ok_or_else(|| (self.err)(format!("node '{}': Constant without a value", n.name)))?;
-        let dense = |elem: Type<'c>, dims: &[i64], bytes: Vec<u8>| unsafe {
+        let dense = |elem: Type<'c>, dims: &[i64], bytes: Vec<u8>| {
             let ty = tensor_type_of(elem, Some(&dims.iter().map(|&d| Some(d)).collect::<Vec<_>>()));
-            Attribute::from_raw(mlir_sys::mlirDenseElementsAttrRawBufferGet(
-                ty.to_raw(),
-                bytes.len(),
-                bytes.as_ptr() as *const _,
-            ))
+            crate::ir::constants::dense_from_raw(ty, &bytes)
         };
         let i64t: Type = IntegerType::new(ctx, 64).into();
         Ok(match a.name.as_str() {
@@ -449,15 +430,7 @@ pub fn op_name_of(domain: &str, op_type: &str) -> String {
 
 /// The element type of a node's result before inference can tell (see module docs).
 fn result_element<'c>(ctx: &'c Context, n: &proto::NodeProto, operands: &[Type<'c>], i: usize) -> Type<'c> {
-    let elem_of = |t: Type<'c>| -> Type<'c> {
-        unsafe {
-            if mlir_sys::mlirTypeIsAShaped(t.to_raw()) {
-                Type::from_raw(mlir_sys::mlirShapedTypeGetElementType(t.to_raw()))
-            } else {
-                Type::float32(ctx)
-            }
-        }
-    };
+    let elem_of = |t: Type<'c>| -> Type<'c> { crate::ir::types::element_type(t).unwrap_or_else(|| Type::float32(ctx)) };
     let operand = |k: usize| operands.get(k).copied().map(elem_of);
     let int_attr = |name: &str| n.attribute.iter().find(|a| a.name == name).map(|a| a.i as i32);
     let i64t = || IntegerType::new(ctx, 64).into();
@@ -611,7 +584,7 @@ fn build_function<'c>(r: &Reader<'c, '_>, module: &Module<'c>, m: &ModelProto, f
                 let v = match no_value {
                     Some(v) => v,
                     None => {
-                        let none = unsafe { Type::from_raw(mlir_sys::mlirNoneTypeGet(ctx.to_raw())) };
+                        let none = crate::ir::types::none_type(ctx);
                         let op = OperationBuilder::new(NO_VALUE, Location::unknown(ctx))
                             .add_results(&[none])
                             .build()
@@ -679,7 +652,7 @@ fn build_function<'c>(r: &Reader<'c, '_>, module: &Module<'c>, m: &ModelProto, f
             .ok_or_else(|| err(format!("output '{}' is not produced by any node", v.name)))?;
         if let Some(t) = out_declared[k] {
             // the declared type is what the signature promises
-            unsafe { mlir_sys::mlirValueSetType(val.to_raw(), t.to_raw()) };
+            crate::ir::graph::set_value_type(val, t);
         }
         rets.push(val);
     }

@@ -5,7 +5,6 @@
 pub mod export;
 pub mod import;
 pub mod proto;
-pub mod types;
 
 pub use export::{export, save};
 pub use import::{import, load};

@@ -33,9 +33,11 @@ use super::bundle::tf_dtype;
 use super::proto::{AttrValue, FunctionDef, GraphDef, MetaGraphDef, NodeDef, OpDef, SavedModel};
 use super::variables::Checkpoint;
 use super::{meta_graph, pb_error, DEFAULT_SIGNATURE};
-use crate::formats::infer_types::{attr_type, infer_types, set_function_type, tensor_type_of};
+use crate::interp::infer_types::infer_types;
 use crate::ir::constants::tensor_to_attribute;
+use crate::ir::graph::set_function_type;
 use crate::ir::types::dtype_to_type;
+use crate::ir::types::{attr_type, tensor_type_of};
 use crate::ir::IrError;
 use melior::dialect::func;
 use melior::ir::attribute::{StringAttribute, TypeAttribute};
@@ -47,41 +49,7 @@ use melior::Context;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
-/// Ops TensorFlow uses for control flow, which a straight-line function cannot hold.
-const CONTROL_FLOW: &[&str] = &[
-    "Switch",
-    "RefSwitch",
-    "Merge",
-    "RefMerge",
-    "Enter",
-    "RefEnter",
-    "Exit",
-    "RefExit",
-    "NextIteration",
-    "RefNextIteration",
-    "LoopCond",
-    "ControlTrigger",
-    "If",
-    "StatelessIf",
-    "While",
-    "StatelessWhile",
-    "Case",
-    "StatelessCase",
-    "For",
-];
-
-/// Ops that only forward their inputs: their results are their inputs.
-const IDENTITIES: &[&str] = &["Identity", "IdentityN", "StopGradient", "Snapshot", "PreventGradient"];
-
-/// Call ops whose callee is attribute `f`.
-const CALLS: &[&str] = &["StatefulPartitionedCall", "PartitionedCall"];
-
-/// Deepest call nesting followed (deeper is taken as recursion).
-const MAX_CALL_DEPTH: usize = 64;
-
-const DT_STRING: i32 = 7;
-const DT_RESOURCE: i32 = 20;
-const DT_VARIANT: i32 = 21;
+use super::graph_ops::{CALLS, CONTROL_FLOW, DT_RESOURCE, DT_STRING, DT_VARIANT, IDENTITIES, MAX_CALL_DEPTH};
 
 /// A value flowing through the graph: a tensor, or a variable (a resource handle).
 #[derive(Clone, Copy)]
@@ -309,7 +277,7 @@ fn set_versions(ctx: &Context, module: &Module, graph: &GraphDef) {
         v.producer
     );
     if let Some(a) = Attribute::parse(ctx, &text) {
-        let mut op = unsafe { melior::ir::operation::OperationRefMut::from_raw(module.as_operation().to_raw()) };
+        let mut op = crate::ir::graph::module_op_mut(module);
         op.set_attribute("tf.versions", a);
     }
 }

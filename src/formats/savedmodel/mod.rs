@@ -11,6 +11,7 @@
 
 pub mod attrs;
 pub mod bundle;
+pub mod graph_ops;
 pub mod import;
 pub mod proto;
 pub mod variables;

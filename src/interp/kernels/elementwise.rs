@@ -210,6 +210,11 @@ pub enum UnOp {
     Relu6,
     Elu,
     LeakyRelu(f32),
+    /// γ·x for x > 0, γ·α·(eˣ − 1) otherwise.
+    Selu {
+        alpha: f32,
+        gamma: f32,
+    },
     Sigmoid,
     Tanh,
     Erf,
@@ -261,6 +266,9 @@ pub fn unary_fn(op: UnOp) -> Box<dyn Fn(f32) -> f32 + Send + Sync> {
         UnOp::Relu6 => Box::new(relu6),
         UnOp::Elu => Box::new(|x: f32| if x > 0.0 { x } else { x.exp_m1() }),
         UnOp::LeakyRelu(alpha) => Box::new(move |x: f32| if x > 0.0 { x } else { alpha * x }),
+        UnOp::Selu { alpha, gamma } => {
+            Box::new(move |x: f32| if x > 0.0 { gamma * x } else { gamma * alpha * x.exp_m1() })
+        }
         UnOp::Sigmoid => Box::new(|x: f32| 1.0 / (1.0 + (-x).exp())),
         UnOp::Tanh => Box::new(f32::tanh),
         UnOp::Erf => Box::new(libm::erff),

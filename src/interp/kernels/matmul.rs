@@ -4,6 +4,8 @@
 
 use super::elementwise::broadcast_shape;
 use super::{from_vec, KernelResult};
+use crate::tensor::Tensor;
+use ndarray::Axis;
 use ndarray::{ArrayD, IxDyn};
 
 /// c[m×n] = a[m×k] · b[k×n] for row-major slices with explicit row/column strides, overwriting c.
@@ -191,4 +193,28 @@ mod tests {
             assert_eq!(got, want);
         }
     }
+}
+
+/// NumPy matmul: 1-D operands get a unit dim that is dropped again, batch dims broadcast.
+pub fn numpy_matmul(a: &Tensor, b: &Tensor) -> KernelResult<Tensor> {
+    let (Tensor::F32(a), Tensor::F32(b)) = (a, b) else {
+        return Err(format!("MatMul of {} and {}", a.dtype(), b.dtype()));
+    };
+    let (a1, b1) = (a.ndim() == 1, b.ndim() == 1);
+    let a2 = if a1 { a.clone().insert_axis(Axis(0)) } else { a.clone() };
+    let b2 = if b1 { b.clone().insert_axis(Axis(1)) } else { b.clone() };
+    let mut y = if a2.ndim() == 2 && b2.ndim() == 2 {
+        matmul(&a2, &b2, false, false)?
+    } else {
+        batch_matmul(&a2, &b2, false, false)?
+    };
+    if b1 {
+        let last = y.ndim() - 1;
+        y = y.remove_axis(Axis(last));
+    }
+    if a1 {
+        let at = y.ndim() - if b1 { 1 } else { 2 };
+        y = y.remove_axis(Axis(at));
+    }
+    Ok(Tensor::F32(y))
 }

@@ -2,9 +2,11 @@
 //! dialect table (`interp/tf.rs`) maps an op name and its attributes to one of these.
 
 pub mod conv;
+pub mod conv_nchw;
 pub mod conv_transpose;
 pub mod einsum;
 pub mod elementwise;
+pub mod indexing;
 pub mod layout;
 pub mod matmul;
 pub mod norm;

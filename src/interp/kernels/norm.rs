@@ -75,3 +75,22 @@ mod tests {
         }
     }
 }
+
+/// Mean and variance over `axes` of every slice along the others; y = (x − μ)/√(σ² + ε).
+pub fn normalize(x: &ArrayD<f32>, from_axis: usize, eps: f32) -> ArrayD<f32> {
+    let inner: usize = x.shape()[from_axis..].iter().product();
+    let mut y = x.as_standard_layout().into_owned();
+    if inner == 0 {
+        return y;
+    }
+    if let Some(s) = y.as_slice_mut() {
+        for row in s.chunks_mut(inner) {
+            let n = row.len() as f32;
+            let mean = row.iter().sum::<f32>() / n;
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+            let inv = 1.0 / (var + eps).sqrt();
+            row.iter_mut().for_each(|v| *v = (*v - mean) * inv);
+        }
+    }
+    y
+}

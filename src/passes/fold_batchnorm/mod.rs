@@ -16,14 +16,16 @@
 //! An `AddV2`/`Sub` of a per-channel constant right after a compute op becomes a `BiasAdd`
 //! too (negated for `Sub`), so that the bias is fused and quantized to int32.
 
-use super::fold_constants::{constant_value, insert_constant};
-use super::{erase_with_dead_constants, PassOptions, PassReport};
+mod onnx;
+
+use super::{PassOptions, PassReport};
 use crate::dialects::rule;
-use crate::inspect::is_constant_op;
 use crate::ir::attrs::op_attrs;
 use crate::ir::graph::{
     body_ops, defining_op, erase_op, functions, insert_after, op_name, replace_all_uses, set_operand, uses,
 };
+use crate::ir::ops::is_constant_op;
+use crate::ir::ops::{constant_value, erase_with_dead_constants, insert_constant};
 use crate::ir::IrError;
 use crate::tensor::Tensor;
 use melior::ir::attribute::StringAttribute;
@@ -98,8 +100,7 @@ fn out_channels(op: OperationRef) -> Option<usize> {
 
 /// Replaces `add` (AddV2/Add/Sub/BiasAdd of `x` and a per-channel constant) by a BiasAdd.
 fn to_bias_add<'c, 'a>(add: OperationRef<'c, 'a>, x: Value<'c, 'a>, bias: Vec<f32>) -> Result<(), IrError> {
-    let ctx_ref = add.context();
-    let ctx = unsafe { ctx_ref.to_ref() };
+    let ctx = crate::ir::graph::context_of(&add);
     let n = bias.len();
     let t = Tensor::F32(ArrayD::from_shape_vec(ndarray::IxDyn(&[n]), bias).map_err(err)?);
     let c = insert_constant(add, &t, true, add.location())?;
@@ -219,7 +220,7 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
                 }
             }
         }
-        super::fold_batchnorm_onnx::run(func, &mut report)?;
+        onnx::run(func, &mut report)?;
     }
     Ok(report)
 }

@@ -12,15 +12,15 @@
 //! //   %w'[o] = %w[o] · k[o],  %b'[o] = (bias[o] or 0) · k[o] + b[o]
 //! ```
 
-use super::fold_constants::{constant_value, insert_constant};
-use super::{erase_with_dead_constants, PassReport};
-use crate::inspect::is_constant_op;
 use crate::ir::attrs::op_attrs;
 use crate::ir::graph::{body_ops, defining_op, erase_op, op_name, replace_all_uses, uses};
+use crate::ir::ops::is_constant_op;
+use crate::ir::ops::{constant_value, erase_with_dead_constants, insert_constant};
 use crate::ir::IrError;
+use crate::passes::PassReport;
 use crate::tensor::Tensor;
 use melior::ir::operation::OperationLike;
-use melior::ir::{OperationRef, Value, ValueLike};
+use melior::ir::{OperationRef, Value};
 use ndarray::{ArrayD, Axis};
 
 fn err(e: impl std::fmt::Display) -> IrError {
@@ -100,7 +100,7 @@ pub fn run(func: OperationRef, report: &mut PassReport) -> Result<(), IrError> {
             .operand(2)
             .ok()
             .and_then(defining_op)
-            .filter(|d| op_name(d) != crate::formats::onnx::import::NO_VALUE);
+            .filter(|d| op_name(d) != crate::dialects::onnx::NO_VALUE);
         let mut bias: Vec<f32> = match bdef {
             None => vec![0.0; c],
             Some(d) => match constant_value(d) {
@@ -143,12 +143,8 @@ pub fn run(func: OperationRef, report: &mut PassReport) -> Result<(), IrError> {
             bdef.map(|d| d.location()).unwrap_or(wloc),
         )?;
         let x = op.operand(0).map_err(err)?;
-        let operands = [
-            x.to_raw(),
-            nw.result(0).map_err(err)?.to_raw(),
-            nb.result(0).map_err(err)?.to_raw(),
-        ];
-        unsafe { mlir_sys::mlirOperationSetOperands(op.to_raw(), 3, operands.as_ptr()) };
+        let operands = [x, nw.result(0).map_err(err)?.into(), nb.result(0).map_err(err)?.into()];
+        crate::ir::graph::set_operands(op, &operands);
         for d in [Some(wdef), bdef].into_iter().flatten() {
             if d.results().all(|r| uses(r.into()).is_empty()) {
                 erased.insert(d.to_raw().ptr as usize);
@@ -160,8 +156,8 @@ pub fn run(func: OperationRef, report: &mut PassReport) -> Result<(), IrError> {
         // mean the same tensor before and after
         replace_all_uses(cur, out);
         if let Some(last) = chain.last() {
-            let mut m = unsafe { melior::ir::operation::OperationRefMut::from_raw(op.to_raw()) };
             use melior::ir::operation::OperationMutLike;
+            let mut m = crate::ir::graph::op_mut(op);
             m.set_location(last.location());
         }
         for a in chain.into_iter().rev() {

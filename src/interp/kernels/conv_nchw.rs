@@ -1,0 +1,150 @@
+//! ONNX's NCHW convolution on the NHWC kernels: the input is transposed in and the result out,
+//! a constant OIHW filter is brought to HWIO once, and groups run as depthwise (one input
+//! channel per group) or as one convolution per group.
+
+use super::conv::{conv2d, depthwise_conv2d, Padding};
+use super::elementwise::Epilogue;
+use super::{f32_arg, Kernel, KernelResult};
+use crate::tensor::Tensor;
+use ndarray::{ArrayD, Axis, IxDyn};
+
+/// How an ONNX conv/pool pads: explicit pads, or SAME_UPPER / SAME_LOWER worked out from the
+/// input size.
+#[derive(Debug, Clone)]
+pub enum Pads {
+    Explicit([(usize, usize); 2]),
+    SameUpper,
+    SameLower,
+}
+
+impl Pads {
+    pub fn resolve(&self, hw: [usize; 2], k: [usize; 2], s: [usize; 2], dil: [usize; 2]) -> Padding {
+        match self {
+            Pads::Explicit(p) => Padding::Explicit(*p),
+            Pads::SameUpper | Pads::SameLower => {
+                let mut out = [(0, 0); 2];
+                for i in 0..2 {
+                    let o = hw[i].div_ceil(s[i]);
+                    let eff = (k[i] - 1) * dil[i] + 1;
+                    let total = ((o - 1) * s[i] + eff).saturating_sub(hw[i]);
+                    let small = total / 2;
+                    out[i] = if matches!(self, Pads::SameUpper) {
+                        (small, total - small)
+                    } else {
+                        (total - small, small)
+                    };
+                }
+                Padding::Explicit(out)
+            }
+        }
+    }
+}
+
+pub fn nchw_to_nhwc(x: &ArrayD<f32>) -> KernelResult<ArrayD<f32>> {
+    if x.ndim() != 4 {
+        return Err(format!("expected a 4-D NCHW input, got shape {:?}", x.shape()));
+    }
+    Ok(x.view()
+        .permuted_axes(IxDyn(&[0, 2, 3, 1]))
+        .as_standard_layout()
+        .into_owned())
+}
+
+pub fn nhwc_to_nchw(x: ArrayD<f32>) -> ArrayD<f32> {
+    x.permuted_axes(IxDyn(&[0, 3, 1, 2])).as_standard_layout().into_owned()
+}
+
+/// OIHW (ONNX) → HWIO (the conv kernel's layout).
+pub fn oihw_to_hwio(w: &ArrayD<f32>) -> KernelResult<ArrayD<f32>> {
+    if w.ndim() != 4 {
+        return Err(format!("expected a 4-D OIHW filter, got shape {:?}", w.shape()));
+    }
+    Ok(w.view()
+        .permuted_axes(IxDyn(&[2, 3, 1, 0]))
+        .as_standard_layout()
+        .into_owned())
+}
+
+pub struct OnnxConv {
+    pub strides: [usize; 2],
+    pub dilations: [usize; 2],
+    pub pads: Pads,
+    pub group: usize,
+    /// The filter in HWIO when it is a constant.
+    pub filter: Option<ArrayD<f32>>,
+}
+
+impl Kernel for OnnxConv {
+    fn run(&self, x: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        let input = f32_arg(x, 0)?;
+        let owned;
+        let f = match &self.filter {
+            Some(f) => f,
+            None => {
+                owned = oihw_to_hwio(f32_arg(x, 1)?)?;
+                &owned
+            }
+        };
+        let bias = match x.get(2) {
+            Some(Tensor::F32(b)) if !b.is_empty() => Some(b.as_slice().ok_or("bias layout")?.to_vec()),
+            _ => None,
+        };
+        let xs = nchw_to_nhwc(input)?;
+        let (kh, kw, ci, co) = (f.shape()[0], f.shape()[1], f.shape()[2], f.shape()[3]);
+        let c = xs.shape()[3];
+        let g = self.group;
+        if g == 0 || c != ci * g || co % g != 0 {
+            return Err(format!(
+                "input has {c} channels, the filter expects {ci} per group × {g} groups"
+            ));
+        }
+        if bias.as_ref().is_some_and(|b| b.len() != co) {
+            return Err(format!(
+                "bias has {} values for {co} output channels",
+                bias.map(|b| b.len()).unwrap_or(0)
+            ));
+        }
+        let pad = self
+            .pads
+            .resolve([xs.shape()[1], xs.shape()[2]], [kh, kw], self.strides, self.dilations);
+        let ep = Epilogue {
+            bias: bias.as_deref(),
+            ..Default::default()
+        };
+        let ep = bias.as_ref().map(|_| &ep);
+        let y = if g == 1 {
+            conv2d(&xs, f, self.strides, self.dilations, &pad, ep)?
+        } else if ci == 1 {
+            // depthwise: output channel c·M + m reads input channel c
+            let m = co / g;
+            let fd = f
+                .clone()
+                .into_shape_with_order(IxDyn(&[kh, kw, g, m]))
+                .map_err(|e| e.to_string())?;
+            depthwise_conv2d(&xs, &fd, self.strides, self.dilations, &pad, ep)?
+        } else {
+            let per_out = co / g;
+            let mut parts = Vec::with_capacity(g);
+            for gi in 0..g {
+                let xg = xs
+                    .slice_axis(Axis(3), (gi * ci..(gi + 1) * ci).into())
+                    .as_standard_layout()
+                    .into_owned();
+                let fg = f
+                    .slice_axis(Axis(3), (gi * per_out..(gi + 1) * per_out).into())
+                    .as_standard_layout()
+                    .into_owned();
+                parts.push(conv2d(&xg, &fg, self.strides, self.dilations, &pad, None)?);
+            }
+            let views: Vec<_> = parts.iter().map(|p| p.view()).collect();
+            let mut y = ndarray::concatenate(Axis(3), &views).map_err(|e| e.to_string())?;
+            if let Some(b) = &bias {
+                for (ch, mut sub) in y.axis_iter_mut(Axis(3)).enumerate() {
+                    sub.mapv_inplace(|v| v + b[ch]);
+                }
+            }
+            y
+        };
+        Ok(vec![Tensor::F32(nhwc_to_nchw(y))])
+    }
+}

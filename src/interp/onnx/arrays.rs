@@ -1,0 +1,166 @@
+//! The ONNX table's layout builders: Split, Slice, Unsqueeze, ArgMax/ArgMin, Pad and Range.
+
+use super::*;
+
+pub(super) fn split(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    let axis = d.int_attr("axis", 0);
+    let attr = d.ints_attr("split");
+    let n_out = d.result_types.len() as i64;
+    let num_outputs = d.attr("num_outputs").and_then(|a| a.as_int()).unwrap_or(n_out);
+    Ok(Box::new(FnKernel(move |x: &[&Tensor]| {
+        let sizes = match (&attr, opt_ints(x, 1)?) {
+            (Some(s), _) => s.clone(),
+            (None, Some(s)) => s,
+            (None, None) => {
+                let a = norm_axis(axis, x[0].shape().len())?;
+                let dim = x[0].shape()[a] as i64;
+                let n = num_outputs.max(1);
+                let chunk = (dim + n - 1) / n;
+                (0..n).map(|i| chunk.min(dim - i * chunk).max(0)).collect()
+            }
+        };
+        layout::split(x[0], axis, &sizes)
+    })))
+}
+
+/// ONNX Slice: per listed axis, start/end clamped to the dim, any non-zero step.
+pub(super) fn slice(
+    t: &Tensor,
+    starts: &[i64],
+    ends: &[i64],
+    axes: Option<&[i64]>,
+    steps: Option<&[i64]>,
+) -> KernelResult<Tensor> {
+    let r = t.shape().len();
+    let mut begin = vec![0i64; r];
+    let mut end: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
+    let mut stride = vec![1i64; r];
+    let default_axes: Vec<i64> = (0..starts.len() as i64).collect();
+    let axes = axes.unwrap_or(&default_axes);
+    if starts.len() != ends.len() || axes.len() != starts.len() {
+        return Err("starts, ends and axes differ in length".into());
+    }
+    for (i, &ax) in axes.iter().enumerate() {
+        let a = norm_axis(ax, r)?;
+        let dim = t.shape()[a] as i64;
+        let step = steps.and_then(|s| s.get(i).copied()).unwrap_or(1);
+        if step == 0 {
+            return Err("Slice step 0".into());
+        }
+        let fix = |v: i64| if v < 0 { v + dim } else { v };
+        let (s, e) = (fix(starts[i]), fix(ends[i]));
+        if step > 0 {
+            begin[a] = s.clamp(0, dim);
+            end[a] = e.clamp(0, dim);
+        } else {
+            begin[a] = s.clamp(-1, dim - 1);
+            end[a] = e.clamp(-1, dim - 1);
+        }
+        stride[a] = step;
+    }
+    // the strided slice with explicit bounds on every axis; a negative end (-1) means "before
+    // index 0", which the end mask expresses
+    let mut end_mask = 0i64;
+    for a in 0..r {
+        if stride[a] < 0 && end[a] < 0 {
+            end_mask |= 1 << a;
+        }
+    }
+    layout::strided_slice(
+        t,
+        &begin,
+        &end,
+        &stride,
+        layout::StridedMasks {
+            begin: 0,
+            end: end_mask,
+            ellipsis: 0,
+            new_axis: 0,
+            shrink_axis: 0,
+        },
+    )
+}
+
+pub(super) fn unsqueeze(t: &Tensor, axes: &[i64]) -> KernelResult<Tensor> {
+    let out_rank = t.shape().len() + axes.len();
+    let mut ax: Vec<usize> = axes
+        .iter()
+        .map(|&a| norm_axis(a, out_rank))
+        .collect::<KernelResult<_>>()?;
+    ax.sort_unstable();
+    let mut shape = Vec::with_capacity(out_rank);
+    let mut src = t.shape().iter();
+    for i in 0..out_rank {
+        if ax.binary_search(&i).is_ok() {
+            shape.push(1i64);
+        } else {
+            shape.push(*src.next().ok_or("Unsqueeze axes out of range")? as i64);
+        }
+    }
+    layout::reshape(t, &shape, false)
+}
+
+pub(super) fn arg_op(d: &OpDesc, max: bool) -> Result<Box<dyn Kernel>, String> {
+    let axis = d.int_attr("axis", 0);
+    let keep = d.int_attr("keepdims", 1) != 0;
+    let last = d.int_attr("select_last_index", 0) != 0;
+    Ok(one(move |x| {
+        crate::interp::kernels::reduce::arg_extreme(x[0], axis, max, last, keep)
+    }))
+}
+
+pub(super) fn pad(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    let mode = d.choice("mode", &["constant", "reflect", "edge"], "constant")?;
+    if mode == "edge" {
+        return Err("Pad mode \"edge\" is not supported".into());
+    }
+    let attr_pads = d.ints_attr("pads");
+    let attr_value = d.f64_attr("value", 0.0);
+    Ok(one(move |x| {
+        let pads = match &attr_pads {
+            Some(p) => p.clone(),
+            None => int_arg(x, 1)?,
+        };
+        let r = x[0].shape().len();
+        let axes: Vec<usize> = match opt_ints(x, 3)? {
+            Some(a) => a.iter().map(|&v| norm_axis(v, r)).collect::<KernelResult<_>>()?,
+            None => (0..r).collect(),
+        };
+        if pads.len() != 2 * axes.len() {
+            return Err(format!("{} pads for {} axes", pads.len(), axes.len()));
+        }
+        // ONNX [b0, b1, ..., e0, e1, ...] → TF [[b0, e0], [b1, e1], ...]
+        let mut tf = vec![0i64; 2 * r];
+        for (i, &a) in axes.iter().enumerate() {
+            tf[2 * a] = pads[i];
+            tf[2 * a + 1] = pads[axes.len() + i];
+        }
+        if mode == "reflect" {
+            return layout::mirror_pad(x[0], &tf, false);
+        }
+        let value = match x.get(2) {
+            Some(v) if !v.is_empty() => scalar_f32(v)? as f64,
+            _ => attr_value,
+        };
+        layout::pad(x[0], &tf, value)
+    }))
+}
+
+pub(super) fn range(x: &[&Tensor]) -> KernelResult<Tensor> {
+    let s = layout::cast(x[0], DType::F64)?;
+    let l = layout::cast(x[1], DType::F64)?;
+    let dl = layout::cast(x[2], DType::F64)?;
+    let g = |t: &Tensor| -> KernelResult<f64> {
+        match t {
+            Tensor::F64(a) if a.len() == 1 => Ok(a.iter().next().copied().unwrap_or(0.0)),
+            _ => Err("Range operands must be scalars".into()),
+        }
+    };
+    let (s, l, dl) = (g(&s)?, g(&l)?, g(&dl)?);
+    if dl == 0.0 {
+        return Err("Range with delta 0".into());
+    }
+    let n = ((l - s) / dl).ceil().max(0.0) as usize;
+    let v: Vec<f64> = (0..n).map(|i| s + i as f64 * dl).collect();
+    layout::cast(&Tensor::F64(crate::interp::kernels::from_vec(&[n], v)?), x[0].dtype())
+}

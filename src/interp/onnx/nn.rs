@@ -1,0 +1,346 @@
+//! The ONNX table's neural-network builders: convolutions, pools, Gemm/MatMul, softmax, the
+//! normalizations and Resize, each reading its attributes once.
+
+use super::*;
+
+pub(super) fn pads_of(d: &OpDesc) -> Result<Pads, String> {
+    match d.str_attr("auto_pad").unwrap_or("NOTSET") {
+        "SAME_UPPER" => Ok(Pads::SameUpper),
+        "SAME_LOWER" => Ok(Pads::SameLower),
+        "VALID" => Ok(Pads::Explicit([(0, 0), (0, 0)])),
+        "NOTSET" => match d.ints_attr("pads").as_deref() {
+            None => Ok(Pads::Explicit([(0, 0), (0, 0)])),
+            Some([t, l, b, r]) if [t, l, b, r].iter().all(|v| **v >= 0) => {
+                Ok(Pads::Explicit([(*t as usize, *b as usize), (*l as usize, *r as usize)]))
+            }
+            Some(p) => Err(format!("pads = {p:?} is not supported (2-D, non-negative)")),
+        },
+        a => Err(format!("auto_pad = \"{a}\" is not supported")),
+    }
+}
+
+pub(super) fn pair(d: &OpDesc, name: &str, default: usize) -> Result<[usize; 2], String> {
+    match d.ints_attr(name).as_deref() {
+        None => Ok([default, default]),
+        Some([h, w]) if *h > 0 && *w > 0 => Ok([*h as usize, *w as usize]),
+        Some(v) => Err(format!("{name} = {v:?} is not supported (2-D only)")),
+    }
+}
+
+pub(super) fn conv(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    if let Some(Some(t)) = d.operand_types.first() {
+        if t.dims.len() != 4 {
+            return Err(format!(
+                "Conv of rank {} is not supported (2-D NCHW only)",
+                t.dims.len()
+            ));
+        }
+    }
+    let group = d.int_attr("group", 1);
+    if group < 1 {
+        return Err(format!("group = {group}"));
+    }
+    let filter = match d.consts.get(1) {
+        Some(Some(Tensor::F32(w))) => Some(oihw_to_hwio(w)?),
+        _ => None,
+    };
+    Ok(Box::new(OnnxConv {
+        strides: pair(d, "strides", 1)?,
+        dilations: pair(d, "dilations", 1)?,
+        pads: pads_of(d)?,
+        group: group as usize,
+        filter,
+    }))
+}
+
+pub(super) fn conv_transpose(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    let group = d.int_attr("group", 1);
+    if group < 1 {
+        return Err(format!("group = {group}"));
+    }
+    let (strides, dilations) = (pair(d, "strides", 1)?, pair(d, "dilations", 1)?);
+    let extra = match d.ints_attr("output_padding").as_deref() {
+        None => [0, 0],
+        Some([h, w]) if *h >= 0 && *w >= 0 => [*h as usize, *w as usize],
+        Some(v) => return Err(format!("output_padding = {v:?} is not supported (2-D only)")),
+    };
+    let output_shape = d.ints_attr("output_shape");
+    let auto = d.choice("auto_pad", &["NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"], "NOTSET")?;
+    let pads = match (auto.as_str(), d.ints_attr("pads").as_deref()) {
+        ("NOTSET", Some([t, l, b, r])) if [t, l, b, r].iter().all(|v| **v >= 0) => {
+            [(*t as usize, *b as usize), (*l as usize, *r as usize)]
+        }
+        ("NOTSET", Some(p)) => return Err(format!("pads = {p:?} is not supported (2-D, non-negative)")),
+        _ => [(0, 0), (0, 0)],
+    };
+    Ok(one(move |x| {
+        let (input, w) = (f32_arg(x, 0)?, f32_arg(x, 1)?);
+        if input.ndim() != 4 || w.ndim() != 4 {
+            return Err("ConvTranspose is supported for 2-D NCHW only".into());
+        }
+        let bias = match x.get(2) {
+            Some(Tensor::F32(b)) if !b.is_empty() => Some(b.iter().copied().collect::<Vec<f32>>()),
+            _ => None,
+        };
+        let k = [w.shape()[2], w.shape()[3]];
+        let hw = [input.shape()[2], input.shape()[3]];
+        // a requested output size (output_shape, or input × stride for SAME_*) sets the pads
+        let want: Option<[usize; 2]> = match (&output_shape, auto.as_str()) {
+            (Some(s), _) if s.len() >= 2 => Some([s[s.len() - 2] as usize, s[s.len() - 1] as usize]),
+            (_, "SAME_UPPER" | "SAME_LOWER") => Some([hw[0] * strides[0], hw[1] * strides[1]]),
+            _ => None,
+        };
+        let mut g = Transposed2d {
+            strides,
+            dilations,
+            pads,
+            group: group as usize,
+        };
+        if let Some(want) = want {
+            for i in 0..2 {
+                let full = strides[i] * (hw[i] - 1) + extra[i] + (k[i] - 1) * dilations[i] + 1;
+                let total = full
+                    .checked_sub(want[i])
+                    .ok_or_else(|| format!("output size {} is larger than the full output {full}", want[i]))?;
+                g.pads[i] = if auto == "SAME_UPPER" {
+                    (total / 2, total - total / 2)
+                } else {
+                    (total - total / 2, total / 2)
+                };
+            }
+        }
+        let out = [
+            g.out_dim(0, hw[0], k[0], extra[0])?,
+            g.out_dim(1, hw[1], k[1], extra[1])?,
+        ];
+        Ok(Tensor::F32(conv_transpose2d(input, w, bias.as_deref(), &g, out)?))
+    }))
+}
+
+pub(super) fn resize_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    let mode = match d.choice("mode", &["nearest", "linear"], "nearest")?.as_str() {
+        "linear" => Mode::Linear,
+        _ => Mode::Nearest(
+            match d
+                .choice(
+                    "nearest_mode",
+                    &["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"],
+                    "round_prefer_floor",
+                )?
+                .as_str()
+            {
+                "round_prefer_ceil" => Nearest::RoundPreferCeil,
+                "floor" => Nearest::Floor,
+                "ceil" => Nearest::Ceil,
+                _ => Nearest::RoundPreferFloor,
+            },
+        ),
+    };
+    let coords = match d
+        .choice(
+            "coordinate_transformation_mode",
+            &[
+                "half_pixel",
+                "pytorch_half_pixel",
+                "align_corners",
+                "asymmetric",
+                "tf_half_pixel_for_nn",
+            ],
+            "half_pixel",
+        )?
+        .as_str()
+    {
+        "pytorch_half_pixel" => Coordinates::PytorchHalfPixel,
+        "align_corners" => Coordinates::AlignCorners,
+        "asymmetric" => Coordinates::Asymmetric,
+        "tf_half_pixel_for_nn" => Coordinates::TfHalfPixelForNn,
+        _ => Coordinates::HalfPixel,
+    };
+    if d.int_attr("antialias", 0) != 0 {
+        return Err("Resize with antialias = 1 is not supported".into());
+    }
+    if d.attr("axes").is_some() {
+        return Err("Resize with axes is not supported".into());
+    }
+    d.choice("keep_aspect_ratio_policy", &["stretch"], "stretch")?;
+    // opset 10: (X, scales); later: (X, roi, scales, sizes)
+    let scales_at = if d.operand_types.len() == 2 { 1 } else { 2 };
+    Ok(one(move |x| {
+        let floats = |t: &Tensor| -> KernelResult<Vec<f64>> {
+            match layout::cast(t, DType::F64)? {
+                Tensor::F64(a) => Ok(a.iter().copied().collect()),
+                _ => Err("scales".into()),
+            }
+        };
+        let in_shape = x[0].shape().to_vec();
+        let (out, scales): (Vec<usize>, Vec<f64>) = match (
+            x.get(scales_at).filter(|t| !t.is_empty()),
+            x.get(3).filter(|t| !t.is_empty()),
+        ) {
+            (Some(s), _) => {
+                let s = floats(s)?;
+                let out = in_shape
+                    .iter()
+                    .zip(&s)
+                    .map(|(&n, &k)| (n as f64 * k).floor() as usize)
+                    .collect();
+                (out, s)
+            }
+            (None, Some(sz)) => {
+                let out: Vec<usize> = int_arg(&[*sz], 0)?.iter().map(|&v| v.max(0) as usize).collect();
+                let s = out
+                    .iter()
+                    .zip(&in_shape)
+                    .map(|(&o, &n)| o as f64 / n.max(1) as f64)
+                    .collect();
+                (out, s)
+            }
+            (None, None) => return Err("Resize needs scales or sizes".into()),
+        };
+        resize(x[0], &out, &scales, mode, coords)
+    }))
+}
+
+pub(super) fn pool(d: &OpDesc, max: bool) -> Result<Box<dyn Kernel>, String> {
+    if d.int_attr("ceil_mode", 0) != 0 {
+        return Err("ceil_mode = 1 is not supported".into());
+    }
+    if pair(d, "dilations", 1)? != [1, 1] {
+        return Err("pooling with dilations is not supported".into());
+    }
+    if max && d.result_types.len() > 1 {
+        return Err("MaxPool with an Indices output is not supported".into());
+    }
+    let k = pair(d, "kernel_shape", 0)?;
+    if k.contains(&0) {
+        return Err("kernel_shape is required".into());
+    }
+    let (s, pads) = (pair(d, "strides", 1)?, pads_of(d)?);
+    let include_pad = !max && d.int_attr("count_include_pad", 0) != 0;
+    Ok(one(move |x| {
+        let xs = nchw_to_nhwc(f32_arg(x, 0)?)?;
+        let p = pads.resolve([xs.shape()[1], xs.shape()[2]], k, s, [1, 1]);
+        let y = match (&p, include_pad) {
+            (Padding::Explicit([(t, b), (l, r)]), true) => {
+                // zeros count in the average: pad first, then pool without padding
+                let padded = layout::pad(
+                    &Tensor::F32(xs),
+                    &[0, 0, *t as i64, *b as i64, *l as i64, *r as i64, 0, 0],
+                    0.0,
+                )?;
+                let Tensor::F32(pa) = padded else {
+                    return Err("pad".into());
+                };
+                pool2d(&pa, k, s, &Padding::Valid, max)?
+            }
+            _ => pool2d(&xs, k, s, &p, max)?,
+        };
+        Ok(Tensor::F32(nhwc_to_nchw(y)))
+    }))
+}
+
+pub(super) fn global_pool(x: &Tensor, op: Reduce) -> KernelResult<Tensor> {
+    let r = x.shape().len();
+    if r < 3 {
+        return Err(format!("global pooling of rank {r}"));
+    }
+    let axes: Vec<i64> = (2..r as i64).collect();
+    reduce(x, &axes, true, op)
+}
+
+pub(super) fn gemm(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    let (ta, tb) = (d.int_attr("transA", 0) != 0, d.int_attr("transB", 0) != 0);
+    let (alpha, beta) = (d.f64_attr("alpha", 1.0) as f32, d.f64_attr("beta", 1.0) as f32);
+    Ok(one(move |x| {
+        let mut y = matmul(f32_arg(x, 0)?, f32_arg(x, 1)?, ta, tb)?;
+        if alpha != 1.0 {
+            y.mapv_inplace(|v| v * alpha);
+        }
+        match x.get(2) {
+            Some(c) if !c.is_empty() => {
+                let c = if beta != 1.0 {
+                    Tensor::F32(f32_arg(x, 2)?.mapv(|v| v * beta))
+                } else {
+                    (*c).clone()
+                };
+                arith(BinOp::Add, &Tensor::F32(y), &c)
+            }
+            _ => Ok(Tensor::F32(y)),
+        }
+    }))
+}
+
+pub(super) fn softmax_op(d: &OpDesc, log: bool) -> Result<Box<dyn Kernel>, String> {
+    let axis = d.int_attr("axis", -1);
+    Ok(one(move |x| {
+        let a = f32_arg(x, 0)?;
+        let ax = norm_axis(axis, a.ndim())?;
+        let last = a.ndim() - 1;
+        if ax == last {
+            return Ok(Tensor::F32(softmax(a, log)?));
+        }
+        let mut perm: Vec<usize> = (0..a.ndim()).collect();
+        perm.swap(ax, last);
+        let t = a.view().permuted_axes(IxDyn(&perm)).as_standard_layout().into_owned();
+        let y = softmax(&t, log)?;
+        Ok(Tensor::F32(
+            y.permuted_axes(IxDyn(&perm)).as_standard_layout().into_owned(),
+        ))
+    }))
+}
+
+pub(super) fn batch_normalization(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    if d.int_attr("training_mode", 0) != 0 {
+        return Err("BatchNormalization with training_mode = 1 is not an inference op".into());
+    }
+    let eps = d.f64_attr("epsilon", 1e-5) as f32;
+    Ok(Box::new(FnKernel(move |x: &[&Tensor]| {
+        let y = batch_norm(
+            f32_arg(x, 0)?,
+            f32_arg(x, 1)?,
+            f32_arg(x, 2)?,
+            f32_arg(x, 3)?,
+            f32_arg(x, 4)?,
+            eps,
+            1,
+        )?;
+        Ok(vec![Tensor::F32(y)])
+    })))
+}
+
+pub(super) fn instance_norm(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    let eps = d.f64_attr("epsilon", 1e-5) as f32;
+    Ok(one(move |x| {
+        let a = f32_arg(x, 0)?;
+        if a.ndim() < 3 {
+            return Err("InstanceNormalization needs N, C and spatial dims".into());
+        }
+        let mut y = normalize(a, 2, eps);
+        let (s, b) = (f32_arg(x, 1)?, f32_arg(x, 2)?);
+        for (ch, mut sub) in y.axis_iter_mut(Axis(1)).enumerate() {
+            let (k, o) = (
+                s.as_slice().map(|v| v[ch]).unwrap_or(1.0),
+                b.as_slice().map(|v| v[ch]).unwrap_or(0.0),
+            );
+            sub.mapv_inplace(|v| v * k + o);
+        }
+        Ok(Tensor::F32(y))
+    }))
+}
+
+pub(super) fn layer_norm(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    let (axis, eps) = (d.int_attr("axis", -1), d.f64_attr("epsilon", 1e-5) as f32);
+    if d.result_types.len() > 1 {
+        return Err("LayerNormalization with Mean/InvStdDev outputs is not supported".into());
+    }
+    Ok(one(move |x| {
+        let a = f32_arg(x, 0)?;
+        let ax = norm_axis(axis, a.ndim())?;
+        let y = Tensor::F32(normalize(a, ax, eps));
+        let y = arith(BinOp::Mul, &y, x[1])?;
+        match x.get(2) {
+            Some(b) if !b.is_empty() => arith(BinOp::Add, &y, b),
+            _ => Ok(y),
+        }
+    }))
+}

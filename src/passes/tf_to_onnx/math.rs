@@ -1,0 +1,200 @@
+//! `tf-to-onnx`, activations and math: elementwise ops (on the NCHW twin when their input has
+//! one), the TF ops ONNX spells in two steps (Rsqrt, FloorDiv, SquaredDifference), reductions.
+
+use super::*;
+
+/// The TF ops of this family, sorted by name.
+pub(super) const TABLE: &[(&str, Rule)] = &[
+    ("tf.Abs", Elementwise("onnx.Abs")),
+    ("tf.Add", Elementwise("onnx.Add")),
+    ("tf.AddN", Elementwise("onnx.Sum")),
+    ("tf.AddV2", Elementwise("onnx.Add")),
+    ("tf.Ceil", Elementwise("onnx.Ceil")),
+    ("tf.Cos", Elementwise("onnx.Cos")),
+    ("tf.Div", Elementwise("onnx.Div")),
+    ("tf.Elu", Elementwise("onnx.Elu")),
+    ("tf.Erf", Elementwise("onnx.Erf")),
+    ("tf.Exp", Elementwise("onnx.Exp")),
+    ("tf.Floor", Elementwise("onnx.Floor")),
+    ("tf.FloorDiv", Custom(floor_div, &["onnx.Div", "onnx.Floor"])),
+    ("tf.Inv", Elementwise("onnx.Reciprocal")),
+    ("tf.LeakyRelu", Custom(leaky_relu, &["onnx.LeakyRelu"])),
+    ("tf.Log", Elementwise("onnx.Log")),
+    (
+        "tf.Max",
+        Custom(
+            reduce,
+            &[
+                "onnx.ReduceMax",
+                "onnx.ReduceMean",
+                "onnx.ReduceMin",
+                "onnx.ReduceProd",
+                "onnx.ReduceSum",
+            ],
+        ),
+    ),
+    ("tf.Maximum", Elementwise("onnx.Max")),
+    (
+        "tf.Mean",
+        Custom(
+            reduce,
+            &[
+                "onnx.ReduceMax",
+                "onnx.ReduceMean",
+                "onnx.ReduceMin",
+                "onnx.ReduceProd",
+                "onnx.ReduceSum",
+            ],
+        ),
+    ),
+    (
+        "tf.Min",
+        Custom(
+            reduce,
+            &[
+                "onnx.ReduceMax",
+                "onnx.ReduceMean",
+                "onnx.ReduceMin",
+                "onnx.ReduceProd",
+                "onnx.ReduceSum",
+            ],
+        ),
+    ),
+    ("tf.Minimum", Elementwise("onnx.Min")),
+    ("tf.Mul", Elementwise("onnx.Mul")),
+    ("tf.Neg", Elementwise("onnx.Neg")),
+    ("tf.Pow", Elementwise("onnx.Pow")),
+    (
+        "tf.Prod",
+        Custom(
+            reduce,
+            &[
+                "onnx.ReduceMax",
+                "onnx.ReduceMean",
+                "onnx.ReduceMin",
+                "onnx.ReduceProd",
+                "onnx.ReduceSum",
+            ],
+        ),
+    ),
+    ("tf.RealDiv", Elementwise("onnx.Div")),
+    ("tf.Reciprocal", Elementwise("onnx.Reciprocal")),
+    ("tf.Relu", Elementwise("onnx.Relu")),
+    ("tf.Relu6", Custom(relu6, &["onnx.Clip"])),
+    ("tf.Round", Elementwise("onnx.Round")),
+    ("tf.Rsqrt", Custom(rsqrt, &["onnx.Reciprocal", "onnx.Sqrt"])),
+    ("tf.Selu", Elementwise("onnx.Selu")),
+    ("tf.Sigmoid", Elementwise("onnx.Sigmoid")),
+    ("tf.Sign", Elementwise("onnx.Sign")),
+    ("tf.Sin", Elementwise("onnx.Sin")),
+    ("tf.Softplus", Elementwise("onnx.Softplus")),
+    ("tf.Sqrt", Elementwise("onnx.Sqrt")),
+    ("tf.Square", Custom(square, &["onnx.Mul"])),
+    (
+        "tf.SquaredDifference",
+        Custom(squared_difference, &["onnx.Mul", "onnx.Sub"]),
+    ),
+    ("tf.Sub", Elementwise("onnx.Sub")),
+    (
+        "tf.Sum",
+        Custom(
+            reduce,
+            &[
+                "onnx.ReduceMax",
+                "onnx.ReduceMean",
+                "onnx.ReduceMin",
+                "onnx.ReduceProd",
+                "onnx.ReduceSum",
+            ],
+        ),
+    ),
+    ("tf.Tanh", Elementwise("onnx.Tanh")),
+];
+
+fn leaky_relu<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+    elementwise(l, op, "onnx.LeakyRelu")
+}
+
+/// `Relu6(x)` is `Clip(x, 0, 6)`, which int8 kernels fuse as ReLU6.
+fn relu6<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+    let x = op.operand(0).map_err(err)?;
+    let lo = l.scalar_like(op, x, 0.0)?;
+    let hi = l.scalar_like(op, x, 6.0)?;
+    l.elementwise_on(op, "onnx.Clip", &[x, lo, hi], &[])
+}
+
+fn rsqrt<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+    let x = operands(op);
+    two_step(l, op, "onnx.Sqrt", &x, "onnx.Reciprocal", false)
+}
+
+/// Float `FloorDiv` is `Floor(Div)`; ONNX's integer `Div` truncates, which TF's does not.
+fn floor_div<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+    let ty = l.result_type(op, 0)?;
+    if !tensor_type(ty).and_then(|t| t.dtype).is_some_and(|d| d.is_float()) {
+        return Err(err(format!(
+            "{}: integer FloorDiv has no ONNX form (ONNX's Div truncates)",
+            label(op)
+        )));
+    }
+    let x = operands(op);
+    two_step(l, op, "onnx.Div", &x, "onnx.Floor", false)
+}
+
+fn square<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+    let x = op.operand(0).map_err(err)?;
+    l.elementwise_on(op, "onnx.Mul", &[x, x], &[])
+}
+
+fn squared_difference<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+    let x = operands(op);
+    two_step(l, op, "onnx.Sub", &x, "onnx.Mul", true)
+}
+
+/// `Mean`/`Sum`/`Max`/`Min`/`Prod` over constant axes.
+fn reduce<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+    let a = op_attrs(&op);
+    let keep = a.get("keep_dims").and_then(AttrValue::as_bool).unwrap_or(false);
+    let x = op.operand(0).map_err(err)?;
+    let r = rank(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?;
+    let axes: Vec<usize> = const_ints(op, 1)?
+        .iter()
+        .map(|&v| norm_axis(v, r).ok_or_else(|| err(format!("{}: axis {v} out of rank {r}", label(op)))))
+        .collect::<Result<_, _>>()?;
+    let name = match op_name(&op).as_str() {
+        "tf.Mean" => "onnx.ReduceMean",
+        "tf.Sum" => "onnx.ReduceSum",
+        "tf.Max" => "onnx.ReduceMax",
+        "tf.Min" => "onnx.ReduceMin",
+        _ => "onnx.ReduceProd",
+    };
+    let on_twin = r == 4 && l.has_twin(x) && (keep || order_kept(&axes));
+    let (xin, axes): (Value, Vec<i64>) = if on_twin {
+        let mut s: Vec<i64> = axes.iter().map(|&a| nchw_axis(a) as i64).collect();
+        s.sort_unstable();
+        (l.nchw_of(op, x)?, s)
+    } else {
+        (x, axes.iter().map(|&a| a as i64).collect())
+    };
+    let ty = l.result_type(op, 0)?;
+    let ty = if on_twin && keep {
+        permuted_type(ty, &TO_NCHW)?
+    } else {
+        ty
+    };
+    let keepdims = l.int(keep as i64);
+    let loc = l.loc(op, "");
+    // opset 13: ReduceSum reads its axes from an input, the others from an attribute
+    let y = if name == "onnx.ReduceSum" {
+        let ax = l.i64s(op, &axes)?;
+        l.build1(op, name, &[xin, ax], &[("keepdims", keepdims)], ty, loc)?
+    } else {
+        let ax = l.ints(&axes);
+        l.build1(op, name, &[xin], &[("axes", ax), ("keepdims", keepdims)], ty, loc)?
+    };
+    if on_twin && keep {
+        l.finish_nchw(op, 0, y)
+    } else {
+        l.finish(op, 0, y)
+    }
+}

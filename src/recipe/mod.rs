@@ -1,0 +1,84 @@
+//! What the user asked for, below the passes that carry it out: the quantization settings
+//! ([`QuantConfig`]), recipe files with per-op / per-tensor overrides ([`file`]), and the
+//! quantization [`plan`] — which values become quantization points and with what parameters —
+//! built once from the module, the statistics and the settings.
+
+pub mod file;
+pub mod plan;
+
+pub use file::{parse_activations, Override, Resolved};
+pub use plan::{plan, ActivationPoint, Plan};
+
+use crate::params::{BiasOverflowPolicy, Scheme, StorageType};
+use serde::{Deserialize, Serialize};
+
+/// How weights are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WeightMode {
+    Int8,
+    Int4,
+    Fp16,
+    Bf16,
+}
+
+/// The quantization recipe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QuantConfig {
+    /// Parameter scheme for activations and weights.
+    pub scheme: Scheme,
+    /// Activation storage; `None` = weight-only.
+    pub activations: Option<StorageType>,
+    pub symmetric_activations: bool,
+    pub weights: WeightMode,
+    /// Per-channel weights (per-tensor otherwise).
+    pub per_channel: bool,
+    /// Op names (`tf.MatMul`, `*Conv*`) or tensor keys left in float.
+    pub exclude: Vec<String>,
+    pub bias_overflow: BiasOverflowPolicy,
+    /// Quantize the model's outputs too (a fully integer graph); off by default, the outputs
+    /// come out of the last op in float.
+    pub quantize_outputs: bool,
+    /// 7-bit weights in int8 storage (onnxruntime's `reduce_range`): x86 CPUs without VNNI
+    /// multiply u8×s8 pairs into int16 and saturate on full-range weights. Not in the `mlir`
+    /// scheme.
+    pub reduce_range: bool,
+    /// Calibration method when `quantize` calibrates itself (a recipe's `method`).
+    pub method: Option<String>,
+    pub percentile: Option<f64>,
+    /// Per-op / per-tensor overrides, later ones winning.
+    pub overrides: Vec<file::Override>,
+}
+
+impl Default for QuantConfig {
+    fn default() -> Self {
+        QuantConfig {
+            scheme: Scheme::Mlir,
+            activations: Some(StorageType::Int8),
+            symmetric_activations: false,
+            weights: WeightMode::Int8,
+            per_channel: true,
+            exclude: Vec::new(),
+            bias_overflow: BiasOverflowPolicy::Clip,
+            quantize_outputs: false,
+            reduce_range: false,
+            method: None,
+            percentile: None,
+            overrides: Vec::new(),
+        }
+    }
+}
+
+/// True when `pattern` (with `*` wildcards) matches `text`.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    fn go(p: &[u8], t: &[u8]) -> bool {
+        match (p.first(), t.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => go(&p[1..], t) || (!t.is_empty() && go(p, &t[1..])),
+            (Some(a), Some(b)) if a == b => go(&p[1..], &t[1..]),
+            _ => false,
+        }
+    }
+    go(pattern.as_bytes(), text.as_bytes())
+}
