@@ -37,8 +37,12 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
     let mut report = PassReport::default();
     for func in functions(module) {
         let ops = body_ops(func);
-        // table order, then op order, as TensorFlow iterates
-        for r in dialects::tf::RULES.iter().filter(|r| !r.shape_operands.is_empty()) {
+        // table order, then op order, as TensorFlow iterates; every dialect's table
+        for r in dialects::tf::RULES
+            .iter()
+            .chain(dialects::onnx::RULES)
+            .filter(|r| !r.shape_operands.is_empty())
+        {
             for op in ops.iter().filter(|o| op_name(*o) == r.name) {
                 let idx = dialects::shape_operands(r.name, op.operand_count());
                 duplicate_from(*op, &idx, &mut report)?;

@@ -83,6 +83,11 @@ fn rule_of(name: &str) -> Option<Rule> {
         .map(|(_, r)| *r)
 }
 
+/// The TF op names of each family table, in table order.
+pub fn families() -> Vec<Vec<&'static str>> {
+    FAMILIES.iter().map(|t| t.iter().map(|(n, _)| *n).collect()).collect()
+}
+
 /// Every TF op the pass lowers, with the ONNX ops its lowering may write.
 pub fn lowerings() -> Vec<(&'static str, Vec<&'static str>)> {
     FAMILIES
