@@ -31,6 +31,8 @@ pub enum EvalError {
     #[error(transparent)]
     Ir(#[from] crate::ir::IrError),
     #[error(transparent)]
+    Pass(#[from] crate::passes::PassError),
+    #[error(transparent)]
     Interp(#[from] crate::interp::InterpError),
     #[error(transparent)]
     Run(#[from] RunError),

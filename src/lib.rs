@@ -8,6 +8,7 @@ pub mod dialects;
 pub mod evaluate;
 pub mod formats;
 pub mod fsutil;
+pub mod hash;
 pub mod inspect;
 pub mod interp;
 pub mod ir;

@@ -410,8 +410,8 @@ fn lower_to_onnx(module: &melior::ir::Module, model: &std::path::Path) -> Result
     let Some(report) = quantize::lower_to_onnx(module).with_context(|| model.display().to_string())? else {
         return Ok(false);
     };
-    let lowered = report.changes.get("tf ops lowered").copied().unwrap_or(0);
-    let transposes = report.changes.get("onnx.Transpose written").copied().unwrap_or(0);
+    let lowered = report.get(&quantir::passes::Change::TfOpsLowered);
+    let transposes = report.get(&quantir::passes::Change::Written("onnx.Transpose".into()));
     eprintln!("lowered {lowered} TF ops to ONNX ({transposes} layout transposes)");
     Ok(true)
 }

@@ -403,7 +403,12 @@ fn prepared_mobilenet_with_folded_batchnorm_keeps_tensorflow_outputs() {
     let text = common::model_text(&common::data("mobilenet_v2_035.mlir.gz"));
     let m = quantir::ir::load_bytes(&ctx, &text, Path::new("mobilenet.mlir")).unwrap();
     let reports = quantir::quantize::prepare(&m).unwrap();
-    let folded = reports.iter().find(|(n, _)| n == "fold-batchnorm").unwrap().1.changes["scales folded into weights"];
+    let folded = reports
+        .iter()
+        .find(|(n, _)| n == "fold-batchnorm")
+        .unwrap()
+        .1
+        .get(&quantir::passes::Change::ScalesFolded);
     assert_eq!(folded, 52, "every batch norm of MobileNet v2 is folded");
     let p = Program::compile(&m, None).unwrap();
     let d = Dataset::open(&common::data("mobilenet_test.npz")).unwrap();

@@ -127,7 +127,7 @@ fn dup_4_multiple_shape_operands() {
     );
     let r = run(&m, "duplicate-shape-constants", &none());
     assert_eq!(count(&m, "tf.Const"), 10);
-    assert_eq!(r.changes["constants duplicated"], 5);
+    assert_eq!(r.get(&quantir::passes::Change::ConstantsDuplicated), 5);
     let conv = nth(&m, "tf.XlaConvV2", 0);
     for i in 2..=6 {
         assert_eq!(uses_of_def(conv, i), 1, "operand {i}");
@@ -223,7 +223,8 @@ fn dup_beyond_tensorflow_arith_split_chain_and_idempotence() {
     );
     let r = run(&m, "duplicate-shape-constants", &none());
     assert_eq!(
-        r.changes["constants duplicated"], 3,
+        r.get(&quantir::passes::Change::ConstantsDuplicated),
+        3,
         "arith.constant perm, Split axis, the leaf under Abs→Neg"
     );
     assert_eq!(count(&m, "arith.constant"), 2);
@@ -320,11 +321,14 @@ fn qdq_placement_on_conv_relu_maxpool_reshape_matmul() {
     };
     let w = run(&m, "quantize-weights", &opts);
     assert_eq!(
-        (w.changes["weights quantized"], w.changes["biases quantized to int32"]),
+        (
+            w.get(&quantir::passes::Change::WeightsQuantized),
+            w.get(&quantir::passes::Change::BiasesQuantized)
+        ),
         (2, 1)
     );
     let q = run(&m, "insert-qdq", &opts);
-    assert_eq!(q.changes["q/dq pairs inserted"], 4);
+    assert_eq!(q.get(&quantir::passes::Change::QdqPairsInserted), 4);
     // the Reshape's shape operand is still a plain i32 constant
     let reshape = nth(&m, "tf.Reshape", 0);
     assert!(defining_op(reshape.operand(1).unwrap()).is_some_and(|d| is_constant_op(&d)));
@@ -445,7 +449,11 @@ fn exclusions_keep_ops_in_float() {
         config,
     };
     let w = run(&m, "quantize-weights", &opts);
-    assert_eq!(w.changes["weights quantized"], 1, "only the conv weight");
+    assert_eq!(
+        w.get(&quantir::passes::Change::WeightsQuantized),
+        1,
+        "only the conv weight"
+    );
     let mm = nth(&m, "tf.MatMul", 0);
     assert!(
         defining_op(mm.operand(1).unwrap()).is_some_and(|d| is_constant_op(&d)),
@@ -468,7 +476,7 @@ fn fold_constants_folds_bias_reshapes() {
 }"#,
     );
     let r = run(&m, "fold-constants", &none());
-    assert_eq!(r.changes["ops folded"], 2);
+    assert_eq!(r.get(&quantir::passes::Change::OpsFolded), 2);
     assert_eq!(count(&m, "tf.Reshape") + count(&m, "tf.Squeeze"), 0);
     assert_eq!(count(&m, "tf.Const"), 1);
     let bias = defining_op(nth(&m, "tf.BiasAdd", 0).operand(1).unwrap()).unwrap();

@@ -156,8 +156,8 @@ func.func @main(%x: tensor<2x3xf32>) -> (tensor<3x2xf32>, tensor<2xi64>) {
     let reports =
         passes::run_pipeline(&module, &["duplicate-shape-constants".to_string()], &Default::default()).unwrap();
     assert_eq!(
-        reports[0].1.changes.get("constants duplicated"),
-        Some(&1),
+        reports[0].1.get(&passes::Change::ConstantsDuplicated),
+        1,
         "{:?}",
         reports[0].1
     );

@@ -200,3 +200,13 @@ pub fn verify(module: &Module) -> Result<(), String> {
         })
     }
 }
+
+/// A stable identity of a (prepared) module: FNV-1a 64 of its generic printed form (no
+/// locations), as 16 hex digits.
+pub fn model_hash(module: &Module) -> String {
+    let mut h = crate::hash::Fnv::default();
+    print_module_generic_to(module, &mut |chunk| {
+        h.bytes(chunk);
+    });
+    h.hex()
+}

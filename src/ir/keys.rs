@@ -75,7 +75,9 @@ pub fn value_key(func: OperationRef<'_, '_>, value: Value) -> Option<String> {
 /// Locations keep their file:line:col as the name's child.
 /// A positional key that an op already carries as its name (a rewrite moved ops after their
 /// keys were pinned) gets a `'` until it is unique.
-pub fn pin_keys(module: &melior::ir::Module) {
+/// Returns how many ops it named.
+pub fn pin_keys(module: &melior::ir::Module) -> usize {
+    let mut pinned = 0;
     for func in super::graph::functions(module) {
         let keys = TensorKeys::new(func);
         let mut taken: std::collections::HashSet<String> = nested_ops(func)
@@ -93,12 +95,11 @@ pub fn pin_keys(module: &melior::ir::Module) {
                 key.push('\'');
             }
             taken.insert(key.clone());
-            let ctx_ref = op.context();
-            let ctx = unsafe { ctx_ref.to_ref() };
-            let loc = Location::name(ctx, &key, op.location());
-            let mut m = unsafe { melior::ir::operation::OperationRefMut::from_raw(op.to_raw()) };
+            let loc = Location::name(super::graph::context_of(&op), &key, op.location());
             use melior::ir::operation::OperationMutLike;
-            m.set_location(loc);
+            super::graph::op_mut(op).set_location(loc);
+            pinned += 1;
         }
     }
+    pinned
 }

@@ -28,12 +28,12 @@ use crate::dialects::{self, rule};
 use crate::ir::graph::{body_ops, clone_op, defining_op, functions, insert_after, op_name, set_operand, uses};
 use crate::ir::ops::is_constant_op;
 use crate::ir::ops::location_string;
-use crate::ir::IrError;
+use crate::passes::report::{Change, PassError};
 use melior::ir::operation::OperationLike;
 use melior::ir::{Module, OperationRef};
 use std::collections::{HashSet, VecDeque};
 
-pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
+pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, PassError> {
     let mut report = PassReport::default();
     for func in functions(module) {
         let ops = body_ops(func);
@@ -52,14 +52,14 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
     Ok(report)
 }
 
-fn duplicate_from(user: OperationRef, operands: &[usize], report: &mut PassReport) -> Result<(), IrError> {
+fn duplicate_from(user: OperationRef, operands: &[usize], report: &mut PassReport) -> Result<(), PassError> {
     let mut work: VecDeque<(OperationRef, usize)> = operands.iter().map(|&i| (user, i)).collect();
     let mut seen: HashSet<(usize, usize)> = HashSet::new();
     while let Some((op, i)) = work.pop_front() {
         if !seen.insert((op.to_raw().ptr as usize, i)) {
             continue;
         }
-        let value = op.operand(i).map_err(|e| IrError::Invalid(e.to_string()))?;
+        let value = op.operand(i).map_err(|e| PassError::new(e.to_string()))?;
         let Some(def) = defining_op(value) else {
             report.warnings.push(format!(
                 "{}: {}: Operand idx (zero-based): {i} does not have a defining op and cannot be duplicated.",
@@ -69,12 +69,12 @@ fn duplicate_from(user: OperationRef, operands: &[usize], report: &mut PassRepor
             continue;
         };
         if is_constant_op(&def) {
-            let result = def.result(0).map_err(|e| IrError::Invalid(e.to_string()))?;
+            let result = def.result(0).map_err(|e| PassError::new(e.to_string()))?;
             if uses(result.into()).len() > 1 {
                 let copy = insert_after(def, clone_op(def))?;
-                let v = copy.result(0).map_err(|e| IrError::Invalid(e.to_string()))?;
+                let v = copy.result(0).map_err(|e| PassError::new(e.to_string()))?;
                 set_operand(op, i, v.into());
-                report.count("constants duplicated");
+                report.count(Change::ConstantsDuplicated);
             }
             continue;
         }

@@ -16,12 +16,12 @@ use super::{PassOptions, PassReport};
 use crate::interp::build_kernel;
 use crate::ir::graph::{body_ops, defining_op, erase_op, functions, op_name, replace_all_uses, uses};
 use crate::ir::ops::{constant_value, erase_with_dead_constants, insert_constant, is_constant_op};
-use crate::ir::IrError;
+use crate::passes::report::{Change, PassError};
 use crate::tensor::Tensor;
 use melior::ir::operation::OperationLike;
 use melior::ir::{Module, ValueLike};
 
-pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
+pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, PassError> {
     let mut report = PassReport::default();
     for func in functions(module) {
         for op in body_ops(func) {
@@ -47,7 +47,7 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
             let tf = name.starts_with("tf.");
             for (r, t) in op.results().zip(&results) {
                 let c = insert_constant(op, t, tf, op.location())?;
-                let v = c.result(0).map_err(|e| IrError::Invalid(e.to_string()))?;
+                let v = c.result(0).map_err(|e| PassError::new(e.to_string()))?;
                 if v.r#type() != r.r#type() {
                     // a declared type the kernel's result does not have (dynamic dims): keep the op
                     erase_op(c)?;
@@ -57,7 +57,7 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
             }
             if op.results().all(|r| uses(r.into()).is_empty()) {
                 erase_with_dead_constants(op)?;
-                report.count("ops folded");
+                report.count(Change::OpsFolded);
             }
         }
     }

@@ -15,22 +15,27 @@
 use super::{PassOptions, PassReport};
 use crate::ir::graph::{defining_op, insert_after, insert_before, set_operand, uses};
 use crate::ir::quant::quantized_tensor_type;
-use crate::ir::IrError;
+use crate::passes::report::{Change, PassError};
 use crate::recipe::plan;
 use melior::ir::operation::{OperationBuilder, OperationLike};
 use melior::ir::{Location, Module, Value, ValueLike};
 
-pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError> {
+pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, PassError> {
     let stats = options
         .stats
         .as_ref()
-        .ok_or_else(|| IrError::Invalid("insert-qdq needs statistics (--stats)".into()))?;
+        .ok_or_else(|| PassError::new("needs statistics (--stats)"))?;
     let plan = plan(module, Some(stats), &options.config)?;
+    run_with_plan(&plan)
+}
+
+/// The pass with a plan made already (`quantize` makes one for both quantize passes).
+pub fn run_with_plan(plan: &crate::recipe::Plan) -> Result<PassReport, PassError> {
     let mut report = PassReport::default();
     for point in &plan.activations {
         let Some(p) = &point.params else { continue };
         insert_pair(point.value, &point.key, p)?;
-        report.count("q/dq pairs inserted");
+        report.count(Change::QdqPairsInserted);
     }
     Ok(report)
 }
@@ -40,7 +45,7 @@ pub fn insert_pair<'c: 'a, 'a>(
     v: Value<'c, 'a>,
     key: &str,
     p: &crate::params::QuantParams,
-) -> Result<Value<'c, 'a>, IrError> {
+) -> Result<Value<'c, 'a>, PassError> {
     let ctx = crate::ir::graph::value_context(v);
     let qty = quantized_tensor_type(ctx, v.r#type(), p)?;
     let old_uses = uses(v);
@@ -49,7 +54,7 @@ pub fn insert_pair<'c: 'a, 'a>(
         .add_operands(&[v])
         .add_results(&[qty])
         .build()
-        .map_err(|e| IrError::Invalid(format!("cannot build quant.qcast for '{key}': {e}")))?;
+        .map_err(|e| PassError::new(format!("cannot build quant.qcast for '{key}': {e}")))?;
     let q: melior::ir::OperationRef<'c, 'a> = match defining_op(v) {
         Some(def) => insert_after(def, q)?,
         // a block argument: before its first user (all users are in its block)
@@ -61,18 +66,17 @@ pub fn insert_pair<'c: 'a, 'a>(
                     std::cmp::Ordering::Greater
                 }
             });
-            insert_before(first.ok_or_else(|| IrError::Invalid(format!("'{key}' has no use")))?, q)?
+            insert_before(first.ok_or_else(|| PassError::new(format!("'{key}' has no use")))?, q)?
         }
     };
-    let qv: melior::ir::operation::OperationResult<'c, 'a> =
-        q.result(0).map_err(|e| IrError::Invalid(e.to_string()))?;
+    let qv: melior::ir::operation::OperationResult<'c, 'a> = q.result(0).map_err(|e| PassError::new(e.to_string()))?;
     let d = OperationBuilder::new("quant.dcast", Location::name(ctx, &format!("{key}/dequantize"), base))
         .add_operands(&[qv.into()])
         .add_results(&[v.r#type()])
         .build()
-        .map_err(|e| IrError::Invalid(format!("cannot build quant.dcast for '{key}': {e}")))?;
+        .map_err(|e| PassError::new(format!("cannot build quant.dcast for '{key}': {e}")))?;
     let d: melior::ir::OperationRef<'c, 'a> = insert_after(q, d)?;
-    let dv: Value<'c, 'a> = d.result(0).map_err(|e| IrError::Invalid(e.to_string()))?.into();
+    let dv: Value<'c, 'a> = d.result(0).map_err(|e| PassError::new(e.to_string()))?.into();
     for u in old_uses {
         set_operand(u.owner, u.operand, dv);
     }

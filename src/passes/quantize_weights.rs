@@ -24,11 +24,11 @@ use crate::ir::ops::is_constant_op;
 use crate::ir::ops::location_string;
 use crate::ir::ops::{constant_value, insert_constant, insert_constant_attr};
 use crate::ir::quant::quantized_tensor_type;
-use crate::ir::IrError;
 use crate::params::{
     compute, compute_per_axis, quantize, quantize_bias, to_bf16, to_f16, QuantParams, RangeOptions, Rounding,
     StorageType,
 };
+use crate::passes::report::{err, Change, PassError};
 use crate::recipe::{plan, Resolved, WeightMode};
 use crate::tensor::Tensor;
 use melior::ir::operation::{OperationBuilder, OperationLike};
@@ -36,12 +36,8 @@ use melior::ir::{Location, Module, OperationRef, Value, ValueLike};
 use ndarray::{ArrayD, Axis};
 use std::collections::HashMap;
 
-fn err(e: impl std::fmt::Display) -> IrError {
-    IrError::Invalid(e.to_string())
-}
-
 /// Per-channel (or global) symmetric parameters of a weight.
-fn weight_params(w: &ArrayD<f32>, axis: Option<usize>, res: &Resolved) -> Result<QuantParams, IrError> {
+fn weight_params(w: &ArrayD<f32>, axis: Option<usize>, res: &Resolved) -> Result<QuantParams, PassError> {
     let dtype = if res.weights == WeightMode::Int4 {
         StorageType::Int4
     } else {
@@ -75,7 +71,7 @@ fn chain_after<'c, 'a>(
     first: OperationRef<'c, 'a>,
     ops: &[(&str, melior::ir::Type<'c>)],
     loc: Location<'c>,
-) -> Result<Value<'c, 'a>, IrError> {
+) -> Result<Value<'c, 'a>, PassError> {
     let mut cur = first;
     for (name, ty) in ops {
         let op = OperationBuilder::new(name, loc)
@@ -93,9 +89,9 @@ fn chain_after<'c, 'a>(
 fn constant_then<'c, 'a>(
     anchor: OperationRef<'c, 'a>,
     key: &str,
-    make: impl FnOnce(OperationRef<'c, 'a>, &'c melior::Context, Location<'c>) -> Result<OperationRef<'c, 'a>, IrError>,
-    ops: impl FnOnce(&'c melior::Context) -> Result<Vec<(&'static str, melior::ir::Type<'c>)>, IrError>,
-) -> Result<Value<'c, 'a>, IrError> {
+    make: impl FnOnce(OperationRef<'c, 'a>, &'c melior::Context, Location<'c>) -> Result<OperationRef<'c, 'a>, PassError>,
+    ops: impl FnOnce(&'c melior::Context) -> Result<Vec<(&'static str, melior::ir::Type<'c>)>, PassError>,
+) -> Result<Value<'c, 'a>, PassError> {
     let ctx = crate::ir::graph::context_of(&anchor);
     let loc = Location::name(ctx, key, anchor.location());
     let next = anchor
@@ -113,18 +109,28 @@ fn quantized_constant<'c, 'a>(
     p: &QuantParams,
     tf: bool,
     key: &str,
-) -> Result<Value<'c, 'a>, IrError> {
+) -> Result<Value<'c, 'a>, PassError> {
     let make = |next, ctx, loc| match (p.dtype, storage) {
         // 4-bit storage: an i4/ui4 constant, one element per byte
         (StorageType::Int4, Tensor::I8(a)) => {
             let bytes: Vec<u8> = a.iter().map(|&v| v as u8).collect();
-            insert_constant_attr(next, int4_attribute(ctx, a.shape(), &bytes, false), tf, loc)
+            Ok(insert_constant_attr(
+                next,
+                int4_attribute(ctx, a.shape(), &bytes, false),
+                tf,
+                loc,
+            )?)
         }
         (StorageType::Uint4, Tensor::U8(a)) => {
             let bytes: Vec<u8> = a.iter().copied().collect();
-            insert_constant_attr(next, int4_attribute(ctx, a.shape(), &bytes, true), tf, loc)
+            Ok(insert_constant_attr(
+                next,
+                int4_attribute(ctx, a.shape(), &bytes, true),
+                tf,
+                loc,
+            )?)
         }
-        _ => insert_constant(next, storage, tf, loc),
+        _ => Ok(insert_constant(next, storage, tf, loc)?),
     };
     let float = like.r#type();
     constant_then(anchor, key, make, |ctx| {
@@ -142,20 +148,28 @@ fn half_constant<'c, 'a>(
     half: &Tensor,
     tf: bool,
     key: &str,
-) -> Result<Value<'c, 'a>, IrError> {
+) -> Result<Value<'c, 'a>, PassError> {
     let cast = if tf { "tf.Cast" } else { "arith.extf" };
     let float = like.r#type();
     constant_then(
         anchor,
         key,
-        |next, _, loc| insert_constant(next, half, tf, loc),
+        |next, _, loc| Ok(insert_constant(next, half, tf, loc)?),
         |_| Ok(vec![(cast, float)]),
     )
 }
 
-pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError> {
-    let config = &options.config;
-    let plan = plan(module, options.stats.as_ref(), config)?;
+pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, PassError> {
+    let plan = plan(module, options.stats.as_ref(), &options.config)?;
+    run_with_plan(module, &options.config, &plan)
+}
+
+/// The pass with a plan made already (`quantize` makes one for both quantize passes).
+pub fn run_with_plan<'c, 'a>(
+    module: &'a Module<'c>,
+    config: &crate::recipe::QuantConfig,
+    plan: &crate::recipe::Plan<'c, 'a>,
+) -> Result<PassReport, PassError> {
     let func = find_function(module, None)?;
     let mut report = PassReport::default();
     let mut done: HashMap<(usize, Option<usize>), (Value, Option<QuantParams>)> = HashMap::new();
@@ -198,7 +212,7 @@ pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError
         let id = (def.to_raw().ptr as usize, axis);
         if let Some((v, _)) = done.get(&id) {
             set_operand(op, wi, *v);
-            report.count("shared weights reused");
+            report.count(Change::SharedWeightsReused);
             continue;
         }
         let (value, wparams) = match res.weights {
@@ -210,7 +224,7 @@ pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError
             WeightMode::Int8 | WeightMode::Int4 => {
                 let mut p = weight_params(&wt, axis, &res)?;
                 // the bias after this op, at input scale × weight scale
-                if let Some(bias) = bias_site(op, r, &plan) {
+                if let Some(bias) = bias_site(op, r, plan) {
                     let (badd, bidx, bdef, bvals, s_in) = bias;
                     let q = quantize_bias(bvals.as_slice().unwrap_or(&[]), s_in, &p.scale, config.bias_overflow)
                         .map_err(err)?;
@@ -248,7 +262,7 @@ pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError
                     );
                     let nv = quantized_constant(bdef, bv, &storage, &bp, op_name(&bdef).starts_with("tf."), &bkey)?;
                     set_operand(badd, bidx, nv);
-                    report.count("biases quantized to int32");
+                    report.count(Change::BiasesQuantized);
                     if uses(bdef.result(0).map_err(err)?.into()).is_empty() {
                         erased.insert(bdef.to_raw().ptr as usize);
                         erase_op(bdef)?;
@@ -260,7 +274,7 @@ pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, IrError
         };
         set_operand(op, wi, value);
         done.insert(id, (value, wparams));
-        report.count("weights quantized");
+        report.count(Change::WeightsQuantized);
         if uses(def.result(0).map_err(err)?.into()).is_empty() {
             erased.insert(def.to_raw().ptr as usize);
             erase_op(def)?;

@@ -15,13 +15,13 @@
 
 use super::{PassOptions, PassReport};
 use crate::ir::graph::{erase_op, functions, nested_ops, op_name, set_operand, uses};
-use crate::ir::IrError;
+use crate::passes::report::{Change, PassError};
 use melior::ir::operation::OperationLike;
 use melior::ir::{Module, ValueLike};
 
 const IDENTITY_OPS: &[&str] = &["tf.Identity", "tf.IdentityN", "tf.StopGradient", "tf.Snapshot"];
 
-pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
+pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, PassError> {
     let mut report = PassReport::default();
     for func in functions(module) {
         for op in nested_ops(func) {
@@ -43,13 +43,13 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
                         all_gone = false;
                     } else {
                         set_operand(u.owner, u.operand, src);
-                        report.count("uses forwarded");
+                        report.count(Change::UsesForwarded);
                     }
                 }
             }
             if all_gone {
                 erase_op(op)?;
-                report.count("identity ops erased");
+                report.count(Change::IdentitiesErased);
             }
         }
     }

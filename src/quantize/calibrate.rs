@@ -43,6 +43,8 @@ pub enum CalibrateError {
     #[error(transparent)]
     Ir(#[from] crate::ir::IrError),
     #[error(transparent)]
+    Pass(#[from] crate::passes::PassError),
+    #[error(transparent)]
     Interp(#[from] crate::interp::InterpError),
     #[error(transparent)]
     Run(#[from] RunError),

@@ -13,33 +13,35 @@ pub use calibrate::{calibrate, calibrate_cached, CalibrateOptions, Calibrated};
 
 use crate::calibration::StatsFile;
 use crate::ir::IrError;
-use crate::passes::{self, PassOptions, PassReport};
+use crate::passes::{self, Change, PassError, PassOptions, PassReport};
 use melior::ir::Module;
 use serde::Serialize;
 
-/// The passes run before calibration and before quantization alike, so that both see the
-/// same ops and the same tensor keys.
-pub const PREPARE: &[&str] = &[
-    "strip-identity",
-    "fold-constants",
-    "fold-batchnorm",
-    "duplicate-shape-constants",
-];
+pub use crate::passes::PREPARE;
 
-/// Runs [`PREPARE`] and pins every value's key as a name location (so that keys survive the
-/// insertions the rewriter makes). Returns the reports.
-pub fn prepare(module: &Module) -> Result<Vec<(String, PassReport)>, IrError> {
-    let names: Vec<String> = PREPARE.iter().map(|s| s.to_string()).collect();
-    let reports = passes::run_pipeline(module, &names, &PassOptions::default())?;
-    crate::ir::keys::pin_keys(module);
-    Ok(reports)
+/// Why quantizing failed.
+#[derive(Debug, thiserror::Error)]
+pub enum QuantizeError {
+    #[error(transparent)]
+    Ir(#[from] IrError),
+    #[error(transparent)]
+    Pass(#[from] PassError),
+    /// Statistics of another model (or another quantir).
+    #[error("{0}")]
+    Stats(String),
+}
+
+/// Runs the [`PREPARE`] pipeline (its last pass pins every value's key as a name location, so
+/// that keys survive the insertions the rewriter makes). Returns the reports.
+pub fn prepare(module: &Module) -> Result<Vec<(String, PassReport)>, PassError> {
+    passes::run_pipeline(module, &["prepare".to_string()], &PassOptions::default())
 }
 
 /// Readies a TF-dialect module for an `.onnx` output: [`prepare`]s it with TF's own passes
 /// (batch norm and bias reshapes folded where TF's patterns see them) and lowers it with
 /// `tf-to-onnx`, so that calibration and quantization see the ONNX ops that will be written.
 /// `None` when the module has no TF op (an ONNX import, or already lowered).
-pub fn lower_to_onnx(module: &Module) -> Result<Option<PassReport>, IrError> {
+pub fn lower_to_onnx(module: &Module) -> Result<Option<PassReport>, PassError> {
     if !passes::tf_to_onnx::has_tf_ops(module) {
         return Ok(None);
     }
@@ -49,15 +51,7 @@ pub fn lower_to_onnx(module: &Module) -> Result<Option<PassReport>, IrError> {
     Ok(reports.pop().map(|(_, r)| r))
 }
 
-/// A stable identity of a prepared module: FNV-1a 64 of its generic printed form (no
-/// locations), as 16 hex digits.
-pub fn model_hash(module: &Module) -> String {
-    let mut h = cache::Fnv::default();
-    crate::ir::io::print_module_generic_to(module, &mut |chunk| {
-        h.bytes(chunk);
-    });
-    h.hex()
-}
+pub use crate::ir::io::model_hash;
 
 /// What [`quantize_module`] did.
 #[derive(Debug, Default, Serialize)]
@@ -89,13 +83,9 @@ impl std::fmt::Display for QuantizeReport {
             } else {
                 ops.join(", ")
             },
-            self.weights.changes.get("weights quantized").copied().unwrap_or(0),
-            self.weights
-                .changes
-                .get("biases quantized to int32")
-                .copied()
-                .unwrap_or(0),
-            self.qdq.changes.get("q/dq pairs inserted").copied().unwrap_or(0),
+            self.weights.get(&Change::WeightsQuantized),
+            self.weights.get(&Change::BiasesQuantized),
+            self.qdq.get(&Change::QdqPairsInserted),
         )?;
         for o in &self.summary.left_float {
             writeln!(f, "left float: {} {} ({})", o.op, o.key, o.reason)?;
@@ -124,7 +114,11 @@ impl std::fmt::Display for QuantizeReport {
 
 /// Quantizes a module with statistics from `calibrate` on the same model: prepares it, checks
 /// the model hash, quantizes weights and biases, then inserts Q/DQ on activations.
-pub fn quantize_module(module: &Module, stats: &StatsFile, config: &QuantConfig) -> Result<QuantizeReport, IrError> {
+pub fn quantize_module(
+    module: &Module,
+    stats: &StatsFile,
+    config: &QuantConfig,
+) -> Result<QuantizeReport, QuantizeError> {
     let mut stages = Vec::new();
     let mut clock = std::time::Instant::now();
     let mut lap = |name: &str, stages: &mut Vec<(String, f64)>| {
@@ -134,16 +128,19 @@ pub fn quantize_module(module: &Module, stats: &StatsFile, config: &QuantConfig)
     let bytes_before = crate::inspect::inspect(module)?.constant_bytes;
     prepare(module)?;
     let hash = model_hash(module);
-    stats.check_model(&hash).map_err(|e| IrError::Invalid(e.to_string()))?;
+    stats
+        .check_model(&hash)
+        .map_err(|e| QuantizeError::Stats(e.to_string()))?;
     lap("prepare", &mut stages);
-    let options = PassOptions {
-        stats: Some(stats.clone()),
-        config: config.clone(),
-    };
-    let plan_size = plan(module, Some(stats), config)?.activations.len();
-    let weights = passes::quantize_weights::run(module, &options)?;
+    // one plan for both passes: quantize-weights changes weights only, never the activation
+    // values the plan points at
+    let plan = plan(module, Some(stats), config)?;
+    let plan_size = plan.activations.len();
+    let weights =
+        passes::quantize_weights::run_with_plan(module, config, &plan).map_err(|e| e.in_pass("quantize-weights"))?;
     lap("quantize-weights", &mut stages);
-    let qdq = passes::insert_qdq::run(module, &options)?;
+    let qdq = passes::insert_qdq::run_with_plan(&plan).map_err(|e| e.in_pass("insert-qdq"))?;
+    drop(plan);
     lap("insert-qdq", &mut stages);
     crate::ir::io::verify(module).map_err(|d| IrError::Invalid(format!("quantized module does not verify: {d}")))?;
     let summary = summary::summarize(module, config)?;

@@ -26,16 +26,12 @@ use crate::ir::graph::{
 };
 use crate::ir::ops::is_constant_op;
 use crate::ir::ops::{constant_value, erase_with_dead_constants, insert_constant};
-use crate::ir::IrError;
+use crate::passes::report::{err, Change, PassError};
 use crate::tensor::Tensor;
 use melior::ir::attribute::StringAttribute;
 use melior::ir::operation::{OperationBuilder, OperationLike};
 use melior::ir::{Identifier, Module, OperationRef, Value, ValueLike};
 use ndarray::ArrayD;
-
-fn err(e: impl std::fmt::Display) -> IrError {
-    IrError::Invalid(e.to_string())
-}
 
 /// The single user of `v` and the operand index it uses it at.
 fn single_user<'c, 'a>(v: Value<'c, 'a>) -> Option<(OperationRef<'c, 'a>, usize)> {
@@ -99,7 +95,7 @@ fn out_channels(op: OperationRef) -> Option<usize> {
 }
 
 /// Replaces `add` (AddV2/Add/Sub/BiasAdd of `x` and a per-channel constant) by a BiasAdd.
-fn to_bias_add<'c, 'a>(add: OperationRef<'c, 'a>, x: Value<'c, 'a>, bias: Vec<f32>) -> Result<(), IrError> {
+fn to_bias_add<'c, 'a>(add: OperationRef<'c, 'a>, x: Value<'c, 'a>, bias: Vec<f32>) -> Result<(), PassError> {
     let ctx = crate::ir::graph::context_of(&add);
     let n = bias.len();
     let t = Tensor::F32(ArrayD::from_shape_vec(ndarray::IxDyn(&[n]), bias).map_err(err)?);
@@ -119,7 +115,7 @@ fn to_bias_add<'c, 'a>(add: OperationRef<'c, 'a>, x: Value<'c, 'a>, bias: Vec<f3
     Ok(())
 }
 
-pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
+pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, PassError> {
     let mut report = PassReport::default();
     for func in functions(module) {
         // ops this pass erases further down the block; the loop must not touch them again
@@ -176,7 +172,7 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
                     };
                     erased.insert(user.to_raw().ptr as usize);
                     to_bias_add(user, out, b)?;
-                    report.count("adds turned into BiasAdd");
+                    report.count(Change::AddsToBiasAdd);
                 }
                 continue;
             } else {
@@ -190,7 +186,7 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
             if uses(wdef.result(0).map_err(err)?.into()).is_empty() {
                 erase_op(wdef)?;
             }
-            report.count("scales folded into weights");
+            report.count(Change::ScalesFolded);
             let after_out: Value = after.result(0).map_err(err)?.into();
             match shift {
                 Some(b) => {

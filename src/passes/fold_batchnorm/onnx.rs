@@ -16,16 +16,12 @@ use crate::ir::attrs::op_attrs;
 use crate::ir::graph::{body_ops, defining_op, erase_op, op_name, replace_all_uses, uses};
 use crate::ir::ops::is_constant_op;
 use crate::ir::ops::{constant_value, erase_with_dead_constants, insert_constant};
-use crate::ir::IrError;
+use crate::passes::report::{err, Change, PassError};
 use crate::passes::PassReport;
 use crate::tensor::Tensor;
 use melior::ir::operation::OperationLike;
 use melior::ir::{OperationRef, Value};
 use ndarray::{ArrayD, Axis};
-
-fn err(e: impl std::fmt::Display) -> IrError {
-    IrError::Invalid(e.to_string())
-}
 
 /// `v` as `c` per-channel values when it is a constant that broadcasts along axis `axis` of a
 /// rank-`rank` result (a scalar repeats to every channel).
@@ -66,7 +62,7 @@ fn next_affine<'c, 'a>(
     Some((u.owner, name, k))
 }
 
-pub fn run(func: OperationRef, report: &mut PassReport) -> Result<(), IrError> {
+pub fn run(func: OperationRef, report: &mut PassReport) -> Result<(), PassError> {
     let mut erased: std::collections::HashSet<usize> = std::collections::HashSet::new();
     for op in body_ops(func) {
         if erased.contains(&(op.to_raw().ptr as usize)) {
@@ -164,7 +160,7 @@ pub fn run(func: OperationRef, report: &mut PassReport) -> Result<(), IrError> {
             erased.insert(a.to_raw().ptr as usize);
             erase_with_dead_constants(a)?;
         }
-        report.count("per-channel scale/shift folded into ONNX weights and biases");
+        report.count(Change::OnnxScaleShiftFolded);
     }
     Ok(())
 }

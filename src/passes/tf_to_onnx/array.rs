@@ -44,7 +44,11 @@ pub(super) const TABLE: &[(&str, Rule)] = &[
 ];
 
 /// A TF int32 shape operand as the int64 ONNX wants: a constant converted, else a Cast.
-fn i64_operand<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>, i: usize) -> Result<Value<'c, 'a>, IrError> {
+fn i64_operand<'c, 'a>(
+    l: &mut Lowering<'c, 'a>,
+    op: OperationRef<'c, 'a>,
+    i: usize,
+) -> Result<Value<'c, 'a>, PassError> {
     let v = op.operand(i).map_err(err)?;
     if let Some(t) = constant_of(v) {
         let vals = ints_of(&t).ok_or_else(|| err(format!("{}: operand {i} is not integer", label(op))))?;
@@ -58,13 +62,13 @@ fn i64_operand<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>, i: us
     l.build1(op, "onnx.Cast", &[v], &[("to", to)], ty, loc)
 }
 
-fn reshape<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn reshape<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let x = op.operand(0).map_err(err)?;
     let s = i64_operand(l, op, 1)?;
     l.replace(op, "onnx.Reshape", &[x, s], &[])
 }
 
-fn squeeze<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn squeeze<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let a = op_attrs(&op);
     let x = op.operand(0).map_err(err)?;
     let d = dims(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?;
@@ -96,7 +100,7 @@ fn squeeze<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result
     l.replace(op, "onnx.Squeeze", &[xin, axv], &[])
 }
 
-fn expand_dims<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn expand_dims<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let x = op.operand(0).map_err(err)?;
     let out_rank =
         rank(op.result(0).map_err(err)?.into()).ok_or_else(|| err(format!("{}: unranked result", label(op))))?;
@@ -109,7 +113,7 @@ fn expand_dims<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Re
     l.replace(op, "onnx.Unsqueeze", &[x, axv], &[])
 }
 
-fn concat<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn concat<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let ins = operands(op);
     let n = ins.len();
     if n < 2 {
@@ -151,7 +155,7 @@ fn concat<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
 
 /// `Pad` / `PadV2` / `MirrorPad(REFLECT)`: TF's `[[b0, e0], [b1, e1], ...]` paddings as ONNX's
 /// `[b0, b1, ..., e0, e1, ...]`, reordered for a twin.
-fn pad<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn pad<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let a = op_attrs(&op);
     let name = op_name(&op);
     let mode = if name == "tf.MirrorPad" {
@@ -196,14 +200,14 @@ fn pad<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(),
     }
 }
 
-fn transpose<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn transpose<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let x = op.operand(0).map_err(err)?;
     let perm = const_ints(op, 1)?;
     let p = l.ints(&perm);
     l.replace(op, "onnx.Transpose", &[x], &[("perm", p)])
 }
 
-fn cast<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn cast<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let x = op.operand(0).map_err(err)?;
     let elem = element_of(l.result_type(op, 0)?);
     let to = onnx_element(elem).ok_or_else(|| err(format!("{}: {elem} has no ONNX type", label(op))))?;
@@ -212,7 +216,7 @@ fn cast<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<()
 }
 
 /// `Shape` is int64 in ONNX; TF's int32 form gets a Cast.
-fn shape<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn shape<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let x = op.operand(0).map_err(err)?;
     let r = rank(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?;
     let ty = l.result_type(op, 0)?;
@@ -234,7 +238,7 @@ fn shape<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(
 /// `StridedSlice` with constant begin/end/strides as ONNX `Slice`, then `Squeeze` of the
 /// shrunk axes. Masks become ONNX's clamped bounds: a masked begin is the first element in the
 /// step's direction, a masked end runs past the last.
-fn strided_slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn strided_slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let a = op_attrs(&op);
     let mask = |k: &str| a.get(k).and_then(AttrValue::as_int).unwrap_or(0);
     if mask("ellipsis_mask") != 0 || mask("new_axis_mask") != 0 {
@@ -313,7 +317,7 @@ fn strided_slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> 
 }
 
 /// `Slice(x, begin, size)`: ends are `begin + size`, or the end of the axis for `size = -1`.
-fn slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let (begin, size) = (const_ints(op, 1)?, const_ints(op, 2)?);
     if begin.len() != size.len() {
         return Err(err(format!("{}: begin {begin:?} and size {size:?}", label(op))));
@@ -330,7 +334,7 @@ fn slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(
 }
 
 /// `Pack` (tf.stack) as an `Unsqueeze` of each value, then `Concat`.
-fn pack<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn pack<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let a = op_attrs(&op);
     let r = rank(op.result(0).map_err(err)?.into()).ok_or_else(|| err(format!("{}: unranked result", label(op))))?;
     let axis = a.get("axis").and_then(AttrValue::as_int).unwrap_or(0);
@@ -348,7 +352,7 @@ fn pack<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<()
     l.replace(op, "onnx.Concat", &parts, &[("axis", ax)])
 }
 
-fn gather<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn gather<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let a = op_attrs(&op);
     if a.get("batch_dims").and_then(AttrValue::as_int).unwrap_or(0) != 0 {
         return Err(err(format!("{}: batch_dims has no ONNX Gather form", label(op))));
@@ -363,7 +367,7 @@ fn gather<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
 }
 
 /// `Split(axis, x)` (equal parts) and `SplitV(x, sizes, axis)` as ONNX `Split` with its sizes.
-fn split<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn split<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let v = op_name(&op) == "tf.SplitV";
     let (x, axis) = if v {
         (op.operand(0).map_err(err)?, const_ints(op, 2)?)
@@ -396,7 +400,7 @@ fn split<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(
 }
 
 /// `Tile(x, multiples)` and `BroadcastTo(x, shape)`: ONNX's `Tile` and `Expand`, int64 operand.
-fn tile_or_expand<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn tile_or_expand<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let name = if op_name(&op) == "tf.Tile" {
         "onnx.Tile"
     } else {
@@ -408,7 +412,7 @@ fn tile_or_expand<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) ->
 }
 
 /// `ClipByValue` with scalar bounds is ONNX's `Clip`; tensor bounds are `Max(Min(x, hi), lo)`.
-fn clip_by_value<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn clip_by_value<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let ins = operands(op);
     let scalar = |v: &Value| dims(*v).is_some_and(|d| d.iter().all(|x| *x == Some(1)));
     if ins.len() == 3 && scalar(&ins[1]) && scalar(&ins[2]) {
@@ -432,7 +436,7 @@ fn clip_by_value<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> 
 }
 
 /// `ArgMax`/`ArgMin` over a constant axis (ONNX's result is int64; an int32 result gets a Cast).
-fn arg_extreme<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn arg_extreme<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let name = if op_name(&op) == "tf.ArgMax" {
         "onnx.ArgMax"
     } else {

@@ -20,12 +20,12 @@ pub(super) const TABLE: &[(&str, Rule)] = &[
     ("tf.StopGradient", Custom(identity, &[])),
 ];
 
-fn not_equal<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn not_equal<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let x = operands(op);
     two_step(l, op, "onnx.Equal", &x, "onnx.Not", false)
 }
 
-fn identity<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn identity<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     for i in 0..op.result_count().min(op.operand_count()) {
         let x = op.operand(i).map_err(err)?;
         l.finish(op, i, x)?;

@@ -111,25 +111,25 @@ pub(super) const TABLE: &[(&str, Rule)] = &[
     ("tf.Tanh", Elementwise("onnx.Tanh")),
 ];
 
-fn leaky_relu<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn leaky_relu<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     elementwise(l, op, "onnx.LeakyRelu")
 }
 
 /// `Relu6(x)` is `Clip(x, 0, 6)`, which int8 kernels fuse as ReLU6.
-fn relu6<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn relu6<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let x = op.operand(0).map_err(err)?;
     let lo = l.scalar_like(op, x, 0.0)?;
     let hi = l.scalar_like(op, x, 6.0)?;
     l.elementwise_on(op, "onnx.Clip", &[x, lo, hi], &[])
 }
 
-fn rsqrt<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn rsqrt<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let x = operands(op);
     two_step(l, op, "onnx.Sqrt", &x, "onnx.Reciprocal", false)
 }
 
 /// Float `FloorDiv` is `Floor(Div)`; ONNX's integer `Div` truncates, which TF's does not.
-fn floor_div<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn floor_div<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let ty = l.result_type(op, 0)?;
     if !tensor_type(ty).and_then(|t| t.dtype).is_some_and(|d| d.is_float()) {
         return Err(err(format!(
@@ -141,18 +141,18 @@ fn floor_div<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Resu
     two_step(l, op, "onnx.Div", &x, "onnx.Floor", false)
 }
 
-fn square<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn square<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let x = op.operand(0).map_err(err)?;
     l.elementwise_on(op, "onnx.Mul", &[x, x], &[])
 }
 
-fn squared_difference<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn squared_difference<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let x = operands(op);
     two_step(l, op, "onnx.Sub", &x, "onnx.Mul", true)
 }
 
 /// `Mean`/`Sum`/`Max`/`Min`/`Prod` over constant axes.
-fn reduce<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn reduce<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let a = op_attrs(&op);
     let keep = a.get("keep_dims").and_then(AttrValue::as_bool).unwrap_or(false);
     let x = op.operand(0).map_err(err)?;

@@ -39,7 +39,7 @@ use crate::ir::keys::location_name;
 use crate::ir::ops::{constant_value, erase_with_dead_constants, insert_constant};
 use crate::ir::types::tensor_type_of;
 use crate::ir::types::{element_type, tensor_type, Dim};
-use crate::ir::IrError;
+use crate::passes::report::{err, Change, PassError};
 use crate::tensor::Tensor;
 use melior::ir::attribute::{
     ArrayAttribute, DenseI64ArrayAttribute, FloatAttribute, IntegerAttribute, StringAttribute,
@@ -65,7 +65,7 @@ enum Rule {
     Custom(Lower, &'static [&'static str]),
 }
 
-type Lower = for<'c, 'a> fn(&mut Lowering<'c, 'a>, OperationRef<'c, 'a>) -> Result<(), IrError>;
+type Lower = for<'c, 'a> fn(&mut Lowering<'c, 'a>, OperationRef<'c, 'a>) -> Result<(), PassError>;
 
 use Rule::{Custom, Elementwise};
 
@@ -102,10 +102,6 @@ pub fn lowerings() -> Vec<(&'static str, Vec<&'static str>)> {
             (*n, emits)
         })
         .collect()
-}
-
-fn err(e: impl std::fmt::Display) -> IrError {
-    IrError::Invalid(e.to_string())
 }
 
 fn key(v: Value) -> usize {
@@ -153,7 +149,7 @@ fn ranked<'c>(elem: Type<'c>, dims: &[Option<usize>]) -> Type<'c> {
 }
 
 /// `t` with its dimensions permuted (`out[i] = in[perm[i]]`).
-fn permuted_type<'c>(t: Type<'c>, perm: &[usize]) -> Result<Type<'c>, IrError> {
+fn permuted_type<'c>(t: Type<'c>, perm: &[usize]) -> Result<Type<'c>, PassError> {
     let d = type_dims(t)
         .filter(|d| d.len() == perm.len())
         .ok_or_else(|| err(format!("cannot permute type {t} by {perm:?}")))?;
@@ -170,7 +166,7 @@ fn constant_of(v: Value) -> Option<Tensor> {
 }
 
 /// Integer values of a constant operand (axes, paddings, shapes).
-fn const_ints(op: OperationRef, i: usize) -> Result<Vec<i64>, IrError> {
+fn const_ints(op: OperationRef, i: usize) -> Result<Vec<i64>, PassError> {
     let v = op.operand(i).map_err(err)?;
     constant_of(v)
         .as_ref()
@@ -237,7 +233,7 @@ impl<'c, 'a> Lowering<'c, 'a> {
         attrs: &[(&str, Attribute<'c>)],
         results: &[Type<'c>],
         loc: Location<'c>,
-    ) -> Result<OperationRef<'c, 'a>, IrError> {
+    ) -> Result<OperationRef<'c, 'a>, PassError> {
         let attrs: Vec<(Identifier, Attribute)> =
             attrs.iter().map(|(k, v)| (Identifier::new(self.ctx, k), *v)).collect();
         let op = OperationBuilder::new(name, loc)
@@ -246,9 +242,9 @@ impl<'c, 'a> Lowering<'c, 'a> {
             .add_results(results)
             .build()
             .map_err(|e| err(format!("cannot build {name}: {e}")))?;
-        self.report.count(&format!("{name} written"));
+        self.report.count(Change::Written(name.to_string()));
         self.emitted.push(name.to_string());
-        insert_before(anchor, op)
+        Ok(insert_before(anchor, op)?)
     }
 
     /// One-result form of [`Self::build`].
@@ -260,7 +256,7 @@ impl<'c, 'a> Lowering<'c, 'a> {
         attrs: &[(&str, Attribute<'c>)],
         result: Type<'c>,
         loc: Location<'c>,
-    ) -> Result<Value<'c, 'a>, IrError> {
+    ) -> Result<Value<'c, 'a>, PassError> {
         let op = self.build(anchor, name, operands, attrs, &[result], loc)?;
         Ok(op.result(0).map_err(err)?.into())
     }
@@ -268,20 +264,20 @@ impl<'c, 'a> Lowering<'c, 'a> {
     /// A new constant before `anchor`, named after it (`conv1/const3`): a constant without a
     /// name would get a positional key, which can collide with the positional names the
     /// lowered ops carry over from the TF ops.
-    fn constant(&mut self, anchor: OperationRef<'c, 'a>, t: &Tensor) -> Result<Value<'c, 'a>, IrError> {
+    fn constant(&mut self, anchor: OperationRef<'c, 'a>, t: &Tensor) -> Result<Value<'c, 'a>, PassError> {
         self.constants += 1;
         let loc = self.loc(anchor, &format!("const{}", self.constants));
         let c = insert_constant(anchor, t, false, loc)?;
         Ok(c.result(0).map_err(err)?.into())
     }
 
-    fn i64s(&mut self, anchor: OperationRef<'c, 'a>, v: &[i64]) -> Result<Value<'c, 'a>, IrError> {
+    fn i64s(&mut self, anchor: OperationRef<'c, 'a>, v: &[i64]) -> Result<Value<'c, 'a>, PassError> {
         let t = Tensor::I64(ndarray::ArrayD::from_shape_vec(vec![v.len()], v.to_vec()).map_err(err)?);
         self.constant(anchor, &t)
     }
 
     /// A scalar constant of `like`'s float element type.
-    fn scalar_like(&mut self, anchor: OperationRef<'c, 'a>, like: Value, v: f64) -> Result<Value<'c, 'a>, IrError> {
+    fn scalar_like(&mut self, anchor: OperationRef<'c, 'a>, like: Value, v: f64) -> Result<Value<'c, 'a>, PassError> {
         let t = match tensor_type(like.r#type()).and_then(|t| t.dtype) {
             Some(crate::tensor::DType::F64) => Tensor::F64(ndarray::arr0(v).into_dyn()),
             Some(crate::tensor::DType::F16) => Tensor::F16(ndarray::arr0(half::f16::from_f64(v)).into_dyn()),
@@ -297,7 +293,7 @@ impl<'c, 'a> Lowering<'c, 'a> {
         v: Value<'c, 'a>,
         perm: &[usize],
         loc: Location<'c>,
-    ) -> Result<Value<'c, 'a>, IrError> {
+    ) -> Result<Value<'c, 'a>, PassError> {
         let p: Vec<i64> = perm.iter().map(|&x| x as i64).collect();
         let ty = permuted_type(v.r#type(), perm)?;
         let attr = self.ints(&p);
@@ -318,7 +314,7 @@ impl<'c, 'a> Lowering<'c, 'a> {
 
     /// `v` in NCHW: its twin, its constant transposed (rank padded to 4 as broadcasting
     /// would), or a Transpose of it.
-    fn nchw_of(&mut self, anchor: OperationRef<'c, 'a>, v: Value<'c, 'a>) -> Result<Value<'c, 'a>, IrError> {
+    fn nchw_of(&mut self, anchor: OperationRef<'c, 'a>, v: Value<'c, 'a>) -> Result<Value<'c, 'a>, PassError> {
         if let Some(t) = self.twins.get(&key(v)) {
             return Ok(*t);
         }
@@ -352,7 +348,7 @@ impl<'c, 'a> Lowering<'c, 'a> {
     }
 
     /// Result `i` of `op` is `y`, computed in NCHW: the NHWC users read a Transpose of it.
-    fn finish_nchw(&mut self, op: OperationRef<'c, 'a>, i: usize, y: Value<'c, 'a>) -> Result<(), IrError> {
+    fn finish_nchw(&mut self, op: OperationRef<'c, 'a>, i: usize, y: Value<'c, 'a>) -> Result<(), PassError> {
         let r: Value = op.result(i).map_err(err)?.into();
         let loc = self.loc(op, "nhwc");
         let t = self.transpose_op(op, y, &TO_NHWC, loc)?;
@@ -362,7 +358,7 @@ impl<'c, 'a> Lowering<'c, 'a> {
     }
 
     /// Result `i` of `op` is `y`, in TF's own layout.
-    fn finish(&mut self, op: OperationRef<'c, 'a>, i: usize, y: Value<'c, 'a>) -> Result<(), IrError> {
+    fn finish(&mut self, op: OperationRef<'c, 'a>, i: usize, y: Value<'c, 'a>) -> Result<(), PassError> {
         let r: Value = op.result(i).map_err(err)?.into();
         replace_all_uses(r, y);
         Ok(())
@@ -376,14 +372,14 @@ impl<'c, 'a> Lowering<'c, 'a> {
         name: &str,
         operands: &[Value<'c, 'a>],
         attrs: &[(&str, Attribute<'c>)],
-    ) -> Result<(), IrError> {
+    ) -> Result<(), PassError> {
         let ty = self.result_type(op, 0)?;
         let loc = self.loc(op, "");
         let y = self.build1(op, name, operands, attrs, ty, loc)?;
         self.finish(op, 0, y)
     }
 
-    fn result_type(&self, op: OperationRef<'c, 'a>, i: usize) -> Result<Type<'c>, IrError> {
+    fn result_type(&self, op: OperationRef<'c, 'a>, i: usize) -> Result<Type<'c>, PassError> {
         Ok(op.result(i).map_err(err)?.r#type())
     }
 
@@ -395,7 +391,7 @@ impl<'c, 'a> Lowering<'c, 'a> {
         name: &str,
         operands: &[Value<'c, 'a>],
         attrs: &[(&str, Attribute<'c>)],
-    ) -> Result<(), IrError> {
+    ) -> Result<(), PassError> {
         let ty = self.result_type(op, 0)?;
         let result: Value = op.result(0).map_err(err)?.into();
         let nchw = rank(result) == Some(4)
@@ -420,7 +416,7 @@ fn operands<'c, 'a>(op: OperationRef<'c, 'a>) -> Vec<Value<'c, 'a>> {
     op.operands().collect()
 }
 
-fn elementwise<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>, name: &str) -> Result<(), IrError> {
+fn elementwise<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>, name: &str) -> Result<(), PassError> {
     let ins = operands(op);
     let mut attrs = Vec::new();
     let a = op_attrs(&op);
@@ -442,7 +438,7 @@ fn two_step<'c, 'a>(
     first_operands: &[Value<'c, 'a>],
     second: &str,
     square_second: bool,
-) -> Result<(), IrError> {
+) -> Result<(), PassError> {
     let ty = l.result_type(op, 0)?;
     let result: Value = op.result(0).map_err(err)?.into();
     let nchw = rank(result) == Some(4)
@@ -498,7 +494,7 @@ pub fn has_tf_ops(module: &Module) -> bool {
         .any(|op| op_name(&op).starts_with("tf.") && op_name(&op) != "tf.Const")
 }
 
-pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
+pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, PassError> {
     let missing = unsupported(module);
     if !missing.is_empty() {
         let list: Vec<String> = missing.iter().map(|(k, v)| format!("{v} {k}")).collect();
@@ -546,7 +542,7 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
                     "tf-to-onnx: the lowering of {name} wrote {bad}, which its table entry does not declare"
                 )));
             }
-            l.report.count("tf ops lowered");
+            l.report.count(Change::TfOpsLowered);
             erase_with_dead_constants(op)?;
         }
     }
@@ -569,17 +565,18 @@ pub fn run(module: &Module, _: &PassOptions) -> Result<PassReport, IrError> {
             break;
         }
     }
-    if l.report.changes.contains_key("tf ops lowered") && module.as_operation().attribute("onnx.opset_import").is_err()
+    if l.report.changes.contains_key(&Change::TfOpsLowered)
+        && module.as_operation().attribute("onnx.opset_import").is_err()
     {
         // the ops above are written in their opset-13 form
         let opset = ArrayAttribute::new(ctx, &[ArrayAttribute::new(ctx, &[l.string(""), l.int(13)]).into()]);
         let mut m = crate::ir::graph::module_op_mut(module);
         m.set_attribute("onnx.opset_import", opset.into());
     }
-    let written = l.report.changes.get("onnx.Transpose written").copied().unwrap_or(0);
+    let written = l.report.get(&Change::Written("onnx.Transpose".into()));
     l.report
         .changes
-        .insert("onnx.Transpose written".into(), written - erased);
+        .insert(Change::Written("onnx.Transpose".into()), written - erased);
     l.report.changes.retain(|_, v| *v > 0);
     Ok(l.report)
 }

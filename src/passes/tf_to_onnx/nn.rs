@@ -29,7 +29,7 @@ pub(super) const TABLE: &[(&str, Rule)] = &[
 
 /// `BiasAdd` is an `Add` whose bias broadcasts on the channel axis; for NCHW data the bias is
 /// reshaped to `[C, 1, ..., 1]` first.
-fn bias_add<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn bias_add<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let a = op_attrs(&op);
     let (x, b) = (op.operand(0).map_err(err)?, op.operand(1).map_err(err)?);
     if attr_str(&a, "data_format") != Some("NCHW") {
@@ -75,7 +75,7 @@ fn window_pads(
     d: [usize; 2],
     spatial: [usize; 2],
     op: OperationRef,
-) -> Result<Result<Vec<i64>, &'static str>, IrError> {
+) -> Result<Result<Vec<i64>, &'static str>, PassError> {
     match attr_str(a, "padding").unwrap_or("VALID") {
         "VALID" => Ok(Ok(vec![0; 4])),
         "SAME" => match hw {
@@ -102,7 +102,7 @@ fn window_pads(
     }
 }
 
-fn two(v: &[i64], at: [usize; 2], what: &str, op: OperationRef) -> Result<[usize; 2], IrError> {
+fn two(v: &[i64], at: [usize; 2], what: &str, op: OperationRef) -> Result<[usize; 2], PassError> {
     let get = |i: usize| {
         v.get(i)
             .copied()
@@ -115,7 +115,7 @@ fn two(v: &[i64], at: [usize; 2], what: &str, op: OperationRef) -> Result<[usize
 
 /// `Conv2D` (HWIO filter) and `DepthwiseConv2dNative` (`[KH, KW, C, M]` filter) as an NCHW
 /// `Conv` with an OIHW weight (`[C·M, 1, KH, KW]` and `group = C` for depthwise).
-fn conv<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn conv<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let a = op_attrs(&op);
     let depthwise = op_name(&op) == "tf.DepthwiseConv2dNative";
     let nchw_data = attr_str(&a, "data_format") == Some("NCHW");
@@ -204,7 +204,7 @@ fn conv<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<()
 
 /// `MaxPool` / `AvgPool` (NHWC `ksize` and `strides`) as NCHW pooling; TF's average leaves the
 /// padding out, as ONNX's default `count_include_pad = 0` does.
-fn pool<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn pool<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let a = op_attrs(&op);
     let nchw_data = attr_str(&a, "data_format") == Some("NCHW");
     let spatial = if nchw_data { [2, 3] } else { [1, 2] };
@@ -241,7 +241,7 @@ fn pool<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<()
 }
 
 /// Inference-mode `FusedBatchNorm` as `BatchNormalization` on NCHW.
-fn batch_norm<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn batch_norm<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let a = op_attrs(&op);
     if a.get("is_training").and_then(AttrValue::as_bool) == Some(true) {
         return Err(err(format!(
@@ -285,7 +285,7 @@ fn batch_norm<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Res
 /// `ResizeBilinear` / `ResizeNearestNeighbor` (NHWC, constant `[h, w]`) as ONNX `Resize` on
 /// NCHW with `sizes`, TF's `align_corners` / `half_pixel_centers` as the coordinate
 /// transformation and rounding TF uses.
-fn resize<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn resize<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let a = op_attrs(&op);
     let nearest = op_name(&op) == "tf.ResizeNearestNeighbor";
     let flag = |k: &str| a.get(k).and_then(AttrValue::as_bool).unwrap_or(false);
@@ -355,7 +355,7 @@ fn resize<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
     l.finish_nchw(op, 0, y)
 }
 
-fn softmax<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn softmax<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let name = if op_name(&op) == "tf.Softmax" {
         "onnx.Softmax"
     } else {
@@ -368,7 +368,7 @@ fn softmax<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result
 
 /// `a @ b` with TF's transpose / adjoint flags made explicit: on constants ahead of time, on
 /// activations as a Transpose of the two last axes.
-fn matmul<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), IrError> {
+fn matmul<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let a = op_attrs(&op);
     let flag = |k: &str| a.get(k).and_then(AttrValue::as_bool).unwrap_or(false);
     let (ta, tb) = if op_name(&op) == "tf.MatMul" {
