@@ -1,162 +1,31 @@
-//! The `quantir` command line: parse arguments, call the library, print.
+//! The `quantir` command line: parse arguments, call the library, print — one function per
+//! subcommand. The arguments are declared in `cli/args.rs`.
+
+mod cli;
 
 use anyhow::{bail, Context as _, Result};
-use clap::{Parser, Subcommand};
+use clap::Parser;
+use cli::args::{name_of, CalibOpts, Cli, Command, FeedArgs, ImageArgs, RecipeArgs};
 use quantir::params::{self, RangeOptions, Scheme, StorageType};
 use quantir::{formats, inspect, interp, ir, passes, quantize, run, stats_io};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
-#[derive(Parser)]
-#[command(name = "quantir", version, about = "Post-training quantization on MLIR")]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-    /// Signature of a SavedModel directory to import (default: serving_default; models in
-    /// other formats have one function and ignore it).
-    #[arg(long, global = true, value_name = "NAME")]
-    signature: Option<String>,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Functions, op counts, constants and float tensors of a model.
-    Inspect {
-        model: PathBuf,
-        /// Print a JSON document instead of text.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Run rewriter passes in order (mlir-opt style); no --pass is a faithful round trip.
-    Opt {
-        model: PathBuf,
-        /// A pass to run (repeatable, in order).
-        #[arg(long = "pass", value_name = "NAME")]
-        passes: Vec<String>,
-        /// Output file: .mlir (text), .mlirbc (bytecode) or .onnx (ONNX ops: an ONNX import, or
-        /// a TF model after --pass tf-to-onnx).
-        #[arg(short, long)]
-        output: PathBuf,
-    },
-    /// Run a model on every sample of a data set and write its outputs (.npz).
-    Run {
-        model: PathBuf,
-        /// .npz file or folder of .npy files; the first axis of every array indexes samples.
-        #[arg(long)]
-        data: PathBuf,
-        #[arg(short, long)]
-        output: PathBuf,
-        /// Bind an input to an array: --input NAME=ARRAY (repeatable).
-        #[arg(long = "input", value_name = "NAME=ARRAY")]
-        inputs: Vec<String>,
-        /// Worker threads (0 = all cores).
-        #[arg(long, default_value_t = 0)]
-        threads: usize,
-        /// Run only the first N samples.
-        #[arg(long)]
-        limit: Option<usize>,
-        /// Function to run (default: main, else the first public function).
-        #[arg(long)]
-        function: Option<String>,
-        #[command(flatten)]
-        images: ImageArgs,
-    },
-    /// Gather statistics of every tensor that will be quantized, from sample data.
-    Calibrate {
-        model: PathBuf,
-        #[command(flatten)]
-        calib: CalibArgs,
-        /// Calibrate the ONNX form of a TF model (what `quantize -o x.onnx` quantizes).
-        #[arg(long)]
-        onnx: bool,
-        #[arg(short, long)]
-        output: PathBuf,
-    },
-    /// Quantize a model from statistics (or calibrate on --data first).
-    Quantize {
-        model: PathBuf,
-        /// Statistics from `quantir calibrate` on the same model.
-        #[arg(long, conflicts_with = "data")]
-        stats: Option<PathBuf>,
-        #[command(flatten)]
-        calib: OptCalibArgs,
-        #[command(flatten)]
-        recipe: RecipeArgs,
-        #[arg(short, long)]
-        output: PathBuf,
-    },
-    /// Compare a quantized model with its float original on held-out data.
-    Evaluate {
-        float_model: PathBuf,
-        quant_model: PathBuf,
-        #[arg(long)]
-        data: PathBuf,
-        /// Integer array of class labels in the data (for accuracy).
-        #[arg(long)]
-        labels: Option<String>,
-        /// SQNR of every layer both models compute, worst first.
-        #[arg(long)]
-        per_layer: bool,
-        /// Write an HTML report.
-        #[arg(long)]
-        report: Option<PathBuf>,
-        #[arg(long = "input", value_name = "NAME=ARRAY")]
-        inputs: Vec<String>,
-        #[arg(long, default_value_t = 0)]
-        threads: usize,
-        #[arg(long)]
-        limit: Option<usize>,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        images: ImageArgs,
-    },
-    /// Merge statistics of calibration shards (same model, same method).
-    Merge {
-        #[arg(required = true)]
-        inputs: Vec<PathBuf>,
-        #[arg(short, long)]
-        output: PathBuf,
-    },
-    /// Scale and zero point for a range, as a target runtime's own tool computes them.
-    Params {
-        /// Range minimum; several comma-separated values give per-channel parameters.
-        #[arg(long, allow_hyphen_values = true, value_delimiter = ',', required = true)]
-        min: Vec<f64>,
-        /// Range maximum; as many values as --min.
-        #[arg(long, allow_hyphen_values = true, value_delimiter = ',', required = true)]
-        max: Vec<f64>,
-        /// Storage type: int8, uint8, int16, uint16, int4, uint4, int32.
-        #[arg(long, default_value = "int8")]
-        dtype: String,
-        /// mlir (TF/MLIR nudged), onnx (onnxruntime), torch (PyTorch observers).
-        #[arg(long, default_value = "mlir")]
-        scheme: String,
-        #[arg(long)]
-        symmetric: bool,
-        #[arg(long)]
-        narrow_range: bool,
-        #[arg(long)]
-        reduce_range: bool,
-        /// Channel axis recorded in per-channel parameters.
-        #[arg(long, default_value_t = 0)]
-        axis: usize,
-        #[arg(long)]
-        json: bool,
-    },
-}
 
 /// A command line that parsed but asks for something that does not exist (exit code 2).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 struct UsageError(String);
 
+fn usage(e: impl std::fmt::Display) -> anyhow::Error {
+    UsageError(e.to_string()).into()
+}
+
 /// `NAME=ARRAY` pairs of `--input`.
 fn parse_overrides(v: &[String]) -> Result<Vec<(String, String)>> {
     v.iter()
         .map(|s| match s.split_once('=') {
             Some((a, b)) if !a.is_empty() && !b.is_empty() => Ok((a.to_string(), b.to_string())),
-            _ => Err(UsageError(format!("--input takes NAME=ARRAY, got '{s}'")).into()),
+            _ => Err(usage(format!("--input takes NAME=ARRAY, got '{s}'"))),
         })
         .collect()
 }
@@ -170,87 +39,20 @@ fn out(text: &str) -> Result<()> {
     }
 }
 
-#[derive(clap::Args)]
-struct CalibArgs {
-    /// .npz file or folder of .npy files (first axis = samples).
-    #[arg(long)]
-    data: PathBuf,
-    #[command(flatten)]
-    opts: CalibOpts,
-}
-
-#[derive(clap::Args)]
-struct OptCalibArgs {
-    /// Calibrate on this data first (instead of --stats).
-    #[arg(long)]
-    data: Option<PathBuf>,
-    /// Calibrate even when the cache holds statistics for this model, data and method.
-    #[arg(long)]
-    no_cache: bool,
-    #[command(flatten)]
-    opts: CalibOpts,
-}
-
-#[derive(clap::Args)]
-struct CalibOpts {
-    /// minmax, avg-minmax, ema-minmax, percentile, percentile-symmetric, entropy, mse,
-    /// mse-symmetric [default: minmax].
-    #[arg(long)]
-    method: Option<String>,
-    /// Percentile for the percentile methods (default 99.999).
-    #[arg(long)]
-    percentile: Option<f64>,
-    /// Histogram resolution for histogram methods.
-    #[arg(long, default_value_t = 2048)]
-    bins: usize,
-    /// Calibrate shard I of N (samples I, I+N, ...), for `quantir merge`.
-    #[arg(long, value_name = "I/N")]
-    shard: Option<String>,
-    /// Skip NaN/Inf values (counted) instead of failing.
-    #[arg(long)]
-    skip_non_finite: bool,
-    #[arg(long = "input", value_name = "NAME=ARRAY")]
-    inputs: Vec<String>,
-    #[arg(long, default_value_t = 0)]
-    threads: usize,
-    /// Use only the first N samples.
-    #[arg(long)]
-    limit: Option<usize>,
-    #[command(flatten)]
-    images: ImageArgs,
-}
-
-/// How a folder of images becomes samples.
-#[derive(clap::Args)]
-struct ImageArgs {
-    /// Resize images to H,W (default: the model input's size).
-    #[arg(long, value_name = "H,W")]
-    image_size: Option<String>,
-    /// Per-channel mean subtracted from pixels scaled to [0, 1] (one value or one per channel).
-    #[arg(long, value_delimiter = ',', allow_hyphen_values = true, default_value = "0")]
-    mean: Vec<f32>,
-    /// Per-channel standard deviation the centred pixels are divided by.
-    #[arg(long, value_delimiter = ',', default_value = "1")]
-    std: Vec<f32>,
-    /// Layout of the model's image input: nhwc or nchw.
-    #[arg(long, default_value = "nhwc")]
-    layout: String,
-}
-
 impl ImageArgs {
     /// Opens `.npz`, `.npy`, a folder of `.npy` or a folder of images.
-    fn open(&self, path: &std::path::Path, limit: Option<usize>) -> Result<formats::data::Dataset> {
+    fn open(&self, path: &Path, limit: Option<usize>) -> Result<formats::data::Dataset> {
         let size = match &self.image_size {
             None => None,
             Some(t) => {
-                let bad = || UsageError(format!("--image-size takes H,W (two positive integers), got '{t}'"));
+                let bad = || usage(format!("--image-size takes H,W (two positive integers), got '{t}'"));
                 let (h, w) = t.split_once(',').ok_or_else(bad)?;
                 let (h, w) = (
                     h.trim().parse::<usize>().map_err(|_| bad())?,
                     w.trim().parse::<usize>().map_err(|_| bad())?,
                 );
                 if h == 0 || w == 0 {
-                    return Err(bad().into());
+                    return Err(bad());
                 }
                 Some((h, w))
             }
@@ -259,10 +61,7 @@ impl ImageArgs {
             size,
             mean: self.mean.clone(),
             std: self.std.clone(),
-            layout: self
-                .layout
-                .parse()
-                .map_err(|e: String| UsageError(format!("--layout: {e}")))?,
+            layout: name_of(&self.layout).parse().map_err(usage)?,
             limit,
         };
         Ok(formats::data::Dataset::open_with(path, &options)?)
@@ -270,55 +69,22 @@ impl ImageArgs {
 }
 
 fn parse_shard(s: &str) -> Result<(usize, usize)> {
-    let bad = || UsageError(format!("--shard takes I/N with 0 <= I < N, got '{s}'"));
+    let bad = || usage(format!("--shard takes I/N with 0 <= I < N, got '{s}'"));
     let (i, n) = s.split_once('/').ok_or_else(bad)?;
     let (i, n) = (
         i.trim().parse::<usize>().map_err(|_| bad())?,
         n.trim().parse::<usize>().map_err(|_| bad())?,
     );
     if n == 0 || i >= n {
-        return Err(bad().into());
+        return Err(bad());
     }
     Ok((i, n))
-}
-
-/// How to quantize: the options of `quantize`, on top of an optional `--config` recipe file.
-#[derive(clap::Args)]
-struct RecipeArgs {
-    /// A recipe file (TOML): defaults plus per-op / per-tensor overrides; flags given on the
-    /// command line win over its top-level settings.
-    #[arg(long, value_name = "RECIPE.toml")]
-    config: Option<PathBuf>,
-    /// Parameter scheme: mlir (TF/MLIR nudged), onnx, torch [default: mlir].
-    #[arg(long)]
-    scheme: Option<String>,
-    /// Weight storage: int8, int4, fp16, bf16 [default: int8].
-    #[arg(long)]
-    weights: Option<String>,
-    /// Activation storage: int8, uint8, int16, none (weight-only) [default: int8].
-    #[arg(long)]
-    activations: Option<String>,
-    /// Per-tensor weights instead of per-channel.
-    #[arg(long)]
-    per_tensor: bool,
-    #[arg(long)]
-    symmetric_activations: bool,
-    /// Quantize the model's outputs too (fully integer graph); by default they stay float.
-    #[arg(long)]
-    quantize_outputs: bool,
-    /// 7-bit weights (int8 storage, onnx and torch schemes): for onnxruntime on x86 CPUs
-    /// without VNNI, whose int8 kernels saturate on full-range weights.
-    #[arg(long)]
-    reduce_range: bool,
-    /// Leave ops (by name, `*` wildcards) or tensors (by key) in float (repeatable).
-    #[arg(long)]
-    exclude: Vec<String>,
 }
 
 impl RecipeArgs {
     /// The settings; `target` is the output model, whose format picks the default scheme
     /// (ONNX's parameter arithmetic for an .onnx output, MLIR/TF's otherwise).
-    fn config(&self, target: Option<&std::path::Path>) -> Result<quantize::QuantConfig> {
+    fn config(&self, target: Option<&Path>) -> Result<quantize::QuantConfig> {
         let mut base = quantize::QuantConfig::default();
         if target.is_some_and(formats::model::is_onnx) {
             base.scheme = Scheme::Onnx;
@@ -327,15 +93,17 @@ impl RecipeArgs {
             Some(p) => quantize::recipe::load_onto(p, base)?,
             None => base,
         };
-        let usage = |e: String| anyhow::Error::from(UsageError(e));
         if let Some(s) = &self.scheme {
-            c.scheme = s.parse().map_err(|e: params::ParamsError| usage(e.to_string()))?;
+            c.scheme = name_of(s).parse().map_err(usage)?;
         }
         if let Some(w) = &self.weights {
-            c.weights = w.parse().map_err(|e: String| usage(format!("--weights: {e}")))?;
+            c.weights = name_of(w)
+                .parse()
+                .map_err(|e: String| usage(format!("--weights: {e}")))?;
         }
         if let Some(a) = &self.activations {
-            c.activations = quantize::parse_activations(a).map_err(|e| usage(format!("--activations: {e}")))?;
+            c.activations =
+                quantize::parse_activations(&name_of(a)).map_err(|e| usage(format!("--activations: {e}")))?;
         }
         c.per_channel &= !self.per_tensor;
         c.symmetric_activations |= self.symmetric_activations;
@@ -349,30 +117,30 @@ impl RecipeArgs {
 /// Loads the data, binds it to the prepared model's inputs and calibrates.
 fn run_calibration(
     module: &melior::ir::Module,
-    data: &std::path::Path,
+    data: &Path,
     o: &CalibOpts,
     config: &quantize::QuantConfig,
-    cache: Option<&std::path::Path>,
+    cache: Option<&Path>,
 ) -> Result<quantir::calibration::StatsFile> {
     // the command line wins over a recipe's method, which wins over minmax
     let (name, pct) = match &o.method {
-        Some(m) => (m.as_str(), o.percentile),
+        Some(m) => (name_of(m), o.percentile),
         None => (
-            config.method.as_deref().unwrap_or("minmax"),
+            config.method.clone().unwrap_or_else(|| "minmax".into()),
             o.percentile.or(config.percentile),
         ),
     };
-    let method = quantir::calibration::Method::from_name(name, pct).map_err(|e| UsageError(e.to_string()))?;
+    let method = quantir::calibration::Method::from_name(&name, pct).map_err(usage)?;
     let shard = o.shard.as_deref().map(parse_shard).transpose()?;
-    let overrides = parse_overrides(&o.inputs)?;
+    let overrides = parse_overrides(&o.feed.inputs)?;
     let program = interp::Program::compile(module, None)?;
-    let dataset = o.images.open(data, o.limit)?;
+    let dataset = o.images.open(data, o.feed.limit)?;
     let binding = formats::data::bind(&dataset, &program.inputs, &overrides)?;
     let opts = quantize::CalibrateOptions {
         method,
         bins: o.bins,
-        threads: o.threads,
-        limit: o.limit,
+        threads: o.feed.threads,
+        limit: o.feed.limit,
         shard,
         non_finite: if o.skip_non_finite {
             quantir::calibration::NonFinitePolicy::Skip
@@ -406,217 +174,388 @@ fn run_calibration(
 }
 
 /// Lowers a TF model to ONNX ops for an .onnx output, saying so; false when it had none.
-fn lower_to_onnx(module: &melior::ir::Module, model: &std::path::Path) -> Result<bool> {
+fn lower_to_onnx(module: &melior::ir::Module, model: &Path) -> Result<bool> {
     let Some(report) = quantize::lower_to_onnx(module).with_context(|| model.display().to_string())? else {
         return Ok(false);
     };
-    let lowered = report.get(&quantir::passes::Change::TfOpsLowered);
-    let transposes = report.get(&quantir::passes::Change::Written("onnx.Transpose".into()));
+    let lowered = report.get(&passes::Change::TfOpsLowered);
+    let transposes = report.get(&passes::Change::Written("onnx.Transpose".into()));
     eprintln!("lowered {lowered} TF ops to ONNX ({transposes} layout transposes)");
     Ok(true)
 }
 
-fn run(cli: Cli) -> Result<()> {
-    let signature = cli.signature.as_deref();
-    // --signature names a signature of whichever model is a SavedModel directory
-    let load = |ctx, path: &std::path::Path| {
-        let sig = signature.filter(|_| formats::savedmodel::is_saved_model(path));
-        formats::model::load_signature(ctx, path, sig)
+/// Loads a model; `--signature` names a signature of whichever model is a SavedModel.
+fn load<'c>(ctx: &'c melior::Context, path: &Path, signature: Option<&str>) -> Result<melior::ir::Module<'c>> {
+    let sig = signature.filter(|_| formats::savedmodel::is_saved_model(path));
+    Ok(formats::model::load_signature(ctx, path, sig)?)
+}
+
+fn cmd_inspect(model: &Path, json: bool, signature: Option<&str>) -> Result<()> {
+    let ctx = ir::new_context();
+    let signatures = if formats::savedmodel::is_saved_model(model) {
+        formats::savedmodel::signatures(model)?
+    } else {
+        Vec::new()
     };
-    match cli.command {
-        Command::Inspect { model, json } => {
-            let ctx = ir::new_context();
-            let signatures = if formats::savedmodel::is_saved_model(&model) {
-                formats::savedmodel::signatures(&model)?
-            } else {
-                Vec::new()
-            };
-            let module = match load(&ctx, &model) {
-                Ok(m) => m,
-                Err(e) => {
-                    // the signatures still tell which one to import instead
-                    if !json {
-                        for s in &signatures {
-                            out(&s.to_string())?;
-                        }
-                    }
-                    return Err(e.into());
+    let module = match load(&ctx, model, signature) {
+        Ok(m) => m,
+        Err(e) => {
+            // the signatures still tell which one to import instead
+            if !json {
+                for s in &signatures {
+                    out(&s.to_string())?;
                 }
-            };
-            let mut report = inspect::inspect(&module).with_context(|| model.display().to_string())?;
-            report.signatures = signatures;
-            if json {
-                out(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
-            } else {
-                out(&report.to_string())?;
             }
+            return Err(e);
         }
+    };
+    let mut report = inspect::inspect(&module).with_context(|| model.display().to_string())?;
+    report.signatures = signatures;
+    if json {
+        out(&format!("{}\n", serde_json::to_string_pretty(&report)?))
+    } else {
+        out(&report.to_string())
+    }
+}
+
+fn cmd_opt(
+    model: &Path,
+    names: &[String],
+    stats: Option<&Path>,
+    recipe: &RecipeArgs,
+    output: &Path,
+    signature: Option<&str>,
+) -> Result<()> {
+    let ctx = ir::new_context();
+    let module = load(&ctx, model, signature)?;
+    let options = passes::PassOptions {
+        stats: stats.map(stats_io::load_stats).transpose()?,
+        config: recipe.config(Some(output))?,
+    };
+    let reports = passes::run_pipeline(&module, names, &options).with_context(|| model.display().to_string())?;
+    let mut inputs = vec![model];
+    inputs.extend(stats);
+    formats::model::save(&module, output, &inputs)?;
+    for (name, r) in reports {
+        let changes: Vec<String> = r.changes.iter().map(|(k, v)| format!("{v} {k}")).collect();
+        eprintln!(
+            "{name}: {}",
+            if changes.is_empty() {
+                "no change".into()
+            } else {
+                changes.join(", ")
+            }
+        );
+        for w in r.warnings {
+            eprintln!("{name}: warning: {w}");
+        }
+    }
+    Ok(())
+}
+
+fn cmd_run(
+    model: &Path,
+    data: &Path,
+    output: &Path,
+    feed: &FeedArgs,
+    function: Option<&str>,
+    images: &ImageArgs,
+    signature: Option<&str>,
+) -> Result<()> {
+    let overrides = parse_overrides(&feed.inputs)?;
+    let ctx = ir::new_context();
+    let module = load(&ctx, model, signature)?;
+    let program = interp::Program::compile(&module, function).with_context(|| model.display().to_string())?;
+    let dataset = images.open(data, feed.limit)?;
+    let binding = formats::data::bind(&dataset, &program.inputs, &overrides)?;
+    let t0 = std::time::Instant::now();
+    let indices: Vec<usize> = (0..feed.limit.map_or(binding.samples, |l| l.min(binding.samples))).collect();
+    let outs = run::run_samples(
+        &program,
+        &binding,
+        &indices,
+        feed.threads,
+        &Default::default(),
+        true,
+        &mut |_, _, _| Ok(()),
+        "run",
+    )?;
+    let secs = t0.elapsed().as_secs_f64();
+    let concat = binding.columns.iter().all(|c| c.add_batch);
+    let stacked = run::stack_outputs(&outs, concat)?;
+    let named: Vec<(String, quantir::tensor::Tensor)> = program.output_names.iter().cloned().zip(stacked).collect();
+    run::write_npz(output, &named, &[model, data])?;
+    eprintln!(
+        "ran {} samples in {secs:.2} s ({:.1} samples/s); wrote {}",
+        outs.len(),
+        outs.len() as f64 / secs.max(1e-9),
+        output.display()
+    );
+    Ok(())
+}
+
+fn cmd_calibrate(
+    model: &Path,
+    data: &Path,
+    opts: &CalibOpts,
+    onnx: bool,
+    output: &Path,
+    signature: Option<&str>,
+) -> Result<()> {
+    let ctx = ir::new_context();
+    let module = load(&ctx, model, signature)?;
+    if onnx {
+        lower_to_onnx(&module, model)?;
+    }
+    let stats = run_calibration(&module, data, opts, &quantize::QuantConfig::default(), None)
+        .with_context(|| model.display().to_string())?;
+    stats_io::save_stats(&stats, output, &[model, data])?;
+    Ok(())
+}
+
+/// What `quantize` was asked for.
+struct QuantizeArgs<'a> {
+    model: &'a Path,
+    stats: Option<&'a Path>,
+    data: Option<&'a Path>,
+    no_cache: bool,
+    opts: &'a CalibOpts,
+    recipe: &'a RecipeArgs,
+    json: bool,
+    output: &'a Path,
+}
+
+fn cmd_quantize(a: QuantizeArgs, signature: Option<&str>) -> Result<()> {
+    let config = a.recipe.config(Some(a.output))?;
+    let t0 = std::time::Instant::now();
+    let ctx = ir::new_context();
+    let module = load(&ctx, a.model, signature)?;
+    let lowered = formats::model::is_onnx(a.output) && lower_to_onnx(&module, a.model)?;
+    let stats = match (a.stats, a.data) {
+        (Some(p), _) => stats_io::load_stats(p)?,
+        (None, Some(d)) => {
+            // calibration prepares the module in place, as quantize_module would
+            let cache = if a.no_cache {
+                None
+            } else {
+                quantize::cache::default_dir()
+            };
+            run_calibration(&module, d, a.opts, &config, cache.as_deref())
+                .with_context(|| a.model.display().to_string())?
+        }
+        (None, None) => {
+            if config.activations.is_some() {
+                return Err(usage(
+                    "quantize needs --stats or --data (or --activations none for weight-only)",
+                ));
+            }
+            quantize::prepare(&module)?;
+            quantir::calibration::StatsFile::new(
+                quantize::model_hash(&module),
+                quantir::calibration::Method::MinMax,
+                0,
+                Default::default(),
+            )
+        }
+    };
+    let t_calib = t0.elapsed();
+    let mut report = quantize::quantize_module(&module, &stats, &config).with_context(|| {
+        if lowered && a.stats.is_some() {
+            // the usual cause: statistics of the TF form for its ONNX form
+            format!("{} (for an .onnx output, calibrate with --onnx)", a.model.display())
+        } else {
+            a.model.display().to_string()
+        }
+    })?;
+    let mut inputs: Vec<&Path> = vec![a.model];
+    inputs.extend(a.stats);
+    let t_save = std::time::Instant::now();
+    formats::model::save(&module, a.output, &inputs)?;
+    report
+        .stages
+        .insert(0, ("load + calibrate".into(), t_calib.as_secs_f64()));
+    report.stages.push(("save".into(), t_save.elapsed().as_secs_f64()));
+    for w in report.weights.warnings.iter().chain(&report.qdq.warnings) {
+        eprintln!("warning: {w}");
+    }
+    if a.json {
+        let doc = serde_json::json!({
+            "output": a.output,
+            "weights": format!("{:?}", config.weights).to_lowercase(),
+            "activations": config.activations.map_or("float".to_string(), |s| s.to_string()),
+            "scheme": config.scheme.to_string(),
+            "ops": report.summary.ops,
+            "totals": {
+                "macs": report.summary.totals.macs,
+                "int8_macs": report.summary.totals.int8_macs,
+                "int8_mac_share": report.summary.totals.int8_mac_share,
+                "ops_without_macs": report.summary.totals.ops_without_macs,
+                "constant_bytes_before": report.bytes_before,
+                "constant_bytes_after": report.bytes_after,
+                "activation_points": report.activations,
+            },
+            "quantized_ops": report.summary.quantized_ops,
+            "left_float": report.summary.left_float,
+            "unknown_ops": report.summary.unknown_ops,
+            "passes": {"quantize-weights": report.weights, "insert-qdq": report.qdq},
+            "stages": report.stages.iter().map(|(k, s)| serde_json::json!({"stage": k, "seconds": s})).collect::<Vec<_>>(),
+        });
+        return out(&format!("{}\n", serde_json::to_string_pretty(&doc)?));
+    }
+    eprintln!("{report}");
+    eprintln!(
+        "wrote {} ({:?} weights, {} activations, scheme {})",
+        a.output.display(),
+        config.weights,
+        config.activations.map_or("float".to_string(), |a| a.to_string()),
+        config.scheme,
+    );
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn cmd_evaluate(
+    float_model: &Path,
+    quant_model: &Path,
+    data: &Path,
+    labels: Option<String>,
+    per_layer: bool,
+    report: Option<&Path>,
+    feed: &FeedArgs,
+    json: bool,
+    images: &ImageArgs,
+    signature: Option<&str>,
+) -> Result<()> {
+    let ctx = ir::new_context();
+    let float = load(&ctx, float_model, signature)?;
+    let quant = load(&ctx, quant_model, signature)?;
+    let dataset = images.open(data, feed.limit)?;
+    let opts = quantir::evaluate::EvalOptions {
+        threads: feed.threads,
+        limit: feed.limit,
+        labels,
+        per_layer: per_layer || report.is_some(),
+        histograms: report.is_some(),
+        overrides: parse_overrides(&feed.inputs)?,
+    };
+    let r = quantir::evaluate::evaluate(&float, &quant, &dataset, &opts)?;
+    if let Some(path) = report {
+        quantir::fsutil::write_atomic(
+            path,
+            quantir::report::html(&r, &quant_model.display().to_string()).as_bytes(),
+            &[float_model, quant_model, data],
+        )?;
+    }
+    if json {
+        out(&format!("{}\n", serde_json::to_string_pretty(&r)?))
+    } else {
+        out(&r.to_string())
+    }
+}
+
+fn cmd_merge(inputs: &[PathBuf], output: &Path) -> Result<()> {
+    let merged = stats_io::merge_files(inputs)?;
+    let refs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    stats_io::save_stats(&merged, output, &refs)?;
+    eprintln!(
+        "merged {} files: {} samples, {} tensors",
+        inputs.len(),
+        merged.num_samples,
+        merged.tensors.len()
+    );
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn cmd_params(
+    min: &[f64],
+    max: &[f64],
+    dtype: StorageType,
+    scheme: Scheme,
+    symmetric: bool,
+    narrow_range: bool,
+    reduce_range: bool,
+    axis: usize,
+    json: bool,
+) -> Result<()> {
+    let opts = RangeOptions {
+        symmetric,
+        narrow_range,
+        reduce_range,
+        ..Default::default()
+    };
+    if min.len() != max.len() {
+        bail!("--min has {} values but --max has {}", min.len(), max.len());
+    }
+    let p = if min.len() == 1 {
+        params::compute(scheme, dtype, min[0], max[0], &opts)?
+    } else {
+        params::compute_per_axis(scheme, dtype, min, max, axis, &opts)?
+    };
+    if json {
+        return out(&format!("{}\n", serde_json::to_string(&params::ParamsJson::from(&p))?));
+    }
+    let mut text = format!("scheme {scheme}, {dtype} [{}, {}]\n", p.qmin, p.qmax);
+    for (c, (s, z)) in p.scale.iter().zip(&p.zero_point).enumerate() {
+        let label = if p.axis.is_some() {
+            format!("channel {c}: ")
+        } else {
+            String::new()
+        };
+        text.push_str(&format!("{label}scale {s:e}  zero_point {z}\n"));
+    }
+    text.push_str(&format!("{}\n", p.mlir_type()));
+    out(&text)
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let sig = cli.signature.as_deref();
+    match cli.command {
+        Command::Inspect { model, json } => cmd_inspect(&model, json, sig),
         Command::Opt {
             model,
-            passes: names,
+            passes,
+            stats,
+            recipe,
             output,
-        } => {
-            if let Some(bad) = names.iter().find(|n| passes::find(n).is_none()) {
-                return Err(UsageError(format!(
-                    "unknown pass '{bad}'; known passes: {}",
-                    passes::names().join(", ")
-                ))
-                .into());
-            }
-            let ctx = ir::new_context();
-            let module = load(&ctx, &model)?;
-            let reports = passes::run_pipeline(&module, &names, &passes::PassOptions::default())
-                .with_context(|| model.display().to_string())?;
-            quantir::formats::model::save(&module, &output, &[&model])?;
-            for (name, r) in reports {
-                let changes: Vec<String> = r.changes.iter().map(|(k, v)| format!("{v} {k}")).collect();
-                eprintln!(
-                    "{name}: {}",
-                    if changes.is_empty() {
-                        "no change".into()
-                    } else {
-                        changes.join(", ")
-                    }
-                );
-                for w in r.warnings {
-                    eprintln!("{name}: warning: {w}");
-                }
-            }
-        }
+        } => cmd_opt(&model, &passes, stats.as_deref(), &recipe, &output, sig),
         Command::Run {
             model,
             data,
             output,
-            inputs,
-            threads,
-            limit,
+            feed,
             function,
             images,
-        } => {
-            let overrides = parse_overrides(&inputs)?;
-            let ctx = ir::new_context();
-            let module = load(&ctx, &model)?;
-            let program =
-                interp::Program::compile(&module, function.as_deref()).with_context(|| model.display().to_string())?;
-            let dataset = images.open(&data, limit)?;
-            let binding = formats::data::bind(&dataset, &program.inputs, &overrides)?;
-            let t0 = std::time::Instant::now();
-            let indices: Vec<usize> = (0..limit.map_or(binding.samples, |l| l.min(binding.samples))).collect();
-            let outs = run::run_samples(
-                &program,
-                &binding,
-                &indices,
-                threads,
-                &Default::default(),
-                true,
-                &mut |_, _, _| Ok(()),
-                "run",
-            )?;
-            let secs = t0.elapsed().as_secs_f64();
-            let concat = binding.columns.iter().all(|c| c.add_batch);
-            let stacked = run::stack_outputs(&outs, concat)?;
-            let named: Vec<(String, quantir::tensor::Tensor)> =
-                program.output_names.iter().cloned().zip(stacked).collect();
-            run::write_npz(&output, &named, &[&model, &data])?;
-            eprintln!(
-                "ran {} samples in {secs:.2} s ({:.1} samples/s); wrote {}",
-                outs.len(),
-                outs.len() as f64 / secs.max(1e-9),
-                output.display()
-            );
-        }
+        } => cmd_run(&model, &data, &output, &feed, function.as_deref(), &images, sig),
         Command::Calibrate {
             model,
-            calib,
+            data,
+            opts,
             onnx,
             output,
-        } => {
-            let ctx = ir::new_context();
-            let module = load(&ctx, &model)?;
-            if onnx {
-                lower_to_onnx(&module, &model)?;
-            }
-            let stats = run_calibration(
-                &module,
-                &calib.data,
-                &calib.opts,
-                &quantize::QuantConfig::default(),
-                None,
-            )
-            .with_context(|| model.display().to_string())?;
-            stats_io::save_stats(&stats, &output, &[&model, &calib.data])?;
-        }
+        } => cmd_calibrate(&model, &data, &opts, onnx, &output, sig),
         Command::Quantize {
             model,
-            stats: stats_file,
-            calib,
+            stats,
+            data,
+            no_cache,
+            opts,
             recipe,
+            json,
             output,
-        } => {
-            let config = recipe.config(Some(&output))?;
-            let t0 = std::time::Instant::now();
-            let ctx = ir::new_context();
-            let module = load(&ctx, &model)?;
-            let lowered = formats::model::is_onnx(&output) && lower_to_onnx(&module, &model)?;
-            let stats = match (&stats_file, &calib.data) {
-                (Some(p), _) => stats_io::load_stats(p)?,
-                (None, Some(d)) => {
-                    // calibration prepares the module in place, as quantize_module would
-                    let cache = if calib.no_cache {
-                        None
-                    } else {
-                        quantize::cache::default_dir()
-                    };
-                    run_calibration(&module, d, &calib.opts, &config, cache.as_deref())
-                        .with_context(|| model.display().to_string())?
-                }
-                (None, None) => {
-                    if config.activations.is_some() {
-                        return Err(UsageError(
-                            "quantize needs --stats or --data (or --activations none for weight-only)".into(),
-                        )
-                        .into());
-                    }
-                    quantize::prepare(&module)?;
-                    quantir::calibration::StatsFile::new(
-                        quantize::model_hash(&module),
-                        quantir::calibration::Method::MinMax,
-                        0,
-                        Default::default(),
-                    )
-                }
-            };
-            let t_calib = t0.elapsed();
-            let mut report = quantize::quantize_module(&module, &stats, &config).with_context(|| {
-                if lowered && stats_file.is_some() {
-                    // the usual cause: statistics of the TF form for its ONNX form
-                    format!("{} (for an .onnx output, calibrate with --onnx)", model.display())
-                } else {
-                    model.display().to_string()
-                }
-            })?;
-            let mut inputs: Vec<&std::path::Path> = vec![&model];
-            if let Some(s) = &stats_file {
-                inputs.push(s);
-            }
-            let t_save = std::time::Instant::now();
-            quantir::formats::model::save(&module, &output, &inputs)?;
-            report
-                .stages
-                .insert(0, ("load + calibrate".into(), t_calib.as_secs_f64()));
-            report.stages.push(("save".into(), t_save.elapsed().as_secs_f64()));
-            for w in report.weights.warnings.iter().chain(&report.qdq.warnings) {
-                eprintln!("warning: {w}");
-            }
-            eprintln!("{report}");
-            eprintln!(
-                "wrote {} ({:?} weights, {} activations, scheme {})",
-                output.display(),
-                config.weights,
-                config.activations.map_or("float".to_string(), |a| a.to_string()),
-                config.scheme,
-            );
-        }
+        } => cmd_quantize(
+            QuantizeArgs {
+                model: &model,
+                stats: stats.as_deref(),
+                data: data.as_deref(),
+                no_cache,
+                opts: &opts,
+                recipe: &recipe,
+                json,
+                output: &output,
+            },
+            sig,
+        ),
         Command::Evaluate {
             float_model,
             quant_model,
@@ -624,49 +563,22 @@ fn run(cli: Cli) -> Result<()> {
             labels,
             per_layer,
             report,
-            inputs,
-            threads,
-            limit,
+            feed,
             json,
             images,
-        } => {
-            let ctx = ir::new_context();
-            let float = load(&ctx, &float_model)?;
-            let quant = load(&ctx, &quant_model)?;
-            let dataset = images.open(&data, limit)?;
-            let opts = quantir::evaluate::EvalOptions {
-                threads,
-                limit,
-                labels,
-                per_layer: per_layer || report.is_some(),
-                histograms: report.is_some(),
-                overrides: parse_overrides(&inputs)?,
-            };
-            let r = quantir::evaluate::evaluate(&float, &quant, &dataset, &opts)?;
-            if let Some(path) = &report {
-                quantir::fsutil::write_atomic(
-                    path,
-                    quantir::report::html(&r, &quant_model.display().to_string()).as_bytes(),
-                    &[&float_model, &quant_model, &data],
-                )?;
-            }
-            if json {
-                out(&format!("{}\n", serde_json::to_string_pretty(&r)?))?;
-            } else {
-                out(&r.to_string())?;
-            }
-        }
-        Command::Merge { inputs, output } => {
-            let merged = stats_io::merge_files(&inputs)?;
-            let refs: Vec<&std::path::Path> = inputs.iter().map(PathBuf::as_path).collect();
-            stats_io::save_stats(&merged, &output, &refs)?;
-            eprintln!(
-                "merged {} files: {} samples, {} tensors",
-                inputs.len(),
-                merged.num_samples,
-                merged.tensors.len()
-            );
-        }
+        } => cmd_evaluate(
+            &float_model,
+            &quant_model,
+            &data,
+            labels,
+            per_layer,
+            report.as_deref(),
+            &feed,
+            json,
+            &images,
+            sig,
+        ),
+        Command::Merge { inputs, output } => cmd_merge(&inputs, &output),
         Command::Params {
             min,
             max,
@@ -677,41 +589,18 @@ fn run(cli: Cli) -> Result<()> {
             reduce_range,
             axis,
             json,
-        } => {
-            let scheme: Scheme = scheme.parse()?;
-            let dtype: StorageType = dtype.parse()?;
-            let opts = RangeOptions {
-                symmetric,
-                narrow_range,
-                reduce_range,
-                ..Default::default()
-            };
-            if min.len() != max.len() {
-                bail!("--min has {} values but --max has {}", min.len(), max.len());
-            }
-            let p = if min.len() == 1 {
-                params::compute(scheme, dtype, min[0], max[0], &opts)?
-            } else {
-                params::compute_per_axis(scheme, dtype, &min, &max, axis, &opts)?
-            };
-            if json {
-                out(&format!("{}\n", serde_json::to_string(&params::ParamsJson::from(&p))?))?;
-            } else {
-                let mut text = format!("scheme {scheme}, {dtype} [{}, {}]\n", p.qmin, p.qmax);
-                for (c, (s, z)) in p.scale.iter().zip(&p.zero_point).enumerate() {
-                    let label = if p.axis.is_some() {
-                        format!("channel {c}: ")
-                    } else {
-                        String::new()
-                    };
-                    text.push_str(&format!("{label}scale {s:e}  zero_point {z}\n"));
-                }
-                text.push_str(&format!("{}\n", p.mlir_type()));
-                out(&text)?;
-            }
-        }
+        } => cmd_params(
+            &min,
+            &max,
+            name_of(&dtype).parse()?,
+            name_of(&scheme).parse()?,
+            symmetric,
+            narrow_range,
+            reduce_range,
+            axis,
+            json,
+        ),
     }
-    Ok(())
 }
 
 fn main() -> ExitCode {

@@ -24,7 +24,7 @@ const LAYERS: &[&[&str]] = &[
     &["quantize"],
     &["evaluate"],
     &["report"],
-    &["lib", "main"],
+    &["lib", "main", "cli"],
 ];
 
 /// Files that may use `unsafe` outside `src/ir/`: numeric kernels (SIMD dispatch after a CPU

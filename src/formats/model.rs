@@ -3,7 +3,8 @@
 //! is chosen by extension, else by content.
 
 use super::{onnx, savedmodel};
-use crate::ir::{self, IrError};
+use crate::formats::FormatError;
+use crate::ir;
 use melior::ir::Module;
 use melior::Context;
 use std::path::Path;
@@ -27,18 +28,18 @@ impl ModelFormat {
 }
 
 /// Loads a model file (or SavedModel directory, its default signature) into an MLIR module.
-pub fn load<'c>(ctx: &'c Context, path: &Path) -> Result<Module<'c>, IrError> {
+pub fn load<'c>(ctx: &'c Context, path: &Path) -> Result<Module<'c>, FormatError> {
     load_signature(ctx, path, None)
 }
 
 /// Loads a model; `signature` chooses the signature of a SavedModel directory (and is an
 /// error for the other formats, which have one function).
-pub fn load_signature<'c>(ctx: &'c Context, path: &Path, signature: Option<&str>) -> Result<Module<'c>, IrError> {
+pub fn load_signature<'c>(ctx: &'c Context, path: &Path, signature: Option<&str>) -> Result<Module<'c>, FormatError> {
     if savedmodel::is_saved_model(path) {
         return savedmodel::load(ctx, path, signature);
     }
     if path.join("saved_model.pbtxt").is_file() {
-        return Err(IrError::SavedModel {
+        return Err(FormatError::SavedModel {
             path: path.join("saved_model.pbtxt"),
             reason: "a text-format SavedModel; quantir reads the binary saved_model.pb \
                      (tf.saved_model.save writes it)"
@@ -46,27 +47,27 @@ pub fn load_signature<'c>(ctx: &'c Context, path: &Path, signature: Option<&str>
         });
     }
     if let Some(s) = signature {
-        return Err(IrError::Invalid(format!(
+        return Err(FormatError::Invalid(format!(
             "{}: --signature {s} applies to SavedModel directories only",
             path.display()
         )));
     }
     match ModelFormat::from_path(path) {
         Some(ModelFormat::Onnx) => onnx::load(ctx, path),
-        Some(ModelFormat::Mlir) => ir::load(ctx, path),
+        Some(ModelFormat::Mlir) => Ok(ir::load(ctx, path)?),
         None => {
             // sniff the first byte only: each loader then reads the file once
             let mut head = [0u8; 1];
             let n = std::fs::File::open(path)
                 .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
-                .map_err(|source| IrError::Read {
+                .map_err(|source| FormatError::Read {
                     path: path.to_path_buf(),
                     source,
                 })?;
             if onnx::looks_like_onnx(&head[..n]) {
                 onnx::load(ctx, path)
             } else {
-                ir::load(ctx, path)
+                Ok(ir::load(ctx, path)?)
             }
         }
     }
@@ -79,9 +80,9 @@ pub fn is_onnx(path: &Path) -> bool {
 
 /// Writes `module` atomically in the format `path` names (`.onnx`, `.mlir`, `.mlirbc`),
 /// never over any of `inputs`.
-pub fn save(module: &Module, path: &Path, inputs: &[&Path]) -> Result<(), IrError> {
+pub fn save(module: &Module, path: &Path, inputs: &[&Path]) -> Result<(), FormatError> {
     match ModelFormat::from_path(path) {
         Some(ModelFormat::Onnx) => onnx::save(module, path, inputs),
-        _ => ir::save(module, path, inputs),
+        _ => Ok(ir::save(module, path, inputs)?),
     }
 }

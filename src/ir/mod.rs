@@ -52,12 +52,6 @@ pub enum IrError {
     EraseWithUses { op: String, result: usize, uses: usize },
     #[error("{0}")]
     Invalid(String),
-    /// An ONNX file that cannot be imported or a module that cannot be exported to ONNX.
-    #[error("{}: {reason}", path.display())]
-    Onnx { path: PathBuf, reason: String },
-    /// A SavedModel directory that cannot be imported.
-    #[error("{}: {reason}", path.display())]
-    SavedModel { path: PathBuf, reason: String },
 }
 
 fn format_parse_error(path: &std::path::Path, diags: &[String]) -> String {

@@ -183,8 +183,15 @@ fn expand(name: &str) -> Result<Vec<&'static PassInfo>, PassError> {
         .ok_or_else(|| PassError::new(format!("unknown pass '{name}'; known: {}", names().join(", "))))
 }
 
-/// Checks that `options` hold what `pass` needs, and that statistics are of this module.
-fn check_needs(module: &Module, pass: &PassInfo, options: &PassOptions) -> Result<(), PassError> {
+/// Checks that `options` hold what `pass` needs, and — at the first pass of a pipeline that
+/// reads them (`hash_checked` false) — that the statistics are of this module: the passes
+/// after it see the module it changed.
+fn check_needs(
+    module: &Module,
+    pass: &PassInfo,
+    options: &PassOptions,
+    hash_checked: &mut bool,
+) -> Result<(), PassError> {
     let needed = match pass.needs {
         Needs::Nothing => false,
         Needs::Statistics => true,
@@ -198,6 +205,9 @@ fn check_needs(module: &Module, pass: &PassInfo, options: &PassOptions) -> Resul
             "needs statistics (--stats STATS.json, from quantir calibrate on this model)",
         ));
     };
+    if std::mem::replace(hash_checked, true) {
+        return Ok(());
+    }
     let hash = crate::ir::io::model_hash(module);
     stats.check_model(&hash).map_err(|e| {
         PassError::new(format!(
@@ -214,9 +224,10 @@ pub fn run_pipeline(
     options: &PassOptions,
 ) -> Result<Vec<(String, PassReport)>, PassError> {
     let mut out = Vec::new();
+    let mut hash_checked = false;
     for n in names {
         for pass in expand(n)? {
-            check_needs(module, pass, options).map_err(|e| e.in_pass(pass.name))?;
+            check_needs(module, pass, options, &mut hash_checked).map_err(|e| e.in_pass(pass.name))?;
             let report = (pass.run)(module, options).map_err(|e| e.in_pass(pass.name))?;
             crate::ir::io::verify(module)
                 .map_err(|d| PassError::new(format!("module does not verify afterwards: {d}")).in_pass(pass.name))?;

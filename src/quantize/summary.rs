@@ -19,8 +19,39 @@ pub struct FloatOp {
     pub reason: String,
 }
 
+/// One compute op of the quantized module: what it computes on, and its cost.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ComputeOp {
+    pub key: String,
+    pub op: String,
+    /// Weight storage: `i8`, `i4`, `u8`, `f16`, `bf16`, or `float`; `none` for ops without one.
+    pub weights: String,
+    /// Activation storage (the widest of the op's activation inputs), or `float`.
+    pub activations: String,
+    /// Why the op is not W8A8, when it is not.
+    pub reason: Option<String>,
+    /// Multiply-accumulates per sample, from the static shapes; `None` when a shape is dynamic.
+    pub macs: Option<u64>,
+}
+
+/// The whole module's compute: how much of it runs on 8-bit weights and 8-bit activations.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Totals {
+    /// MACs of the compute ops whose shapes are static.
+    pub macs: u64,
+    /// MACs on 8-bit weights and 8-bit activations (W8A8).
+    pub int8_macs: u64,
+    /// `int8_macs / macs` (1.0 when the module has no compute op with a known count).
+    pub int8_mac_share: f64,
+    /// Compute ops whose MACs are unknown (dynamic shapes), not in the share.
+    pub ops_without_macs: usize,
+}
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
+    /// Every compute op, in program order.
+    pub ops: Vec<ComputeOp>,
+    pub totals: Totals,
     /// Compute ops whose activation inputs and weight are all quantized, per op name.
     pub quantized_ops: BTreeMap<String, usize>,
     /// Compute ops not (fully) quantized.
@@ -38,6 +69,52 @@ fn dequantized_storage(v: Value) -> Option<String> {
     let t = d.operand(0).ok()?.r#type().to_string();
     let at = t.find("!quant.uniform<")? + "!quant.uniform<".len();
     Some(t[at..].split([':', '<']).next()?.to_string())
+}
+
+/// Multiply-accumulates of a compute op per run, from static shapes: output elements × the
+/// reduction each one takes (conv: the filter's window × input channels per group; matmul: the
+/// inner dimension; transposed conv: input elements × the filter's output window).
+fn macs(op: &melior::ir::OperationRef, name: &str, weight: Option<usize>) -> Option<u64> {
+    let shape = |v: Option<Value>| -> Option<Vec<u64>> {
+        crate::ir::types::tensor_type(v?.r#type())?
+            .static_shape()
+            .map(|s| s.into_iter().map(|d| d as u64).collect())
+    };
+    let out = shape(op.result(0).ok().map(Into::into))?;
+    let input = shape(op.operand(0).ok())?;
+    let w = weight.and_then(|i| shape(op.operand(i).ok()));
+    let n_out: u64 = out.iter().product();
+    let attrs = crate::ir::attrs::op_attrs(op);
+    let flag = |k: &str| {
+        attrs
+            .get(k)
+            .and_then(crate::ir::attrs::AttrValue::as_bool)
+            .unwrap_or(false)
+            || attrs
+                .get(k)
+                .and_then(crate::ir::attrs::AttrValue::as_int)
+                .is_some_and(|v| v != 0)
+    };
+    Some(match name {
+        // HWIO: kh·kw·ci per output element
+        "tf.Conv2D" => n_out * w?.iter().take(3).product::<u64>(),
+        // [kh, kw, c, m]: one input channel per output element
+        "tf.DepthwiseConv2dNative" => n_out * w?.iter().take(2).product::<u64>(),
+        // OIHW (O × I/group × window)
+        "onnx.Conv" => n_out * w?.iter().skip(1).product::<u64>(),
+        // IOHW: every input element reaches O/group × window outputs
+        "onnx.ConvTranspose" => input.iter().product::<u64>() * w?.iter().skip(1).product::<u64>(),
+        _ => {
+            let transposed = flag("transpose_a") || flag("adj_x") || flag("transA");
+            let r = input.len();
+            let k = if transposed && r >= 2 {
+                input[r - 2]
+            } else {
+                *input.last()?
+            };
+            n_out * k
+        }
+    })
 }
 
 /// Classifies every compute op of the main function of a quantized module.
@@ -73,7 +150,40 @@ pub fn summarize(module: &Module, config: &QuantConfig) -> Result<Summary, IrErr
             .is_some_and(|d| matches!(op_name(&d).as_str(), "tf.Cast" | "arith.extf"));
         let acts_ok = acts.iter().all(Option::is_some);
         let weight_ok = r.weight.is_none() || weight_storage.is_some();
+        let eight = |st: &str| matches!(st, "i8" | "u8");
+        let weights = match (&weight_storage, r.weight.is_some(), weight_half) {
+            (Some(st), _, _) => st.clone(),
+            (None, false, _) => "none".to_string(),
+            (None, true, true) => format!("{:?}", config.resolve(&[&name, &key]).weights).to_lowercase(),
+            (None, true, false) => "float".to_string(),
+        };
+        let activations = if acts_ok {
+            // the widest storage among the inputs (i16 over i8)
+            acts.iter()
+                .flatten()
+                .max_by_key(|st| st.trim_start_matches(['i', 'u']).parse::<u32>().unwrap_or(0))
+                .cloned()
+                .unwrap_or_else(|| "float".into())
+        } else {
+            "float".to_string()
+        };
+        let mut entry = ComputeOp {
+            key: key.clone(),
+            op: name.clone(),
+            reason: None,
+            macs: macs(&op, &name, r.weight.map(|(i, _)| i)),
+            weights,
+            activations,
+        };
+        let w8a8 = acts_ok && eight(&entry.activations) && (r.weight.is_none() || eight(&entry.weights));
         if acts_ok && weight_ok {
+            if !w8a8 {
+                entry.reason = Some(format!(
+                    "{} weights, {} activations (by the recipe)",
+                    entry.weights, entry.activations
+                ));
+            }
+            s.ops.push(entry);
             *s.quantized_ops.entry(name).or_default() += 1;
             continue;
         }
@@ -89,7 +199,32 @@ pub fn summarize(module: &Module, config: &QuantConfig) -> Result<Summary, IrErr
         } else {
             "activation input is integer, shape-determining or constant".to_string()
         };
+        entry.reason = Some(reason.clone());
+        s.ops.push(entry);
         s.left_float.push(FloatOp { op: name, key, reason });
     }
+    s.totals = totals(&s.ops);
     Ok(s)
+}
+
+/// The MAC totals of `ops` and the W8A8 share.
+pub fn totals(ops: &[ComputeOp]) -> Totals {
+    let mut t = Totals::default();
+    for o in ops {
+        let Some(m) = o.macs else {
+            t.ops_without_macs += 1;
+            continue;
+        };
+        t.macs += m;
+        let eight = |st: &str| matches!(st, "i8" | "u8");
+        if eight(&o.activations) && (o.weights == "none" || eight(&o.weights)) {
+            t.int8_macs += m;
+        }
+    }
+    t.int8_mac_share = if t.macs == 0 {
+        1.0
+    } else {
+        t.int8_macs as f64 / t.macs as f64
+    };
+    t
 }

@@ -20,6 +20,7 @@
 use super::proto::{self, attribute_type as at, data_type as dt, AttributeProto, NodeProto, TensorProto};
 use crate::dialects::onnx::NO_VALUE;
 use crate::dialects::onnx_types::onnx_element;
+use crate::formats::FormatError;
 use crate::fsutil::write_atomic;
 use crate::ir::attrs::{attr_value, op_attrs, AttrValue};
 use crate::ir::graph::{body_ops, find_function, op_name};
@@ -27,7 +28,6 @@ use crate::ir::keys::{location_name, TensorKeys};
 use crate::ir::ops::{entry_function_names, is_constant_op};
 use crate::ir::quant::params_from_type;
 use crate::ir::types::element_type;
-use crate::ir::IrError;
 use crate::params::{Scheme, StorageType};
 use crate::tensor::Tensor;
 use melior::ir::block::BlockLike;
@@ -37,14 +37,14 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 /// Encodes `module` as ONNX and writes it atomically to `path` (never over `inputs`).
-pub fn save(module: &Module, path: &Path, inputs: &[&Path]) -> Result<(), IrError> {
+pub fn save(module: &Module, path: &Path, inputs: &[&Path]) -> Result<(), FormatError> {
     let m = export(module, path)?;
-    write_atomic(path, &proto::encode_model(&m), inputs)?;
+    write_atomic(path, &proto::encode_model(&m), inputs).map_err(crate::ir::IrError::from)?;
     Ok(())
 }
 
-fn e(path: &Path, reason: String) -> IrError {
-    IrError::Onnx {
+fn e(path: &Path, reason: String) -> FormatError {
+    FormatError::Onnx {
         path: path.to_path_buf(),
         reason,
     }
@@ -212,7 +212,7 @@ fn pack4(v: &[u8]) -> Vec<u8> {
 
 /// An initializer from a constant op's `value` (raw bytes copied as they are when MLIR holds
 /// them unpacked and not splat).
-fn initializer(op: OperationRef, name: &str, path: &Path) -> Result<TensorProto, IrError> {
+fn initializer(op: OperationRef, name: &str, path: &Path) -> Result<TensorProto, FormatError> {
     let attr = op
         .attribute("value")
         .map_err(|x| e(path, format!("constant '{name}': {x}")))?;
@@ -373,7 +373,7 @@ fn string_lists(v: Option<AttrValue>) -> Vec<Vec<String>> {
 }
 
 /// Builds the `ModelProto` of @main; `path` names the output in errors.
-pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, IrError> {
+pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, FormatError> {
     let func = find_function(module, None)?;
     let keys = TensorKeys::new(func);
     let block = func
@@ -450,7 +450,7 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, IrError
     let mut used_ops: BTreeMap<String, ()> = BTreeMap::new();
     #[allow(clippy::type_complexity)]
     let mut qparam_names: HashMap<(Vec<u32>, Vec<i64>, i32, bool), (String, String)> = HashMap::new();
-    let name_of = |names: &Names, v: Value| -> Result<String, IrError> {
+    let name_of = |names: &Names, v: Value| -> Result<String, FormatError> {
         if op_name_of_def(v).as_deref() == Some(NO_VALUE) {
             return Ok(String::new());
         }
@@ -461,7 +461,7 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, IrError
     };
     for op in &ops {
         let name = op_name(op);
-        let out = |i: usize| -> Result<String, IrError> {
+        let out = |i: usize| -> Result<String, FormatError> {
             let r = op.result(i).map_err(|x| e(path, x.to_string()))?;
             name_of(&names, r.into())
         };

@@ -28,11 +28,11 @@
 use super::proto::{self, attribute_type as at, data_type as dt, AttributeProto, ModelProto, TensorProto};
 use crate::dialects::onnx::NO_VALUE;
 use crate::dialects::onnx_types::{mlir_element, name as type_name, raw_size};
+use crate::formats::FormatError;
 use crate::interp::infer_types::infer_types;
 use crate::ir::constants::{int4_attribute, tensor_to_attribute};
 use crate::ir::graph::set_function_type;
 use crate::ir::types::{attr_type, tensor_type_of};
-use crate::ir::IrError;
 use crate::tensor::Tensor;
 use melior::dialect::func;
 use melior::ir::attribute::{
@@ -48,8 +48,8 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 /// Reads and imports an `.onnx` file (external data relative to its folder).
-pub fn load<'c>(ctx: &'c Context, path: &Path) -> Result<Module<'c>, IrError> {
-    let bytes = std::fs::read(path).map_err(|source| IrError::Read {
+pub fn load<'c>(ctx: &'c Context, path: &Path) -> Result<Module<'c>, FormatError> {
+    let bytes = std::fs::read(path).map_err(|source| FormatError::Read {
         path: path.to_path_buf(),
         source,
     })?;
@@ -57,8 +57,8 @@ pub fn load<'c>(ctx: &'c Context, path: &Path) -> Result<Module<'c>, IrError> {
 }
 
 /// Imports a serialized `ModelProto`; `path` names it in errors and locates external data.
-pub fn import<'c>(ctx: &'c Context, bytes: &[u8], path: &Path) -> Result<Module<'c>, IrError> {
-    let err = |reason: String| IrError::Onnx {
+pub fn import<'c>(ctx: &'c Context, bytes: &[u8], path: &Path) -> Result<Module<'c>, FormatError> {
+    let err = |reason: String| FormatError::Onnx {
         path: path.to_path_buf(),
         reason,
     };
@@ -82,7 +82,7 @@ pub fn import<'c>(ctx: &'c Context, bytes: &[u8], path: &Path) -> Result<Module<
 struct Reader<'c, 'e> {
     ctx: &'c Context,
     dir: PathBuf,
-    err: &'e dyn Fn(String) -> IrError,
+    err: &'e dyn Fn(String) -> FormatError,
 }
 
 fn named<'c>(ctx: &'c Context, name: &str, a: Attribute<'c>) -> (Identifier<'c>, Attribute<'c>) {
@@ -220,14 +220,14 @@ fn declared(v: &proto::ValueInfoProto) -> Option<Declared> {
 }
 
 impl<'c> Reader<'c, '_> {
-    fn declared_type(&self, d: &Declared, what: &str) -> Result<Type<'c>, IrError> {
+    fn declared_type(&self, d: &Declared, what: &str) -> Result<Type<'c>, FormatError> {
         let elem = mlir_element(self.ctx, d.elem)
             .ok_or_else(|| (self.err)(format!("'{what}': element type {} is not supported", type_name(d.elem))))?;
         Ok(tensor_type_of(elem, d.dims.as_deref()))
     }
 
     /// The bytes of a tensor stored in an external file.
-    fn external(&self, t: &TensorProto) -> Result<Vec<u8>, IrError> {
+    fn external(&self, t: &TensorProto) -> Result<Vec<u8>, FormatError> {
         let get = |k: &str| t.external_data.iter().find(|e| e.key == k).map(|e| e.value.as_str());
         let e = |reason: String| (self.err)(format!("tensor '{}': external data {reason}", t.name));
         let loc = get("location").ok_or_else(|| e("without a location".into()))?;
@@ -235,7 +235,7 @@ impl<'c> Reader<'c, '_> {
         if rel.is_absolute() || rel.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
             return Err(e(format!("file '{loc}' is outside the model's folder")));
         }
-        let num = |k: &str| -> Result<Option<u64>, IrError> {
+        let num = |k: &str| -> Result<Option<u64>, FormatError> {
             get(k)
                 .map(|s| s.parse::<u64>().map_err(|_| e(format!("{k} '{s}' is not a number"))))
                 .transpose()
@@ -259,7 +259,7 @@ impl<'c> Reader<'c, '_> {
     }
 
     /// A `DenseElementsAttr` holding a `TensorProto`'s value.
-    fn tensor_attr(&self, t: &TensorProto, what: &str) -> Result<Attribute<'c>, IrError> {
+    fn tensor_attr(&self, t: &TensorProto, what: &str) -> Result<Attribute<'c>, FormatError> {
         let e = |reason: String| (self.err)(format!("tensor '{what}': {reason}"));
         if t.data_type == dt::STRING {
             return Err(e("string tensors are not supported".into()));
@@ -349,7 +349,7 @@ impl<'c> Reader<'c, '_> {
     }
 
     /// An ONNX attribute as an MLIR attribute.
-    fn attribute(&self, a: &AttributeProto, node: &str) -> Result<Attribute<'c>, IrError> {
+    fn attribute(&self, a: &AttributeProto, node: &str) -> Result<Attribute<'c>, FormatError> {
         let ctx = self.ctx;
         let e = |what: &str| {
             (self.err)(format!(
@@ -372,7 +372,7 @@ impl<'c> Reader<'c, '_> {
             at::FLOATS => crate::ir::constants::dense_f32_array(ctx, &a.floats),
             at::INTS => DenseI64ArrayAttribute::new(ctx, &a.ints).into(),
             at::STRINGS => {
-                let v: Result<Vec<String>, IrError> = a.strings.iter().map(|s| utf8(s)).collect();
+                let v: Result<Vec<String>, FormatError> = a.strings.iter().map(|s| utf8(s)).collect();
                 strings_attr(ctx, &v?)
             }
             at::GRAPH | at::GRAPHS => return Err(e("a subgraph (control flow)")),
@@ -384,7 +384,7 @@ impl<'c> Reader<'c, '_> {
     }
 
     /// The `value` of a `Constant` node from whichever of its attributes is set.
-    fn constant_value(&self, n: &proto::NodeProto) -> Result<Attribute<'c>, IrError> {
+    fn constant_value(&self, n: &proto::NodeProto) -> Result<Attribute<'c>, FormatError> {
         let ctx = self.ctx;
         let a = n
             .attribute
@@ -452,7 +452,7 @@ fn result_element<'c>(ctx: &'c Context, n: &proto::NodeProto, operands: &[Type<'
     }
 }
 
-fn build_function<'c>(r: &Reader<'c, '_>, module: &Module<'c>, m: &ModelProto, file: &str) -> Result<(), IrError> {
+fn build_function<'c>(r: &Reader<'c, '_>, module: &Module<'c>, m: &ModelProto, file: &str) -> Result<(), FormatError> {
     let ctx = r.ctx;
     let err = r.err;
     let Some(g) = m.graph.as_ref() else {

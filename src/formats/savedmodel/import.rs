@@ -33,12 +33,12 @@ use super::bundle::tf_dtype;
 use super::proto::{AttrValue, FunctionDef, GraphDef, MetaGraphDef, NodeDef, OpDef, SavedModel};
 use super::variables::Checkpoint;
 use super::{meta_graph, pb_error, DEFAULT_SIGNATURE};
+use crate::formats::FormatError;
 use crate::interp::infer_types::infer_types;
 use crate::ir::constants::tensor_to_attribute;
 use crate::ir::graph::set_function_type;
 use crate::ir::types::dtype_to_type;
 use crate::ir::types::{attr_type, tensor_type_of};
-use crate::ir::IrError;
 use melior::dialect::func;
 use melior::ir::attribute::{StringAttribute, TypeAttribute};
 use melior::ir::block::BlockLike;
@@ -140,7 +140,7 @@ pub fn import<'c>(
     dir: &Path,
     sm: &SavedModel,
     signature: Option<&str>,
-) -> Result<Module<'c>, IrError> {
+) -> Result<Module<'c>, FormatError> {
     let err = |reason: String| pb_error(dir, reason);
     let mg = meta_graph(sm).ok_or_else(|| err("no meta graph".into()))?;
     let graph = mg
@@ -154,7 +154,7 @@ pub fn import<'c>(
     // arguments and results in signature-key order
     let inputs: BTreeMap<&str, &super::proto::TensorInfo> = sig.inputs.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let outputs: BTreeMap<&str, &super::proto::TensorInfo> = sig.outputs.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let tensor_name = |key: &str, t: &super::proto::TensorInfo| -> Result<String, IrError> {
+    let tensor_name = |key: &str, t: &super::proto::TensorInfo| -> Result<String, FormatError> {
         t.name.clone().ok_or_else(|| {
             err(format!(
                 "signature '{sig_name}': '{key}' is a sparse or composite tensor, which is not supported"
@@ -296,7 +296,7 @@ impl<'g> Scope<'g> {
 }
 
 impl<'c, 'a, 'g> Builder<'c, 'a, 'g> {
-    fn err(&self, scope: &Scope, node: &NodeDef, reason: impl std::fmt::Display) -> IrError {
+    fn err(&self, scope: &Scope, node: &NodeDef, reason: impl std::fmt::Display) -> FormatError {
         pb_error(
             self.dir,
             format!("{} node '{}' ({}): {reason}", scope.label, node.name, node.op),
@@ -317,7 +317,7 @@ impl<'c, 'a, 'g> Builder<'c, 'a, 'g> {
     }
 
     /// The outputs of `node` by arg: (arg name, TensorFlow dtypes of its tensors).
-    fn output_args(&self, scope: &Scope, node: &NodeDef) -> Result<Vec<(String, Vec<i32>)>, IrError> {
+    fn output_args(&self, scope: &Scope, node: &NodeDef) -> Result<Vec<(String, Vec<i32>)>, FormatError> {
         if CALLS.contains(&node.op.as_str()) {
             let types = self
                 .attr(node, "Tout")
@@ -408,7 +408,7 @@ impl<'c, 'a, 'g> Builder<'c, 'a, 'g> {
         mut bound: HashMap<usize, Vec<Val<'c, 'a>>>,
         wanted: &[String],
         depth: usize,
-    ) -> Result<Vec<Val<'c, 'a>>, IrError> {
+    ) -> Result<Vec<Val<'c, 'a>>, FormatError> {
         let dir = self.dir;
         let scope_err = |reason: String| pb_error(dir, format!("{}: {reason}", scope.label));
         let cycle = |n: &NodeDef| self.err(scope, n, "the graph has a cycle (a loop), which is not supported");
@@ -509,7 +509,7 @@ impl<'c, 'a, 'g> Builder<'c, 'a, 'g> {
     }
 
     /// The `tf.Const` of a variable's checkpoint value (one per variable).
-    fn read_variable(&mut self, scope: &Scope, node: &NodeDef, var: usize) -> Result<Value<'c, 'a>, IrError> {
+    fn read_variable(&mut self, scope: &Scope, node: &NodeDef, var: usize) -> Result<Value<'c, 'a>, FormatError> {
         if let Some(v) = self.vars[var].value {
             return Ok(v);
         }
@@ -538,14 +538,14 @@ impl<'c, 'a, 'g> Builder<'c, 'a, 'g> {
         Ok(v)
     }
 
-    fn constant(&self, attr: Attribute<'c>, loc: Location<'c>) -> Result<Value<'c, 'a>, IrError> {
+    fn constant(&self, attr: Attribute<'c>, loc: Location<'c>) -> Result<Value<'c, 'a>, FormatError> {
         let op = OperationBuilder::new("tf.Const", loc)
             .add_attributes(&[(Identifier::new(self.ctx, "value"), attr)])
             .add_results(&[attr_type(attr)])
             .build()
-            .map_err(|e| IrError::Invalid(e.to_string()))?;
+            .map_err(|e| FormatError::Invalid(e.to_string()))?;
         let op = self.block.append_operation(op);
-        Ok(op.result(0).map_err(|e| IrError::Invalid(e.to_string()))?.into())
+        Ok(op.result(0).map_err(|e| FormatError::Invalid(e.to_string()))?.into())
     }
 
     /// Emits node `i` of `scope` on input values `ins`; returns its outputs.
@@ -555,7 +555,7 @@ impl<'c, 'a, 'g> Builder<'c, 'a, 'g> {
         i: usize,
         ins: Vec<Val<'c, 'a>>,
         depth: usize,
-    ) -> Result<Vec<Val<'c, 'a>>, IrError> {
+    ) -> Result<Vec<Val<'c, 'a>>, FormatError> {
         let n: &'g NodeDef = &scope.nodes[i];
         let op = n.op.as_str();
         if IDENTITIES.contains(&op) {
@@ -733,7 +733,7 @@ impl<'c, 'a, 'g> Builder<'c, 'a, 'g> {
         callee: &str,
         ins: Vec<Val<'c, 'a>>,
         depth: usize,
-    ) -> Result<Vec<Val<'c, 'a>>, IrError> {
+    ) -> Result<Vec<Val<'c, 'a>>, FormatError> {
         if depth >= MAX_CALL_DEPTH {
             return Err(self.err(
                 scope,

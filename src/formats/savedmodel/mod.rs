@@ -16,7 +16,7 @@ pub mod import;
 pub mod proto;
 pub mod variables;
 
-use crate::ir::IrError;
+use crate::formats::FormatError;
 use melior::ir::Module;
 use melior::Context;
 use prost::Message;
@@ -33,17 +33,17 @@ pub fn is_saved_model(path: &Path) -> bool {
 }
 
 /// An error about `saved_model.pb` in `dir`.
-pub(crate) fn pb_error(dir: &Path, reason: impl Into<String>) -> IrError {
-    IrError::SavedModel {
+pub(crate) fn pb_error(dir: &Path, reason: impl Into<String>) -> FormatError {
+    FormatError::SavedModel {
         path: dir.join("saved_model.pb"),
         reason: reason.into(),
     }
 }
 
 /// Reads and decodes `dir/saved_model.pb`.
-pub fn read(dir: &Path) -> Result<SavedModel, IrError> {
+pub fn read(dir: &Path) -> Result<SavedModel, FormatError> {
     let path = dir.join("saved_model.pb");
-    let bytes = std::fs::read(&path).map_err(|source| IrError::Read { path, source })?;
+    let bytes = std::fs::read(&path).map_err(|source| FormatError::Read { path, source })?;
     let sm = SavedModel::decode(bytes.as_slice())
         .map_err(|e| pb_error(dir, format!("not a valid SavedModel protobuf ({e})")))?;
     if sm.meta_graphs.is_empty() {
@@ -132,7 +132,7 @@ impl std::fmt::Display for SignatureInfo {
 
 /// The signatures of a SavedModel, by name (TensorFlow's internal `__saved_model_init_op`
 /// is not one a user runs and is left out).
-pub fn signatures(dir: &Path) -> Result<Vec<SignatureInfo>, IrError> {
+pub fn signatures(dir: &Path) -> Result<Vec<SignatureInfo>, FormatError> {
     let sm = read(dir)?;
     let mg = meta_graph(&sm).ok_or_else(|| pb_error(dir, "no meta graph"))?;
     let mut out: Vec<SignatureInfo> = mg
@@ -157,7 +157,7 @@ pub fn signatures(dir: &Path) -> Result<Vec<SignatureInfo>, IrError> {
 }
 
 /// Imports signature `signature` (default [`DEFAULT_SIGNATURE`]) of the SavedModel in `dir`.
-pub fn load<'c>(ctx: &'c Context, dir: &Path, signature: Option<&str>) -> Result<Module<'c>, IrError> {
+pub fn load<'c>(ctx: &'c Context, dir: &Path, signature: Option<&str>) -> Result<Module<'c>, FormatError> {
     let sm = read(dir)?;
     import::import(ctx, dir, &sm, signature)
 }

@@ -11,7 +11,7 @@
 
 use super::bundle::Bundle;
 use super::proto::{GraphDef, SavedObjectGraph, TrackableObjectGraph};
-use crate::ir::IrError;
+use crate::formats::FormatError;
 use crate::tensor::Tensor;
 use prost::Message;
 use std::collections::{HashMap, HashSet};
@@ -79,19 +79,19 @@ impl<'g> Checkpoint<'g> {
     }
 
     /// Opens the bundle (once) and reads its object graph's checkpoint keys.
-    fn open(&mut self) -> Result<(), IrError> {
+    fn open(&mut self) -> Result<(), FormatError> {
         if self.bundle.is_some() {
             return Ok(());
         }
-        let b = Bundle::open(&self.prefix).map_err(|e| IrError::Invalid(e.to_string()))?;
+        let b = Bundle::open(&self.prefix).map_err(|e| FormatError::Invalid(e.to_string()))?;
         let mut keys = HashMap::new();
         if let (Some(saved), true) = (self.saved_objects, b.entries.contains_key(OBJECT_GRAPH_KEY)) {
             let blob = b
                 .read_strings(OBJECT_GRAPH_KEY)
-                .map_err(|e| IrError::Invalid(e.to_string()))?;
+                .map_err(|e| FormatError::Invalid(e.to_string()))?;
             let bytes = blob.first().map(Vec::as_slice).unwrap_or_default();
             let trackable = TrackableObjectGraph::decode(bytes).map_err(|e| {
-                IrError::Invalid(format!(
+                FormatError::Invalid(format!(
                     "{}: '{OBJECT_GRAPH_KEY}' is not a valid object graph ({e})",
                     self.prefix.display()
                 ))
@@ -105,7 +105,7 @@ impl<'g> Checkpoint<'g> {
 
     /// The value of the variable made by `node` (a `VarHandleOp` of the main graph when
     /// `in_main_graph`, else of a function body) with `shared_name`.
-    pub fn value(&mut self, node: &str, shared_name: &str, in_main_graph: bool) -> Result<Tensor, IrError> {
+    pub fn value(&mut self, node: &str, shared_name: &str, in_main_graph: bool) -> Result<Tensor, FormatError> {
         self.open()?;
         // by the call's bound inputs, else by the saved variable's name
         let object = in_main_graph
@@ -117,7 +117,7 @@ impl<'g> Checkpoint<'g> {
         let b = self
             .bundle
             .as_ref()
-            .ok_or_else(|| IrError::Invalid("internal: checkpoint not open".into()))?;
+            .ok_or_else(|| FormatError::Invalid("internal: checkpoint not open".into()))?;
         let key = by_object
             .or_else(|| {
                 [shared_name, node]
@@ -126,12 +126,12 @@ impl<'g> Checkpoint<'g> {
                     .map(str::to_string)
             })
             .ok_or_else(|| {
-                IrError::Invalid(format!(
+                FormatError::Invalid(format!(
                     "{index}: no checkpoint value for variable '{}' (node '{node}')",
                     if shared_name.is_empty() { node } else { shared_name }
                 ))
             })?;
-        b.read(&key).map_err(|e| IrError::Invalid(e.to_string()))
+        b.read(&key).map_err(|e| FormatError::Invalid(e.to_string()))
     }
 }
 

@@ -1,0 +1,361 @@
+//! The command line's shape: every subcommand, argument and option with its help text, and
+//! each enumerated option as a `ValueEnum`, so that a bad value is a usage error (exit 2) that
+//! lists the choices. The values convert to the library's types through the library's own
+//! parsers (one spelling of each name).
+
+use clap::builder::{PossibleValue, PossibleValuesParser};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "quantir", version, about = "Post-training quantization on MLIR")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// Signature of a SavedModel directory to import (default: serving_default; models in
+    /// other formats have one function and ignore it).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub signature: Option<String>,
+}
+
+/// MODEL, as every subcommand takes it.
+const MODEL_HELP: &str = "The model: .mlir or .mlirbc (TF, ONNX or upstream dialects), .onnx, or a \
+                          TensorFlow SavedModel directory";
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Functions, op counts, constants and float tensors of a model.
+    Inspect {
+        #[arg(help = MODEL_HELP)]
+        model: PathBuf,
+        /// Print a JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run rewriter passes in order (mlir-opt style); no --pass is a faithful round trip.
+    Opt {
+        #[arg(help = MODEL_HELP)]
+        model: PathBuf,
+        /// A pass or pipeline to run (repeatable, in order).
+        #[arg(long = "pass", value_name = "NAME", value_parser = pass_names())]
+        passes: Vec<String>,
+        /// Statistics from `quantir calibrate` on this model, for the passes that need them
+        /// (quantize-weights, insert-qdq); run --pass prepare before those on a model that was
+        /// not prepared.
+        #[arg(long, value_name = "STATS.json")]
+        stats: Option<PathBuf>,
+        #[command(flatten)]
+        recipe: RecipeArgs,
+        /// Output file: .mlir (text), .mlirbc (bytecode) or .onnx (ONNX ops: an ONNX import, or
+        /// a TF model after --pass tf-to-onnx).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Run a model on every sample of a data set and write its outputs (.npz).
+    Run {
+        #[arg(help = MODEL_HELP)]
+        model: PathBuf,
+        /// Sample data: .npz, .npy, a folder of .npy files or of images (first axis = samples).
+        #[arg(long)]
+        data: PathBuf,
+        /// Output .npz: one array per model output, samples along the first axis.
+        #[arg(short, long)]
+        output: PathBuf,
+        #[command(flatten)]
+        feed: FeedArgs,
+        /// Function to run (default: main, else the first public function).
+        #[arg(long)]
+        function: Option<String>,
+        #[command(flatten)]
+        images: ImageArgs,
+    },
+    /// Gather statistics of every tensor that will be quantized, from sample data.
+    Calibrate {
+        #[arg(help = MODEL_HELP)]
+        model: PathBuf,
+        /// Sample data: .npz, .npy, a folder of .npy files or of images (first axis = samples).
+        #[arg(long)]
+        data: PathBuf,
+        #[command(flatten)]
+        opts: CalibOpts,
+        /// Calibrate the ONNX form of a TF model (what `quantize -o x.onnx` quantizes).
+        #[arg(long)]
+        onnx: bool,
+        /// Output statistics (JSON), for `quantize --stats` and `merge`.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Quantize a model from statistics (or calibrate on --data first).
+    Quantize {
+        #[arg(help = MODEL_HELP)]
+        model: PathBuf,
+        /// Statistics from `quantir calibrate` on the same model.
+        #[arg(long, conflicts_with = "data")]
+        stats: Option<PathBuf>,
+        /// Calibrate on this data first (instead of --stats).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Calibrate even when the cache holds statistics for this model, data and method.
+        #[arg(long)]
+        no_cache: bool,
+        #[command(flatten)]
+        opts: CalibOpts,
+        #[command(flatten)]
+        recipe: RecipeArgs,
+        /// Print the summary as one JSON document on stdout (per compute op: key, op, weight
+        /// and activation storage, why not W8A8, MACs; totals with int8_mac_share).
+        #[arg(long)]
+        json: bool,
+        /// Output model: .mlir, .mlirbc, or .onnx (QDQ ONNX).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Compare a quantized model with its float original on held-out data.
+    Evaluate {
+        /// The float model (any MODEL format).
+        float_model: PathBuf,
+        /// The quantized model (any MODEL format).
+        quant_model: PathBuf,
+        /// Held-out data: .npz, .npy, a folder of .npy files or of images.
+        #[arg(long)]
+        data: PathBuf,
+        /// Integer array of class labels in the data (for accuracy).
+        #[arg(long)]
+        labels: Option<String>,
+        /// SQNR of every layer both models compute, worst first.
+        #[arg(long)]
+        per_layer: bool,
+        /// Write an HTML report (per-layer chart and histograms).
+        #[arg(long)]
+        report: Option<PathBuf>,
+        #[command(flatten)]
+        feed: FeedArgs,
+        /// Print a JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        images: ImageArgs,
+    },
+    /// Merge statistics of calibration shards (same model, same method).
+    Merge {
+        /// Statistics files of the shards.
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+        /// Output statistics (JSON).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Scale and zero point for a range, as a target runtime's own tool computes them.
+    Params {
+        /// Range minimum; several comma-separated values give per-channel parameters.
+        #[arg(long, allow_hyphen_values = true, value_delimiter = ',', required = true)]
+        min: Vec<f64>,
+        /// Range maximum; as many values as --min.
+        #[arg(long, allow_hyphen_values = true, value_delimiter = ',', required = true)]
+        max: Vec<f64>,
+        /// Storage type.
+        #[arg(long, value_enum, default_value_t = DtypeArg::Int8)]
+        dtype: DtypeArg,
+        /// Parameter arithmetic: mlir (TF/MLIR nudged), onnx (onnxruntime), torch (PyTorch).
+        #[arg(long, value_enum, default_value_t = SchemeArg::Mlir)]
+        scheme: SchemeArg,
+        /// Symmetric range (zero point at the storage type's middle).
+        #[arg(long)]
+        symmetric: bool,
+        /// Drop the storage type's lowest value (int8: −127..127).
+        #[arg(long)]
+        narrow_range: bool,
+        /// One bit less of range (onnxruntime's reduce_range; onnx and torch schemes).
+        #[arg(long)]
+        reduce_range: bool,
+        /// Channel axis recorded in per-channel parameters.
+        #[arg(long, default_value_t = 0)]
+        axis: usize,
+        /// Print a JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The registered passes and pipelines, with their summaries as `--help` shows them.
+fn pass_names() -> PossibleValuesParser {
+    let passes = quantir::passes::PASSES.iter().map(|p| {
+        let needs = match p.needs {
+            quantir::passes::Needs::Nothing => "",
+            _ => " [needs --stats]",
+        };
+        PossibleValue::new(p.name).help(format!("{}{needs}", p.summary))
+    });
+    let pipelines = quantir::passes::PIPELINES
+        .iter()
+        .map(|(name, summary, _)| PossibleValue::new(*name).help(format!("pipeline: {summary}")));
+    PossibleValuesParser::new(passes.chain(pipelines))
+}
+
+/// How samples are fed: input bindings, threads, a sample limit.
+#[derive(clap::Args)]
+pub struct FeedArgs {
+    /// Bind an input to an array: --input NAME=ARRAY (repeatable).
+    #[arg(long = "input", value_name = "NAME=ARRAY")]
+    pub inputs: Vec<String>,
+    /// Worker threads (0 = all cores); results do not depend on it.
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Use only the first N samples.
+    #[arg(long)]
+    pub limit: Option<usize>,
+}
+
+/// Calibration options (shared by `calibrate` and `quantize --data`).
+#[derive(clap::Args)]
+pub struct CalibOpts {
+    /// Range method [default: minmax, or the recipe's].
+    #[arg(long, value_enum)]
+    pub method: Option<MethodArg>,
+    /// Percentile for the percentile methods (default 99.999).
+    #[arg(long)]
+    pub percentile: Option<f64>,
+    /// Histogram resolution for histogram methods.
+    #[arg(long, default_value_t = 2048)]
+    pub bins: usize,
+    /// Calibrate shard I of N (samples I, I+N, ...), for `quantir merge`.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
+    /// Skip NaN/Inf values (counted) instead of failing.
+    #[arg(long)]
+    pub skip_non_finite: bool,
+    #[command(flatten)]
+    pub feed: FeedArgs,
+    #[command(flatten)]
+    pub images: ImageArgs,
+}
+
+/// How a folder of images becomes samples.
+#[derive(clap::Args)]
+pub struct ImageArgs {
+    /// Resize images to H,W (default: the model input's size).
+    #[arg(long, value_name = "H,W")]
+    pub image_size: Option<String>,
+    /// Per-channel mean subtracted from pixels scaled to [0, 1] (one value or one per channel).
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true, default_value = "0")]
+    pub mean: Vec<f32>,
+    /// Per-channel standard deviation the centred pixels are divided by.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub std: Vec<f32>,
+    /// Layout of the model's image input.
+    #[arg(long, value_enum, default_value_t = LayoutArg::Nhwc)]
+    pub layout: LayoutArg,
+}
+
+/// How to quantize: the options of `quantize` (and `opt`), on top of an optional `--config`
+/// recipe file.
+#[derive(clap::Args)]
+pub struct RecipeArgs {
+    /// A recipe file (TOML): defaults plus per-op / per-tensor overrides; flags given on the
+    /// command line win over its top-level settings.
+    #[arg(long, value_name = "RECIPE.toml")]
+    pub config: Option<PathBuf>,
+    /// Parameter arithmetic [default: onnx for an .onnx output, else mlir].
+    #[arg(long, value_enum)]
+    pub scheme: Option<SchemeArg>,
+    /// Weight storage [default: int8].
+    #[arg(long, value_enum)]
+    pub weights: Option<WeightsArg>,
+    /// Activation storage; none = weight-only [default: int8].
+    #[arg(long, value_enum)]
+    pub activations: Option<ActivationsArg>,
+    /// Per-tensor weights instead of per-channel.
+    #[arg(long)]
+    pub per_tensor: bool,
+    /// Symmetric activation ranges (zero point 0).
+    #[arg(long)]
+    pub symmetric_activations: bool,
+    /// Quantize the model's outputs too (fully integer graph); by default they stay float.
+    #[arg(long)]
+    pub quantize_outputs: bool,
+    /// 7-bit weights (int8 storage, onnx and torch schemes): for onnxruntime on x86 CPUs
+    /// without VNNI, whose int8 kernels saturate on full-range weights.
+    #[arg(long)]
+    pub reduce_range: bool,
+    /// Leave ops (by name, `*` wildcards) or tensors (by key) in float (repeatable).
+    #[arg(long, value_name = "PATTERN")]
+    pub exclude: Vec<String>,
+}
+
+/// The name a value enum is spelled with on the command line (what the library parses).
+pub fn name_of(v: &impl ValueEnum) -> String {
+    v.to_possible_value()
+        .map(|p| p.get_name().to_string())
+        .unwrap_or_default()
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum SchemeArg {
+    /// TF/MLIR: nudged zero point in f64, ties away from zero
+    Mlir,
+    /// onnxruntime: range widened to hold 0 in f32, ties to even
+    Onnx,
+    /// PyTorch observers: f32 with an eps floor
+    Torch,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum WeightsArg {
+    Int8,
+    Int4,
+    Fp16,
+    Bf16,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ActivationsArg {
+    Int8,
+    Uint8,
+    Int16,
+    /// weight-only: activations stay float
+    None,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum DtypeArg {
+    #[value(alias = "i8")]
+    Int8,
+    #[value(alias = "ui8")]
+    Uint8,
+    #[value(alias = "i16")]
+    Int16,
+    #[value(alias = "ui16")]
+    Uint16,
+    #[value(alias = "i4")]
+    Int4,
+    #[value(alias = "ui4")]
+    Uint4,
+    #[value(alias = "i32")]
+    Int32,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum LayoutArg {
+    Nhwc,
+    Nchw,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum MethodArg {
+    /// running minimum and maximum
+    Minmax,
+    /// average of per-batch minima and maxima
+    AvgMinmax,
+    /// exponential moving average of minima and maxima
+    EmaMinmax,
+    /// histogram percentile (--percentile)
+    Percentile,
+    /// symmetric histogram percentile
+    PercentileSymmetric,
+    /// KL divergence (TensorRT / onnxruntime entropy)
+    Entropy,
+    /// least mean squared quantization error
+    Mse,
+    /// least mean squared error, symmetric range
+    MseSymmetric,
+}

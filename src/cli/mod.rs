@@ -1,0 +1,3 @@
+//! The command line's argument declarations (the binary's own modules).
+
+pub mod args;

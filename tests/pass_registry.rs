@@ -1,0 +1,204 @@
+//! The pass registry as a user meets it: `opt --help` lists every pass with its summary, every
+//! pass runs alone through `opt` (statistics passes with `--stats`), and `quantize --json`
+//! accounts for every compute op.
+
+mod common;
+
+use common::{arg, example, ok, quantir, stderr};
+
+#[test]
+fn opt_help_lists_every_pass_with_its_summary() {
+    let o = ok(quantir(&["opt", "--help"]));
+    let help = String::from_utf8_lossy(&o.stdout);
+    for p in quantir::passes::PASSES {
+        assert!(
+            help.contains(&format!("{}:", p.name)) && help.contains(p.summary),
+            "opt --help lacks {}: {help}",
+            p.name
+        );
+    }
+    assert!(help.contains("prepare:"), "{help}");
+}
+
+#[test]
+fn opt_runs_the_quantize_passes_alone_as_quantize_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = arg(&example("digits_cnn.mlir"));
+    let stats = arg(&dir.path().join("s.json"));
+    let p = |n: &str| arg(&dir.path().join(n));
+    ok(quantir(&[
+        "calibrate",
+        &model,
+        "--data",
+        &arg(&example("digits_calib.npz")),
+        "-o",
+        &stats,
+    ]));
+    ok(quantir(&["quantize", &model, "--stats", &stats, "-o", &p("q.mlir")]));
+    // the same passes through opt: prepare, then the two statistics passes
+    let o = ok(quantir(&[
+        "opt",
+        &model,
+        "--pass",
+        "prepare",
+        "--pass",
+        "quantize-weights",
+        "--pass",
+        "insert-qdq",
+        "--stats",
+        &stats,
+        "-o",
+        &p("opt.mlir"),
+    ]));
+    let log = stderr(&o);
+    assert!(
+        log.contains("quantize-weights: ") && log.contains("4 weights quantized"),
+        "{log}"
+    );
+    assert!(log.contains("4 biases quantized to int32"), "{log}");
+    assert!(
+        log.contains("insert-qdq: ") && log.contains("q/dq pairs inserted"),
+        "{log}"
+    );
+    assert_eq!(
+        std::fs::read(p("opt.mlir")).unwrap(),
+        std::fs::read(p("q.mlir")).unwrap(),
+        "opt --pass prepare --pass quantize-weights --pass insert-qdq differs from quantize"
+    );
+    // each statistics pass alone on a prepared model
+    ok(quantir(&[
+        "opt",
+        &model,
+        "--pass",
+        "prepare",
+        "-o",
+        &p("prepared.mlir"),
+    ]));
+    ok(quantir(&[
+        "opt",
+        &p("prepared.mlir"),
+        "--pass",
+        "insert-qdq",
+        "--stats",
+        &stats,
+        "-o",
+        &p("qdq.mlir"),
+    ]));
+    let text = std::fs::read_to_string(p("qdq.mlir")).unwrap();
+    assert!(
+        text.contains("quant.qcast") && !text.contains("quant.scast"),
+        "insert-qdq alone"
+    );
+    ok(quantir(&[
+        "opt",
+        &p("prepared.mlir"),
+        "--pass",
+        "quantize-weights",
+        "--stats",
+        &stats,
+        "-o",
+        &p("w.mlir"),
+    ]));
+    let text = std::fs::read_to_string(p("w.mlir")).unwrap();
+    assert!(
+        text.contains("quant.scast") && text.contains("xi32>"),
+        "weights and int32 biases"
+    );
+    // without statistics, and with statistics of the unprepared form: named errors, exit 1
+    let o = quantir(&["opt", &model, "--pass", "insert-qdq", "-o", &p("x.mlir")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("insert-qdq: needs statistics (--stats"),
+        "{}",
+        stderr(&o)
+    );
+    let o = quantir(&[
+        "opt",
+        &model,
+        "--pass",
+        "insert-qdq",
+        "--stats",
+        &stats,
+        "-o",
+        &p("x.mlir"),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("run --pass prepare first"), "{}", stderr(&o));
+    assert!(!dir.path().join("x.mlir").exists());
+    // weight-only needs no statistics
+    ok(quantir(&[
+        "opt",
+        &model,
+        "--pass",
+        "quantize-weights",
+        "--activations",
+        "none",
+        "--weights",
+        "fp16",
+        "-o",
+        &p("fp16.mlir"),
+    ]));
+}
+
+fn quantize_json(extra: &[&str]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("q.onnx");
+    let mut args = vec![
+        "quantize".to_string(),
+        arg(&example("digits_cnn.mlir")),
+        "--data".into(),
+        arg(&example("digits_calib.npz")),
+        "--no-cache".into(),
+        "--json".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.extend(["-o".into(), arg(&out)]);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = ok(quantir(&refs));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+#[test]
+fn quantize_json_accounts_for_every_compute_op() {
+    let j = quantize_json(&[]);
+    let ops = j["ops"].as_array().unwrap();
+    // digits CNN: 2 convolutions and 2 matmuls, lowered for the .onnx output
+    assert_eq!(ops.len(), 4, "{j:#}");
+    for o in ops {
+        for field in ["key", "op", "weights", "activations", "reason", "macs"] {
+            assert!(o.get(field).is_some(), "{field} missing in {o}");
+        }
+        assert_eq!(o["weights"], "i8", "{o}");
+        assert!(o["activations"] == "i8" || o["activations"] == "u8", "{o}");
+        assert!(o["macs"].as_u64().unwrap() > 0, "{o}");
+    }
+    let t = &j["totals"];
+    assert_eq!(t["int8_mac_share"].as_f64(), Some(1.0), "{t}");
+    let sum: u64 = ops.iter().map(|o| o["macs"].as_u64().unwrap()).sum();
+    assert_eq!(t["macs"].as_u64(), Some(sum));
+    for field in ["constant_bytes_before", "constant_bytes_after"] {
+        assert!(t[field].as_u64().unwrap() > 0, "{field}");
+    }
+    assert!(!j["stages"].as_array().unwrap().is_empty());
+    // conv1: 8×8×16 outputs of a 3×3 window over 1 channel; conv2: 8×8×32 outputs over 3×3×16;
+    // dense layers 512 → 64 → 10
+    let macs: Vec<u64> = ops.iter().map(|o| o["macs"].as_u64().unwrap()).collect();
+    assert_eq!(macs, [8 * 8 * 16 * 9, 8 * 8 * 32 * 9 * 16, 512 * 64, 64 * 10]);
+
+    // a matmul left float by --exclude: the share drops below 1 and the op says why
+    let j = quantize_json(&["--exclude", "onnx.MatMul"]);
+    let t = &j["totals"];
+    let share = t["int8_mac_share"].as_f64().unwrap();
+    assert!(share > 0.0 && share < 1.0, "{t}");
+    let excluded: Vec<&serde_json::Value> = j["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["op"] == "onnx.MatMul")
+        .collect();
+    assert!(!excluded.is_empty());
+    for o in excluded {
+        assert_eq!(o["weights"], "float");
+        assert!(o["reason"].as_str().unwrap().contains("excluded"), "{o}");
+    }
+}
