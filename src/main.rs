@@ -5,7 +5,10 @@ mod cli;
 
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
-use cli::args::{name_of, CalibOpts, Cli, Command, FeedArgs, ImageArgs, RecipeArgs};
+use cli::args::{
+    name_of, CalibOpts, CalibrateArgs, Cli, Command, EvaluateArgs, ImageArgs, InspectArgs, MergeArgs, OptArgs,
+    ParamsArgs, QuantizeArgs, RecipeArgs, RunArgs,
+};
 use quantir::params::{self, RangeOptions, Scheme, StorageType};
 use quantir::{formats, inspect, interp, ir, passes, quantize, run, stats_io};
 use std::path::{Path, PathBuf};
@@ -190,7 +193,8 @@ fn load<'c>(ctx: &'c melior::Context, path: &Path, signature: Option<&str>) -> R
     Ok(formats::model::load_signature(ctx, path, sig)?)
 }
 
-fn cmd_inspect(model: &Path, json: bool, signature: Option<&str>) -> Result<()> {
+fn cmd_inspect(a: &InspectArgs, signature: Option<&str>) -> Result<()> {
+    let (model, json) = (a.model.as_path(), a.json);
     let ctx = ir::new_context();
     let signatures = if formats::savedmodel::is_saved_model(model) {
         formats::savedmodel::signatures(model)?
@@ -218,21 +222,16 @@ fn cmd_inspect(model: &Path, json: bool, signature: Option<&str>) -> Result<()> 
     }
 }
 
-fn cmd_opt(
-    model: &Path,
-    names: &[String],
-    stats: Option<&Path>,
-    recipe: &RecipeArgs,
-    output: &Path,
-    signature: Option<&str>,
-) -> Result<()> {
+fn cmd_opt(a: &OptArgs, signature: Option<&str>) -> Result<()> {
+    let (model, output, stats) = (a.model.as_path(), a.output.as_path(), a.stats.as_deref());
+    formats::model::check_output(output)?;
     let ctx = ir::new_context();
     let module = load(&ctx, model, signature)?;
     let options = passes::PassOptions {
         stats: stats.map(stats_io::load_stats).transpose()?,
-        config: recipe.config(Some(output))?,
+        config: a.recipe.config(Some(output))?,
     };
-    let reports = passes::run_pipeline(&module, names, &options).with_context(|| model.display().to_string())?;
+    let reports = passes::run_pipeline(&module, &a.passes, &options).with_context(|| model.display().to_string())?;
     let mut inputs = vec![model];
     inputs.extend(stats);
     formats::model::save(&module, output, &inputs)?;
@@ -253,20 +252,14 @@ fn cmd_opt(
     Ok(())
 }
 
-fn cmd_run(
-    model: &Path,
-    data: &Path,
-    output: &Path,
-    feed: &FeedArgs,
-    function: Option<&str>,
-    images: &ImageArgs,
-    signature: Option<&str>,
-) -> Result<()> {
+fn cmd_run(a: &RunArgs, signature: Option<&str>) -> Result<()> {
+    let (model, data, output, feed) = (a.model.as_path(), a.data.as_path(), a.output.as_path(), &a.feed);
     let overrides = parse_overrides(&feed.inputs)?;
     let ctx = ir::new_context();
     let module = load(&ctx, model, signature)?;
-    let program = interp::Program::compile(&module, function).with_context(|| model.display().to_string())?;
-    let dataset = images.open(data, feed.limit)?;
+    let program =
+        interp::Program::compile(&module, a.function.as_deref()).with_context(|| model.display().to_string())?;
+    let dataset = a.images.open(data, feed.limit)?;
     let binding = formats::data::bind(&dataset, &program.inputs, &overrides)?;
     let t0 = std::time::Instant::now();
     let indices: Vec<usize> = (0..feed.limit.map_or(binding.samples, |l| l.min(binding.samples))).collect();
@@ -294,44 +287,26 @@ fn cmd_run(
     Ok(())
 }
 
-fn cmd_calibrate(
-    model: &Path,
-    data: &Path,
-    opts: &CalibOpts,
-    onnx: bool,
-    output: &Path,
-    signature: Option<&str>,
-) -> Result<()> {
+fn cmd_calibrate(a: &CalibrateArgs, signature: Option<&str>) -> Result<()> {
     let ctx = ir::new_context();
-    let module = load(&ctx, model, signature)?;
-    if onnx {
-        lower_to_onnx(&module, model)?;
+    let module = load(&ctx, &a.model, signature)?;
+    if a.onnx {
+        lower_to_onnx(&module, &a.model)?;
     }
-    let stats = run_calibration(&module, data, opts, &quantize::QuantConfig::default(), None)
-        .with_context(|| model.display().to_string())?;
-    stats_io::save_stats(&stats, output, &[model, data])?;
+    let stats = run_calibration(&module, &a.data, &a.opts, &quantize::QuantConfig::default(), None)
+        .with_context(|| a.model.display().to_string())?;
+    stats_io::save_stats(&stats, &a.output, &[&a.model, &a.data])?;
     Ok(())
 }
 
-/// What `quantize` was asked for.
-struct QuantizeArgs<'a> {
-    model: &'a Path,
-    stats: Option<&'a Path>,
-    data: Option<&'a Path>,
-    no_cache: bool,
-    opts: &'a CalibOpts,
-    recipe: &'a RecipeArgs,
-    json: bool,
-    output: &'a Path,
-}
-
-fn cmd_quantize(a: QuantizeArgs, signature: Option<&str>) -> Result<()> {
-    let config = a.recipe.config(Some(a.output))?;
+fn cmd_quantize(a: &QuantizeArgs, signature: Option<&str>) -> Result<()> {
+    formats::model::check_output(&a.output)?;
+    let config = a.recipe.config(Some(&a.output))?;
     let t0 = std::time::Instant::now();
     let ctx = ir::new_context();
-    let module = load(&ctx, a.model, signature)?;
-    let lowered = formats::model::is_onnx(a.output) && lower_to_onnx(&module, a.model)?;
-    let stats = match (a.stats, a.data) {
+    let module = load(&ctx, &a.model, signature)?;
+    let lowered = formats::model::is_onnx(&a.output) && lower_to_onnx(&module, &a.model)?;
+    let stats = match (a.stats.as_deref(), a.data.as_deref()) {
         (Some(p), _) => stats_io::load_stats(p)?,
         (None, Some(d)) => {
             // calibration prepares the module in place, as quantize_module would
@@ -340,7 +315,7 @@ fn cmd_quantize(a: QuantizeArgs, signature: Option<&str>) -> Result<()> {
             } else {
                 quantize::cache::default_dir()
             };
-            run_calibration(&module, d, a.opts, &config, cache.as_deref())
+            run_calibration(&module, d, &a.opts, &config, cache.as_deref())
                 .with_context(|| a.model.display().to_string())?
         }
         (None, None) => {
@@ -367,10 +342,10 @@ fn cmd_quantize(a: QuantizeArgs, signature: Option<&str>) -> Result<()> {
             a.model.display().to_string()
         }
     })?;
-    let mut inputs: Vec<&Path> = vec![a.model];
-    inputs.extend(a.stats);
+    let mut inputs: Vec<&Path> = vec![&a.model];
+    inputs.extend(a.stats.as_deref());
     let t_save = std::time::Instant::now();
-    formats::model::save(&module, a.output, &inputs)?;
+    formats::model::save(&module, &a.output, &inputs)?;
     report
         .stages
         .insert(0, ("load + calibrate".into(), t_calib.as_secs_f64()));
@@ -413,30 +388,24 @@ fn cmd_quantize(a: QuantizeArgs, signature: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn cmd_evaluate(
-    float_model: &Path,
-    quant_model: &Path,
-    data: &Path,
-    labels: Option<String>,
-    per_layer: bool,
-    report: Option<&Path>,
-    feed: &FeedArgs,
-    json: bool,
-    images: &ImageArgs,
-    signature: Option<&str>,
-) -> Result<()> {
+fn cmd_evaluate(a: &EvaluateArgs, signature: Option<&str>) -> Result<()> {
+    let (float_model, quant_model, data, report) = (
+        a.float_model.as_path(),
+        a.quant_model.as_path(),
+        a.data.as_path(),
+        a.report.as_deref(),
+    );
     let ctx = ir::new_context();
     let float = load(&ctx, float_model, signature)?;
     let quant = load(&ctx, quant_model, signature)?;
-    let dataset = images.open(data, feed.limit)?;
+    let dataset = a.images.open(data, a.feed.limit)?;
     let opts = quantir::evaluate::EvalOptions {
-        threads: feed.threads,
-        limit: feed.limit,
-        labels,
-        per_layer: per_layer || report.is_some(),
+        threads: a.feed.threads,
+        limit: a.feed.limit,
+        labels: a.labels.clone(),
+        per_layer: a.per_layer || report.is_some(),
         histograms: report.is_some(),
-        overrides: parse_overrides(&feed.inputs)?,
+        overrides: parse_overrides(&a.feed.inputs)?,
     };
     let r = quantir::evaluate::evaluate(&float, &quant, &dataset, &opts)?;
     if let Some(path) = report {
@@ -446,42 +415,34 @@ fn cmd_evaluate(
             &[float_model, quant_model, data],
         )?;
     }
-    if json {
+    if a.json {
         out(&format!("{}\n", serde_json::to_string_pretty(&r)?))
     } else {
         out(&r.to_string())
     }
 }
 
-fn cmd_merge(inputs: &[PathBuf], output: &Path) -> Result<()> {
-    let merged = stats_io::merge_files(inputs)?;
-    let refs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
-    stats_io::save_stats(&merged, output, &refs)?;
+fn cmd_merge(a: &MergeArgs) -> Result<()> {
+    let merged = stats_io::merge_files(&a.inputs)?;
+    let refs: Vec<&Path> = a.inputs.iter().map(PathBuf::as_path).collect();
+    stats_io::save_stats(&merged, &a.output, &refs)?;
     eprintln!(
         "merged {} files: {} samples, {} tensors",
-        inputs.len(),
+        a.inputs.len(),
         merged.num_samples,
         merged.tensors.len()
     );
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn cmd_params(
-    min: &[f64],
-    max: &[f64],
-    dtype: StorageType,
-    scheme: Scheme,
-    symmetric: bool,
-    narrow_range: bool,
-    reduce_range: bool,
-    axis: usize,
-    json: bool,
-) -> Result<()> {
+fn cmd_params(a: &ParamsArgs) -> Result<()> {
+    let (min, max) = (&a.min, &a.max);
+    let dtype: StorageType = name_of(&a.dtype).parse()?;
+    let scheme: Scheme = name_of(&a.scheme).parse()?;
     let opts = RangeOptions {
-        symmetric,
-        narrow_range,
-        reduce_range,
+        symmetric: a.symmetric,
+        narrow_range: a.narrow_range,
+        reduce_range: a.reduce_range,
         ..Default::default()
     };
     if min.len() != max.len() {
@@ -490,9 +451,9 @@ fn cmd_params(
     let p = if min.len() == 1 {
         params::compute(scheme, dtype, min[0], max[0], &opts)?
     } else {
-        params::compute_per_axis(scheme, dtype, min, max, axis, &opts)?
+        params::compute_per_axis(scheme, dtype, min, max, a.axis, &opts)?
     };
-    if json {
+    if a.json {
         return out(&format!("{}\n", serde_json::to_string(&params::ParamsJson::from(&p))?));
     }
     let mut text = format!("scheme {scheme}, {dtype} [{}, {}]\n", p.qmin, p.qmax);
@@ -510,96 +471,15 @@ fn cmd_params(
 
 fn run(cli: Cli) -> Result<()> {
     let sig = cli.signature.as_deref();
-    match cli.command {
-        Command::Inspect { model, json } => cmd_inspect(&model, json, sig),
-        Command::Opt {
-            model,
-            passes,
-            stats,
-            recipe,
-            output,
-        } => cmd_opt(&model, &passes, stats.as_deref(), &recipe, &output, sig),
-        Command::Run {
-            model,
-            data,
-            output,
-            feed,
-            function,
-            images,
-        } => cmd_run(&model, &data, &output, &feed, function.as_deref(), &images, sig),
-        Command::Calibrate {
-            model,
-            data,
-            opts,
-            onnx,
-            output,
-        } => cmd_calibrate(&model, &data, &opts, onnx, &output, sig),
-        Command::Quantize {
-            model,
-            stats,
-            data,
-            no_cache,
-            opts,
-            recipe,
-            json,
-            output,
-        } => cmd_quantize(
-            QuantizeArgs {
-                model: &model,
-                stats: stats.as_deref(),
-                data: data.as_deref(),
-                no_cache,
-                opts: &opts,
-                recipe: &recipe,
-                json,
-                output: &output,
-            },
-            sig,
-        ),
-        Command::Evaluate {
-            float_model,
-            quant_model,
-            data,
-            labels,
-            per_layer,
-            report,
-            feed,
-            json,
-            images,
-        } => cmd_evaluate(
-            &float_model,
-            &quant_model,
-            &data,
-            labels,
-            per_layer,
-            report.as_deref(),
-            &feed,
-            json,
-            &images,
-            sig,
-        ),
-        Command::Merge { inputs, output } => cmd_merge(&inputs, &output),
-        Command::Params {
-            min,
-            max,
-            dtype,
-            scheme,
-            symmetric,
-            narrow_range,
-            reduce_range,
-            axis,
-            json,
-        } => cmd_params(
-            &min,
-            &max,
-            name_of(&dtype).parse()?,
-            name_of(&scheme).parse()?,
-            symmetric,
-            narrow_range,
-            reduce_range,
-            axis,
-            json,
-        ),
+    match &cli.command {
+        Command::Inspect(a) => cmd_inspect(a, sig),
+        Command::Opt(a) => cmd_opt(a, sig),
+        Command::Run(a) => cmd_run(a, sig),
+        Command::Calibrate(a) => cmd_calibrate(a, sig),
+        Command::Quantize(a) => cmd_quantize(a, sig),
+        Command::Evaluate(a) => cmd_evaluate(a, sig),
+        Command::Merge(a) => cmd_merge(a),
+        Command::Params(a) => cmd_params(a),
     }
 }
 
@@ -611,5 +491,29 @@ fn main() -> ExitCode {
             eprintln!("quantir: error: {e:#}");
             ExitCode::from(if e.is::<UsageError>() { 2 } else { 1 })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every subcommand, argument and option says what it is.
+    #[test]
+    fn every_argument_has_help() {
+        let mut missing = Vec::new();
+        let cli = Cli::command();
+        for sub in cli.get_subcommands() {
+            if sub.get_about().is_none() {
+                missing.push(sub.get_name().to_string());
+            }
+            for a in sub.get_arguments() {
+                if a.get_help().is_none() && !matches!(a.get_id().as_str(), "help" | "version") {
+                    missing.push(format!("{} {}", sub.get_name(), a.get_id()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "without help text: {missing:?}");
     }
 }

@@ -18,9 +18,8 @@ use std::path::Path;
 
 const GOLDEN: &str = "tests/data/golden_outputs.txt";
 
-/// One case: a name and the command, `{out}` standing for the output file (whose hash is
-/// recorded) and `{out:NAME}` for the output of an earlier case; `None` for the output means
-/// stdout is hashed.
+/// One case: a name, the command with `{out}` standing for the output file (whose hash is
+/// recorded; `None` hashes stdout) and `{out:NAME}` for the output of an earlier case.
 struct Case {
     name: &'static str,
     args: Vec<String>,
@@ -29,202 +28,69 @@ struct Case {
 
 /// The cases, with paths relative to the folder the commands run in (see [`run_all`]): output
 /// models record the input's path in their locations, so the paths must not depend on where
-/// the checkout is.
+/// the checkout is. `cnn` stands for examples/digits_cnn.mlir with its calibration data, `mlp`
+/// for tests/data/digits_mlp.mlir with its own; `quantize` cases calibrate on the model's data
+/// without the cache.
 fn cases(tmp: &Path) -> Vec<Case> {
-    let cnn = "examples/digits_cnn.mlir".to_string();
-    let cnn_calib = "examples/digits_calib.npz".to_string();
-    let cnn_test = "examples/digits_test.npz".to_string();
-    let mlp = "data/digits_mlp.mlir".to_string();
-    let mlp_calib = "data/digits_mlp_calib.npz".to_string();
-    let mobile_npz = "data/mobilenet_test.npz".to_string();
     std::fs::write(
         tmp.join("mobilenet_v2_035.mlir"),
         common::model_text(&data("mobilenet_v2_035.mlir.gz")),
     )
     .unwrap();
-    let mobile_mlir = "mobilenet_v2_035.mlir".to_string();
-    let stats = "cnn_stats.json".to_string();
-    let data = |name: &str| format!("data/{name}");
-    let q = |name: &'static str, model: &str, calib: &str, extra: &[&str], out: &'static str| Case {
-        name,
-        args: ["quantize", model, "--data", calib, "--no-cache"]
-            .iter()
-            .chain(extra)
-            .map(|s| s.to_string())
-            .chain(["-o".to_string(), "{out}".to_string()])
-            .collect(),
-        out: Some(out),
-    };
-    let cmd = |name: &'static str, args: &[&str], out: Option<&'static str>| Case {
-        name,
-        args: args.iter().map(|s| s.to_string()).collect(),
-        out,
-    };
-    vec![
-        // statistics first: later cases read {stats}
-        cmd(
-            "cnn.calibrate.minmax",
-            &["calibrate", &cnn, "--data", &cnn_calib, "-o", &stats],
-            None,
-        ),
-        cmd("cnn.calibrate.minmax.file", &["cat", &stats], None),
-        cmd(
-            "cnn.calibrate.entropy",
-            &[
-                "calibrate",
-                &cnn,
-                "--data",
-                &cnn_calib,
-                "--method",
-                "entropy",
-                "-o",
-                "{out}",
-            ],
-            Some("json"),
-        ),
-        cmd(
-            "cnn.calibrate.percentile.onnx",
-            &[
-                "calibrate",
-                &cnn,
-                "--data",
-                &cnn_calib,
-                "--method",
-                "percentile",
-                "--onnx",
-                "-o",
-                "{out}",
-            ],
-            Some("json"),
-        ),
-        q("cnn.mlir", &cnn, &cnn_calib, &[], "mlir"),
-        q("cnn.mlirbc", &cnn, &cnn_calib, &[], "mlirbc"),
-        q("cnn.onnx", &cnn, &cnn_calib, &[], "onnx"),
-        q("cnn.int4", &cnn, &cnn_calib, &["--weights", "int4"], "mlir"),
-        q("cnn.int4.onnx", &cnn, &cnn_calib, &["--weights", "int4"], "onnx"),
-        q("cnn.fp16", &cnn, &cnn_calib, &["--weights", "fp16"], "mlir"),
-        cmd(
-            "cnn.bf16.weight_only",
-            &[
-                "quantize",
-                &cnn,
-                "--weights",
-                "bf16",
-                "--activations",
-                "none",
-                "-o",
-                "{out}",
-            ],
-            Some("mlir"),
-        ),
-        q("cnn.a16.onnx", &cnn, &cnn_calib, &["--activations", "int16"], "onnx"),
-        q(
-            "cnn.uint8.torch",
-            &cnn,
-            &cnn_calib,
-            &["--activations", "uint8", "--per-tensor", "--scheme", "torch"],
-            "mlir",
-        ),
-        q(
-            "cnn.symmetric.onnx",
-            &cnn,
-            &cnn_calib,
-            &["--symmetric-activations"],
-            "onnx",
-        ),
-        q(
-            "cnn.reduce_range",
-            &cnn,
-            &cnn_calib,
-            &["--scheme", "onnx", "--reduce-range"],
-            "onnx",
-        ),
-        q("cnn.outputs", &cnn, &cnn_calib, &["--quantize-outputs"], "mlir"),
-        q("cnn.exclude", &cnn, &cnn_calib, &["--exclude", "tf.MatMul"], "mlir"),
-        q("cnn.mse", &cnn, &cnn_calib, &["--method", "mse"], "mlir"),
-        cmd(
-            "cnn.from_stats",
-            &["quantize", &cnn, "--stats", &stats, "-o", "{out}"],
-            Some("mlir"),
-        ),
-        cmd(
-            "cnn.opt.prepare",
-            &[
-                "opt",
-                &cnn,
-                "--pass",
-                "strip-identity",
-                "--pass",
-                "fold-constants",
-                "--pass",
-                "fold-batchnorm",
-                "-o",
-                "{out}",
-            ],
-            Some("mlir"),
-        ),
-        cmd(
-            "cnn.opt.tf_to_onnx",
-            &["opt", &cnn, "--pass", "tf-to-onnx", "-o", "{out}"],
-            Some("mlir"),
-        ),
-        q("mlp.mlir", &mlp, &mlp_calib, &[], "mlir"),
-        q("mlp.onnx", &mlp, &mlp_calib, &[], "onnx"),
-        q("cnn.onnx_in.onnx", &data("digits_cnn.onnx"), &cnn_calib, &[], "onnx"),
-        q("cnn.onnx_in.mlir", &data("digits_cnn.onnx"), &cnn_calib, &[], "mlir"),
-        q("mlp.onnx_in.onnx", &data("digits_mlp.onnx"), &mlp_calib, &[], "onnx"),
-        q(
-            "cnn.savedmodel.mlir",
-            &data("digits_cnn_savedmodel"),
-            &cnn_calib,
-            &[],
-            "mlir",
-        ),
-        q(
-            "cnn.savedmodel.onnx",
-            &data("digits_cnn_savedmodel"),
-            &cnn_calib,
-            &[],
-            "onnx",
-        ),
-        q(
-            "mlp.savedmodel.onnx",
-            &data("digits_mlp_savedmodel"),
-            &mlp_calib,
-            &[],
-            "onnx",
-        ),
-        q("mobilenet.mlir", &mobile_mlir, &mobile_npz, &["--limit", "6"], "mlir"),
-        q(
-            "mobilenet.onnx_in",
-            &data("mobilenet_v2_035.onnx"),
-            &mobile_npz,
-            &["--limit", "6"],
-            "onnx",
-        ),
-        q(
-            "mobilenet.savedmodel.onnx",
-            &data("mobilenet_v2_035_savedmodel"),
-            &mobile_npz,
-            &["--limit", "6"],
-            "onnx",
-        ),
-        cmd(
-            "cnn.evaluate.json",
-            &[
-                "evaluate",
-                &cnn,
-                "{out:cnn.mlir}",
-                "--data",
-                &cnn_test,
-                "--labels",
-                "y",
-                "--per-layer",
-                "--json",
-            ],
-            None,
-        ),
-    ]
+    const CNN: &str = "examples/digits_cnn.mlir --data examples/digits_calib.npz";
+    const MLP: &str = "data/digits_mlp.mlir --data data/digits_mlp_calib.npz";
+    const MOBILE: &str = "--data data/mobilenet_test.npz --limit 6";
+    #[rustfmt::skip]
+    let table: &[(&str, &str, Option<&str>)] = &[
+        // statistics first: later cases read cnn_stats.json
+        ("cnn.calibrate.minmax", "calibrate {CNN} -o cnn_stats.json", None),
+        ("cnn.calibrate.minmax.file", "cat cnn_stats.json", None),
+        ("cnn.calibrate.entropy", "calibrate {CNN} --method entropy -o {out}", Some("json")),
+        ("cnn.calibrate.percentile.onnx", "calibrate {CNN} --method percentile --onnx -o {out}", Some("json")),
+        ("cnn.mlir", "quantize {CNN} -o {out}", Some("mlir")),
+        ("cnn.mlirbc", "quantize {CNN} -o {out}", Some("mlirbc")),
+        ("cnn.onnx", "quantize {CNN} -o {out}", Some("onnx")),
+        ("cnn.int4", "quantize {CNN} --weights int4 -o {out}", Some("mlir")),
+        ("cnn.int4.onnx", "quantize {CNN} --weights int4 -o {out}", Some("onnx")),
+        ("cnn.fp16", "quantize {CNN} --weights fp16 -o {out}", Some("mlir")),
+        ("cnn.bf16.weight_only", "quantize examples/digits_cnn.mlir --weights bf16 --activations none -o {out}", Some("mlir")),
+        ("cnn.a16.onnx", "quantize {CNN} --activations int16 -o {out}", Some("onnx")),
+        ("cnn.uint8.torch", "quantize {CNN} --activations uint8 --per-tensor --scheme torch -o {out}", Some("mlir")),
+        ("cnn.symmetric.onnx", "quantize {CNN} --symmetric-activations -o {out}", Some("onnx")),
+        ("cnn.reduce_range", "quantize {CNN} --scheme onnx --reduce-range -o {out}", Some("onnx")),
+        ("cnn.outputs", "quantize {CNN} --quantize-outputs -o {out}", Some("mlir")),
+        ("cnn.exclude", "quantize {CNN} --exclude tf.MatMul -o {out}", Some("mlir")),
+        ("cnn.mse", "quantize {CNN} --method mse -o {out}", Some("mlir")),
+        ("cnn.from_stats", "quantize examples/digits_cnn.mlir --stats cnn_stats.json -o {out}", Some("mlir")),
+        ("cnn.opt.prepare", "opt examples/digits_cnn.mlir --pass strip-identity --pass fold-constants --pass fold-batchnorm -o {out}", Some("mlir")),
+        ("cnn.opt.tf_to_onnx", "opt examples/digits_cnn.mlir --pass tf-to-onnx -o {out}", Some("mlir")),
+        ("mlp.mlir", "quantize {MLP} -o {out}", Some("mlir")),
+        ("mlp.onnx", "quantize {MLP} -o {out}", Some("onnx")),
+        ("cnn.onnx_in.onnx", "quantize data/digits_cnn.onnx --data examples/digits_calib.npz -o {out}", Some("onnx")),
+        ("cnn.onnx_in.mlir", "quantize data/digits_cnn.onnx --data examples/digits_calib.npz -o {out}", Some("mlir")),
+        ("mlp.onnx_in.onnx", "quantize data/digits_mlp.onnx --data data/digits_mlp_calib.npz -o {out}", Some("onnx")),
+        ("cnn.savedmodel.mlir", "quantize data/digits_cnn_savedmodel --data examples/digits_calib.npz -o {out}", Some("mlir")),
+        ("cnn.savedmodel.onnx", "quantize data/digits_cnn_savedmodel --data examples/digits_calib.npz -o {out}", Some("onnx")),
+        ("mlp.savedmodel.onnx", "quantize data/digits_mlp_savedmodel --data data/digits_mlp_calib.npz -o {out}", Some("onnx")),
+        ("mobilenet.mlir", "quantize mobilenet_v2_035.mlir {MOBILE} -o {out}", Some("mlir")),
+        ("mobilenet.onnx_in", "quantize data/mobilenet_v2_035.onnx {MOBILE} -o {out}", Some("onnx")),
+        ("mobilenet.savedmodel.onnx", "quantize data/mobilenet_v2_035_savedmodel {MOBILE} -o {out}", Some("onnx")),
+        ("cnn.evaluate.json", "evaluate examples/digits_cnn.mlir {out:cnn.mlir} --data examples/digits_test.npz --labels y --per-layer --json", None),
+    ];
+    table
+        .iter()
+        .map(|(name, cmd, out)| {
+            let cmd = cmd
+                .replace("{CNN}", CNN)
+                .replace("{MLP}", MLP)
+                .replace("{MOBILE}", MOBILE);
+            let mut args: Vec<String> = cmd.split_whitespace().map(str::to_string).collect();
+            if args[0] == "quantize" && args.iter().any(|a| a == "--data") {
+                args.insert(args.len() - 2, "--no-cache".into());
+            }
+            Case { name, args, out: *out }
+        })
+        .collect()
 }
 
 /// The CPU features that choose gemm's kernels.

@@ -20,124 +20,79 @@ fn opt_help_lists_every_pass_with_its_summary() {
     assert!(help.contains("prepare:"), "{help}");
 }
 
+/// Runs `quantir` on a command line split at spaces, `{d}` standing for the temporary folder.
+fn sh(d: &std::path::Path, line: &str) -> std::process::Output {
+    let line = line
+        .replace("{d}", &arg(d))
+        .replace("{cnn}", &arg(&example("digits_cnn.mlir")));
+    let args: Vec<&str> = line.split_whitespace().collect();
+    quantir(&args)
+}
+
 #[test]
 fn opt_runs_the_quantize_passes_alone_as_quantize_does() {
     let dir = tempfile::tempdir().unwrap();
-    let model = arg(&example("digits_cnn.mlir"));
-    let stats = arg(&dir.path().join("s.json"));
-    let p = |n: &str| arg(&dir.path().join(n));
-    ok(quantir(&[
-        "calibrate",
-        &model,
-        "--data",
-        &arg(&example("digits_calib.npz")),
-        "-o",
-        &stats,
-    ]));
-    ok(quantir(&["quantize", &model, "--stats", &stats, "-o", &p("q.mlir")]));
+    let d = dir.path();
+    let calib = arg(&example("digits_calib.npz"));
+    ok(sh(d, &format!("calibrate {{cnn}} --data {calib} -o {{d}}/s.json")));
+    ok(sh(d, "quantize {cnn} --stats {d}/s.json -o {d}/q.mlir"));
     // the same passes through opt: prepare, then the two statistics passes
-    let o = ok(quantir(&[
-        "opt",
-        &model,
-        "--pass",
-        "prepare",
-        "--pass",
-        "quantize-weights",
-        "--pass",
-        "insert-qdq",
-        "--stats",
-        &stats,
-        "-o",
-        &p("opt.mlir"),
-    ]));
+    let o = ok(sh(
+        d,
+        "opt {cnn} --pass prepare --pass quantize-weights --pass insert-qdq --stats {d}/s.json -o {d}/opt.mlir",
+    ));
     let log = stderr(&o);
     assert!(
-        log.contains("quantize-weights: ") && log.contains("4 weights quantized"),
+        log.contains("quantize-weights: 4 weights quantized, 4 biases quantized to int32"),
         "{log}"
     );
-    assert!(log.contains("4 biases quantized to int32"), "{log}");
-    assert!(
-        log.contains("insert-qdq: ") && log.contains("q/dq pairs inserted"),
-        "{log}"
-    );
+    assert!(log.contains("insert-qdq: 6 q/dq pairs inserted"), "{log}");
     assert_eq!(
-        std::fs::read(p("opt.mlir")).unwrap(),
-        std::fs::read(p("q.mlir")).unwrap(),
+        std::fs::read(d.join("opt.mlir")).unwrap(),
+        std::fs::read(d.join("q.mlir")).unwrap(),
         "opt --pass prepare --pass quantize-weights --pass insert-qdq differs from quantize"
     );
     // each statistics pass alone on a prepared model
-    ok(quantir(&[
-        "opt",
-        &model,
-        "--pass",
-        "prepare",
-        "-o",
-        &p("prepared.mlir"),
-    ]));
-    ok(quantir(&[
-        "opt",
-        &p("prepared.mlir"),
-        "--pass",
-        "insert-qdq",
-        "--stats",
-        &stats,
-        "-o",
-        &p("qdq.mlir"),
-    ]));
-    let text = std::fs::read_to_string(p("qdq.mlir")).unwrap();
+    ok(sh(d, "opt {cnn} --pass prepare -o {d}/prepared.mlir"));
+    ok(sh(
+        d,
+        "opt {d}/prepared.mlir --pass insert-qdq --stats {d}/s.json -o {d}/qdq.mlir",
+    ));
+    let text = std::fs::read_to_string(d.join("qdq.mlir")).unwrap();
     assert!(
         text.contains("quant.qcast") && !text.contains("quant.scast"),
         "insert-qdq alone"
     );
-    ok(quantir(&[
-        "opt",
-        &p("prepared.mlir"),
-        "--pass",
-        "quantize-weights",
-        "--stats",
-        &stats,
-        "-o",
-        &p("w.mlir"),
-    ]));
-    let text = std::fs::read_to_string(p("w.mlir")).unwrap();
+    ok(sh(
+        d,
+        "opt {d}/prepared.mlir --pass quantize-weights --stats {d}/s.json -o {d}/w.mlir",
+    ));
+    let text = std::fs::read_to_string(d.join("w.mlir")).unwrap();
     assert!(
         text.contains("quant.scast") && text.contains("xi32>"),
         "weights and int32 biases"
     );
     // without statistics, and with statistics of the unprepared form: named errors, exit 1
-    let o = quantir(&["opt", &model, "--pass", "insert-qdq", "-o", &p("x.mlir")]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stderr(&o).contains("insert-qdq: needs statistics (--stats"),
-        "{}",
-        stderr(&o)
-    );
-    let o = quantir(&[
-        "opt",
-        &model,
-        "--pass",
-        "insert-qdq",
-        "--stats",
-        &stats,
-        "-o",
-        &p("x.mlir"),
-    ]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("run --pass prepare first"), "{}", stderr(&o));
-    assert!(!dir.path().join("x.mlir").exists());
+    for (line, msg) in [
+        (
+            "opt {cnn} --pass insert-qdq -o {d}/x.mlir",
+            "insert-qdq: needs statistics (--stats",
+        ),
+        (
+            "opt {cnn} --pass insert-qdq --stats {d}/s.json -o {d}/x.mlir",
+            "run --pass prepare first",
+        ),
+    ] {
+        let o = sh(d, line);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(stderr(&o).contains(msg), "{}", stderr(&o));
+    }
+    assert!(!d.join("x.mlir").exists());
     // weight-only needs no statistics
-    ok(quantir(&[
-        "opt",
-        &model,
-        "--pass",
-        "quantize-weights",
-        "--activations",
-        "none",
-        "--weights",
-        "fp16",
-        "-o",
-        &p("fp16.mlir"),
-    ]));
+    ok(sh(
+        d,
+        "opt {cnn} --pass quantize-weights --activations none --weights fp16 -o {d}/fp16.mlir",
+    ));
 }
 
 fn quantize_json(extra: &[&str]) -> serde_json::Value {

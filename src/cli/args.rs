@@ -25,156 +25,188 @@ const MODEL_HELP: &str = "The model: .mlir or .mlirbc (TF, ONNX or upstream dial
 #[derive(Subcommand)]
 pub enum Command {
     /// Functions, op counts, constants and float tensors of a model.
-    Inspect {
-        #[arg(help = MODEL_HELP)]
-        model: PathBuf,
-        /// Print a JSON document instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    Inspect(InspectArgs),
     /// Run rewriter passes in order (mlir-opt style); no --pass is a faithful round trip.
-    Opt {
-        #[arg(help = MODEL_HELP)]
-        model: PathBuf,
-        /// A pass or pipeline to run (repeatable, in order).
-        #[arg(long = "pass", value_name = "NAME", value_parser = pass_names())]
-        passes: Vec<String>,
-        /// Statistics from `quantir calibrate` on this model, for the passes that need them
-        /// (quantize-weights, insert-qdq); run --pass prepare before those on a model that was
-        /// not prepared.
-        #[arg(long, value_name = "STATS.json")]
-        stats: Option<PathBuf>,
-        #[command(flatten)]
-        recipe: RecipeArgs,
-        /// Output file: .mlir (text), .mlirbc (bytecode) or .onnx (ONNX ops: an ONNX import, or
-        /// a TF model after --pass tf-to-onnx).
-        #[arg(short, long)]
-        output: PathBuf,
-    },
+    Opt(OptArgs),
     /// Run a model on every sample of a data set and write its outputs (.npz).
-    Run {
-        #[arg(help = MODEL_HELP)]
-        model: PathBuf,
-        /// Sample data: .npz, .npy, a folder of .npy files or of images (first axis = samples).
-        #[arg(long)]
-        data: PathBuf,
-        /// Output .npz: one array per model output, samples along the first axis.
-        #[arg(short, long)]
-        output: PathBuf,
-        #[command(flatten)]
-        feed: FeedArgs,
-        /// Function to run (default: main, else the first public function).
-        #[arg(long)]
-        function: Option<String>,
-        #[command(flatten)]
-        images: ImageArgs,
-    },
+    Run(RunArgs),
     /// Gather statistics of every tensor that will be quantized, from sample data.
-    Calibrate {
-        #[arg(help = MODEL_HELP)]
-        model: PathBuf,
-        /// Sample data: .npz, .npy, a folder of .npy files or of images (first axis = samples).
-        #[arg(long)]
-        data: PathBuf,
-        #[command(flatten)]
-        opts: CalibOpts,
-        /// Calibrate the ONNX form of a TF model (what `quantize -o x.onnx` quantizes).
-        #[arg(long)]
-        onnx: bool,
-        /// Output statistics (JSON), for `quantize --stats` and `merge`.
-        #[arg(short, long)]
-        output: PathBuf,
-    },
+    Calibrate(CalibrateArgs),
     /// Quantize a model from statistics (or calibrate on --data first).
-    Quantize {
-        #[arg(help = MODEL_HELP)]
-        model: PathBuf,
-        /// Statistics from `quantir calibrate` on the same model.
-        #[arg(long, conflicts_with = "data")]
-        stats: Option<PathBuf>,
-        /// Calibrate on this data first (instead of --stats).
-        #[arg(long)]
-        data: Option<PathBuf>,
-        /// Calibrate even when the cache holds statistics for this model, data and method.
-        #[arg(long)]
-        no_cache: bool,
-        #[command(flatten)]
-        opts: CalibOpts,
-        #[command(flatten)]
-        recipe: RecipeArgs,
-        /// Print the summary as one JSON document on stdout (per compute op: key, op, weight
-        /// and activation storage, why not W8A8, MACs; totals with int8_mac_share).
-        #[arg(long)]
-        json: bool,
-        /// Output model: .mlir, .mlirbc, or .onnx (QDQ ONNX).
-        #[arg(short, long)]
-        output: PathBuf,
-    },
+    Quantize(QuantizeArgs),
     /// Compare a quantized model with its float original on held-out data.
-    Evaluate {
-        /// The float model (any MODEL format).
-        float_model: PathBuf,
-        /// The quantized model (any MODEL format).
-        quant_model: PathBuf,
-        /// Held-out data: .npz, .npy, a folder of .npy files or of images.
-        #[arg(long)]
-        data: PathBuf,
-        /// Integer array of class labels in the data (for accuracy).
-        #[arg(long)]
-        labels: Option<String>,
-        /// SQNR of every layer both models compute, worst first.
-        #[arg(long)]
-        per_layer: bool,
-        /// Write an HTML report (per-layer chart and histograms).
-        #[arg(long)]
-        report: Option<PathBuf>,
-        #[command(flatten)]
-        feed: FeedArgs,
-        /// Print a JSON document instead of text.
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        images: ImageArgs,
-    },
+    Evaluate(EvaluateArgs),
     /// Merge statistics of calibration shards (same model, same method).
-    Merge {
-        /// Statistics files of the shards.
-        #[arg(required = true)]
-        inputs: Vec<PathBuf>,
-        /// Output statistics (JSON).
-        #[arg(short, long)]
-        output: PathBuf,
-    },
+    Merge(MergeArgs),
     /// Scale and zero point for a range, as a target runtime's own tool computes them.
-    Params {
-        /// Range minimum; several comma-separated values give per-channel parameters.
-        #[arg(long, allow_hyphen_values = true, value_delimiter = ',', required = true)]
-        min: Vec<f64>,
-        /// Range maximum; as many values as --min.
-        #[arg(long, allow_hyphen_values = true, value_delimiter = ',', required = true)]
-        max: Vec<f64>,
-        /// Storage type.
-        #[arg(long, value_enum, default_value_t = DtypeArg::Int8)]
-        dtype: DtypeArg,
-        /// Parameter arithmetic: mlir (TF/MLIR nudged), onnx (onnxruntime), torch (PyTorch).
-        #[arg(long, value_enum, default_value_t = SchemeArg::Mlir)]
-        scheme: SchemeArg,
-        /// Symmetric range (zero point at the storage type's middle).
-        #[arg(long)]
-        symmetric: bool,
-        /// Drop the storage type's lowest value (int8: −127..127).
-        #[arg(long)]
-        narrow_range: bool,
-        /// One bit less of range (onnxruntime's reduce_range; onnx and torch schemes).
-        #[arg(long)]
-        reduce_range: bool,
-        /// Channel axis recorded in per-channel parameters.
-        #[arg(long, default_value_t = 0)]
-        axis: usize,
-        /// Print a JSON document instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    Params(ParamsArgs),
+}
+
+/// `quantir inspect`.
+#[derive(clap::Args)]
+pub struct InspectArgs {
+    #[arg(help = MODEL_HELP)]
+    pub model: PathBuf,
+    /// Print a JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `quantir opt`.
+#[derive(clap::Args)]
+pub struct OptArgs {
+    #[arg(help = MODEL_HELP)]
+    pub model: PathBuf,
+    /// A pass or pipeline to run (repeatable, in order).
+    #[arg(long = "pass", value_name = "NAME", value_parser = pass_names())]
+    pub passes: Vec<String>,
+    /// Statistics from `quantir calibrate` on this model, for the passes that need them
+    /// (quantize-weights, insert-qdq); run --pass prepare before those on a model that was
+    /// not prepared.
+    #[arg(long, value_name = "STATS.json")]
+    pub stats: Option<PathBuf>,
+    #[command(flatten)]
+    pub recipe: RecipeArgs,
+    /// Output file: .mlir (text), .mlirbc (bytecode) or .onnx (ONNX ops: an ONNX import, or
+    /// a TF model after --pass tf-to-onnx).
+    #[arg(short, long)]
+    pub output: PathBuf,
+}
+
+/// `quantir run`.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    #[arg(help = MODEL_HELP)]
+    pub model: PathBuf,
+    /// Sample data: .npz, .npy, a folder of .npy files or of images (first axis = samples).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Output .npz: one array per model output, samples along the first axis.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub feed: FeedArgs,
+    /// Function to run (default: main, else the first public function).
+    #[arg(long)]
+    pub function: Option<String>,
+    #[command(flatten)]
+    pub images: ImageArgs,
+}
+
+/// `quantir calibrate`.
+#[derive(clap::Args)]
+pub struct CalibrateArgs {
+    #[arg(help = MODEL_HELP)]
+    pub model: PathBuf,
+    /// Sample data: .npz, .npy, a folder of .npy files or of images (first axis = samples).
+    #[arg(long)]
+    pub data: PathBuf,
+    #[command(flatten)]
+    pub opts: CalibOpts,
+    /// Calibrate the ONNX form of a TF model (what `quantize -o x.onnx` quantizes).
+    #[arg(long)]
+    pub onnx: bool,
+    /// Output statistics (JSON), for `quantize --stats` and `merge`.
+    #[arg(short, long)]
+    pub output: PathBuf,
+}
+
+/// `quantir quantize`.
+#[derive(clap::Args)]
+pub struct QuantizeArgs {
+    #[arg(help = MODEL_HELP)]
+    pub model: PathBuf,
+    /// Statistics from `quantir calibrate` on the same model.
+    #[arg(long, conflicts_with = "data")]
+    pub stats: Option<PathBuf>,
+    /// Calibrate on this data first (instead of --stats).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Calibrate even when the cache holds statistics for this model, data and method.
+    #[arg(long)]
+    pub no_cache: bool,
+    #[command(flatten)]
+    pub opts: CalibOpts,
+    #[command(flatten)]
+    pub recipe: RecipeArgs,
+    /// Print the summary as one JSON document on stdout (per compute op: key, op, weight
+    /// and activation storage, why not W8A8, MACs; totals with int8_mac_share).
+    #[arg(long)]
+    pub json: bool,
+    /// Output model: .mlir, .mlirbc, or .onnx (QDQ ONNX).
+    #[arg(short, long)]
+    pub output: PathBuf,
+}
+
+/// `quantir evaluate`.
+#[derive(clap::Args)]
+pub struct EvaluateArgs {
+    /// The float model (any MODEL format).
+    pub float_model: PathBuf,
+    /// The quantized model (any MODEL format).
+    pub quant_model: PathBuf,
+    /// Held-out data: .npz, .npy, a folder of .npy files or of images.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Integer array of class labels in the data (for accuracy).
+    #[arg(long)]
+    pub labels: Option<String>,
+    /// SQNR of every layer both models compute, worst first.
+    #[arg(long)]
+    pub per_layer: bool,
+    /// Write an HTML report (per-layer chart and histograms).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    #[command(flatten)]
+    pub feed: FeedArgs,
+    /// Print a JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub images: ImageArgs,
+}
+
+/// `quantir merge`.
+#[derive(clap::Args)]
+pub struct MergeArgs {
+    /// Statistics files of the shards.
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// Output statistics (JSON).
+    #[arg(short, long)]
+    pub output: PathBuf,
+}
+
+/// `quantir params`.
+#[derive(clap::Args)]
+pub struct ParamsArgs {
+    /// Range minimum; several comma-separated values give per-channel parameters.
+    #[arg(long, allow_hyphen_values = true, value_delimiter = ',', required = true)]
+    pub min: Vec<f64>,
+    /// Range maximum; as many values as --min.
+    #[arg(long, allow_hyphen_values = true, value_delimiter = ',', required = true)]
+    pub max: Vec<f64>,
+    /// Storage type.
+    #[arg(long, value_enum, default_value_t = DtypeArg::Int8)]
+    pub dtype: DtypeArg,
+    /// Parameter arithmetic: mlir (TF/MLIR nudged), onnx (onnxruntime), torch (PyTorch).
+    #[arg(long, value_enum, default_value_t = SchemeArg::Mlir)]
+    pub scheme: SchemeArg,
+    /// Symmetric range (zero point at the storage type's middle).
+    #[arg(long)]
+    pub symmetric: bool,
+    /// Drop the storage type's lowest value (int8: −127..127).
+    #[arg(long)]
+    pub narrow_range: bool,
+    /// One bit less of range (onnxruntime's reduce_range; onnx and torch schemes).
+    #[arg(long)]
+    pub reduce_range: bool,
+    /// Channel axis recorded in per-channel parameters.
+    #[arg(long, default_value_t = 0)]
+    pub axis: usize,
+    /// Print a JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The registered passes and pipelines, with their summaries as `--help` shows them.

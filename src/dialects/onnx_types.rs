@@ -77,18 +77,9 @@ pub fn onnx_element(t: Type) -> Option<i32> {
         Scalar::F64 => dt::DOUBLE,
         Scalar::F16 => dt::FLOAT16,
         Scalar::BF16 => dt::BFLOAT16,
-        Scalar::Quantized { width, signed } => match (width, signed) {
-            (4, true) => dt::INT4,
-            (4, false) => dt::UINT4,
-            (8, true) => dt::INT8,
-            (8, false) => dt::UINT8,
-            (16, true) => dt::INT16,
-            (16, false) => dt::UINT16,
-            (32, true) => dt::INT32,
-            (32, false) => dt::UINT32,
-            _ => return None,
-        },
-        Scalar::Int { width, signed } => match (width, signed) {
+        // a quantized type's storage is never bool or 64-bit
+        Scalar::Quantized { width: 1 | 64, .. } => return None,
+        Scalar::Int { width, signed } | Scalar::Quantized { width, signed } => match (width, signed) {
             (1, _) => dt::BOOL,
             (4, true) => dt::INT4,
             (4, false) => dt::UINT4,

@@ -24,6 +24,8 @@ pub enum FormatError {
     SavedModel { path: PathBuf, reason: String },
     #[error("{path}: cannot read: {source}")]
     Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: unknown output format (expected a .mlir, .mlirbc or .onnx file name)")]
+    UnknownOutput { path: PathBuf },
     #[error("{0}")]
     Invalid(String),
 }

@@ -73,6 +73,16 @@ pub fn load_signature<'c>(ctx: &'c Context, path: &Path, signature: Option<&str>
     }
 }
 
+/// Refuses an output path whose extension names no model format, before any work is done.
+pub fn check_output(path: &Path) -> Result<(), FormatError> {
+    match ModelFormat::from_path(path) {
+        Some(_) => Ok(()),
+        None => Err(FormatError::UnknownOutput {
+            path: path.to_path_buf(),
+        }),
+    }
+}
+
 /// True when the model at `path` is (or will be written as) ONNX.
 pub fn is_onnx(path: &Path) -> bool {
     ModelFormat::from_path(path) == Some(ModelFormat::Onnx)
@@ -83,6 +93,9 @@ pub fn is_onnx(path: &Path) -> bool {
 pub fn save(module: &Module, path: &Path, inputs: &[&Path]) -> Result<(), FormatError> {
     match ModelFormat::from_path(path) {
         Some(ModelFormat::Onnx) => onnx::save(module, path, inputs),
-        _ => Ok(ir::save(module, path, inputs)?),
+        Some(ModelFormat::Mlir) => Ok(ir::save(module, path, inputs)?),
+        None => Err(FormatError::UnknownOutput {
+            path: path.to_path_buf(),
+        }),
     }
 }

@@ -34,6 +34,14 @@ pub struct ComputeOp {
     pub macs: Option<u64>,
 }
 
+impl ComputeOp {
+    /// True when the op computes on 8-bit weights (or has none) and 8-bit activations.
+    pub fn is_w8a8(&self) -> bool {
+        let eight = |st: &str| matches!(st, "i8" | "u8");
+        eight(&self.activations) && (self.weights == "none" || eight(&self.weights))
+    }
+}
+
 /// The whole module's compute: how much of it runs on 8-bit weights and 8-bit activations.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct Totals {
@@ -150,7 +158,6 @@ pub fn summarize(module: &Module, config: &QuantConfig) -> Result<Summary, IrErr
             .is_some_and(|d| matches!(op_name(&d).as_str(), "tf.Cast" | "arith.extf"));
         let acts_ok = acts.iter().all(Option::is_some);
         let weight_ok = r.weight.is_none() || weight_storage.is_some();
-        let eight = |st: &str| matches!(st, "i8" | "u8");
         let weights = match (&weight_storage, r.weight.is_some(), weight_half) {
             (Some(st), _, _) => st.clone(),
             (None, false, _) => "none".to_string(),
@@ -175,9 +182,8 @@ pub fn summarize(module: &Module, config: &QuantConfig) -> Result<Summary, IrErr
             weights,
             activations,
         };
-        let w8a8 = acts_ok && eight(&entry.activations) && (r.weight.is_none() || eight(&entry.weights));
         if acts_ok && weight_ok {
-            if !w8a8 {
+            if !entry.is_w8a8() {
                 entry.reason = Some(format!(
                     "{} weights, {} activations (by the recipe)",
                     entry.weights, entry.activations
@@ -216,8 +222,7 @@ pub fn totals(ops: &[ComputeOp]) -> Totals {
             continue;
         };
         t.macs += m;
-        let eight = |st: &str| matches!(st, "i8" | "u8");
-        if eight(&o.activations) && (o.weights == "none" || eight(&o.weights)) {
+        if o.is_w8a8() {
             t.int8_macs += m;
         }
     }

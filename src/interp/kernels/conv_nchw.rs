@@ -40,14 +40,17 @@ impl Pads {
     }
 }
 
-pub fn nchw_to_nhwc(x: &ArrayD<f32>) -> KernelResult<ArrayD<f32>> {
+/// A 4-D tensor with its axes permuted (`out[i] = in[perm[i]]`), in standard layout; `what`
+/// names the expected layout in the error.
+fn permuted4(x: &ArrayD<f32>, perm: [usize; 4], what: &str) -> KernelResult<ArrayD<f32>> {
     if x.ndim() != 4 {
-        return Err(format!("expected a 4-D NCHW input, got shape {:?}", x.shape()));
+        return Err(format!("expected a 4-D {what}, got shape {:?}", x.shape()));
     }
-    Ok(x.view()
-        .permuted_axes(IxDyn(&[0, 2, 3, 1]))
-        .as_standard_layout()
-        .into_owned())
+    Ok(x.view().permuted_axes(IxDyn(&perm)).as_standard_layout().into_owned())
+}
+
+pub fn nchw_to_nhwc(x: &ArrayD<f32>) -> KernelResult<ArrayD<f32>> {
+    permuted4(x, [0, 2, 3, 1], "NCHW input")
 }
 
 pub fn nhwc_to_nchw(x: ArrayD<f32>) -> ArrayD<f32> {
@@ -56,13 +59,7 @@ pub fn nhwc_to_nchw(x: ArrayD<f32>) -> ArrayD<f32> {
 
 /// OIHW (ONNX) → HWIO (the conv kernel's layout).
 pub fn oihw_to_hwio(w: &ArrayD<f32>) -> KernelResult<ArrayD<f32>> {
-    if w.ndim() != 4 {
-        return Err(format!("expected a 4-D OIHW filter, got shape {:?}", w.shape()));
-    }
-    Ok(w.view()
-        .permuted_axes(IxDyn(&[2, 3, 1, 0]))
-        .as_standard_layout()
-        .into_owned())
+    permuted4(w, [2, 3, 1, 0], "OIHW filter")
 }
 
 pub struct OnnxConv {

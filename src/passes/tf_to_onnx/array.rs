@@ -65,7 +65,7 @@ fn i64_operand<'c, 'a>(
 fn reshape<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let x = op.operand(0).map_err(err)?;
     let s = i64_operand(l, op, 1)?;
-    l.replace(op, "onnx.Reshape", &[x, s], &[])
+    l.replace(op, false, "onnx.Reshape", &[x, s], &[])
 }
 
 fn squeeze<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
@@ -97,7 +97,7 @@ fn squeeze<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result
     };
     ax.sort_unstable();
     let axv = l.i64s(op, &ax)?;
-    l.replace(op, "onnx.Squeeze", &[xin, axv], &[])
+    l.replace(op, false, "onnx.Squeeze", &[xin, axv], &[])
 }
 
 fn expand_dims<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
@@ -110,7 +110,7 @@ fn expand_dims<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Re
     };
     let a = norm_axis(*d, out_rank).ok_or_else(|| err(format!("{}: dim {d} out of rank {out_rank}", label(op))))?;
     let axv = l.i64s(op, &[a as i64])?;
-    l.replace(op, "onnx.Unsqueeze", &[x, axv], &[])
+    l.replace(op, false, "onnx.Unsqueeze", &[x, axv], &[])
 }
 
 fn concat<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
@@ -137,15 +137,7 @@ fn concat<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
             .map(|v| l.nchw_of(op, *v))
             .collect::<Result<Vec<_>, _>>()?;
         let ax = l.int(nchw_axis(axis) as i64);
-        let y = l.build1(
-            op,
-            "onnx.Concat",
-            &ins,
-            &[("axis", ax)],
-            permuted_type(ty, &TO_NCHW)?,
-            loc,
-        )?;
-        l.finish_nchw(op, 0, y)
+        l.replace(op, true, "onnx.Concat", &ins, &[("axis", ax)])
     } else {
         let ax = l.int(axis as i64);
         let y = l.build1(op, "onnx.Concat", values, &[("axis", ax)], ty, loc)?;
@@ -204,7 +196,7 @@ fn transpose<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Resu
     let x = op.operand(0).map_err(err)?;
     let perm = const_ints(op, 1)?;
     let p = l.ints(&perm);
-    l.replace(op, "onnx.Transpose", &[x], &[("perm", p)])
+    l.replace(op, false, "onnx.Transpose", &[x], &[("perm", p)])
 }
 
 fn cast<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
@@ -212,7 +204,7 @@ fn cast<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<()
     let elem = element_of(l.result_type(op, 0)?);
     let to = onnx_element(elem).ok_or_else(|| err(format!("{}: {elem} has no ONNX type", label(op))))?;
     let to = l.int(to as i64);
-    l.replace(op, "onnx.Cast", &[x], &[("to", to)])
+    l.replace(op, false, "onnx.Cast", &[x], &[("to", to)])
 }
 
 /// `Shape` is int64 in ONNX; TF's int32 form gets a Cast.
@@ -330,7 +322,7 @@ fn slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(
     let axes: Vec<i64> = (0..begin.len() as i64).collect();
     let x = op.operand(0).map_err(err)?;
     let ins = [x, l.i64s(op, &begin)?, l.i64s(op, &ends)?, l.i64s(op, &axes)?];
-    l.replace(op, "onnx.Slice", &ins, &[])
+    l.replace(op, false, "onnx.Slice", &ins, &[])
 }
 
 /// `Pack` (tf.stack) as an `Unsqueeze` of each value, then `Concat`.
@@ -349,7 +341,7 @@ fn pack<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<()
         parts.push(l.build1(op, "onnx.Unsqueeze", &[v, ax], &[], t, loc)?);
     }
     let ax = l.int(axis as i64);
-    l.replace(op, "onnx.Concat", &parts, &[("axis", ax)])
+    l.replace(op, false, "onnx.Concat", &parts, &[("axis", ax)])
 }
 
 fn gather<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
@@ -363,7 +355,7 @@ fn gather<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
         return Err(err(format!("{}: axis must be one value", label(op))));
     };
     let ax = l.int(*axis);
-    l.replace(op, "onnx.Gather", &[x, idx], &[("axis", ax)])
+    l.replace(op, false, "onnx.Gather", &[x, idx], &[("axis", ax)])
 }
 
 /// `Split(axis, x)` (equal parts) and `SplitV(x, sizes, axis)` as ONNX `Split` with its sizes.
@@ -401,14 +393,10 @@ fn split<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(
 
 /// `Tile(x, multiples)` and `BroadcastTo(x, shape)`: ONNX's `Tile` and `Expand`, int64 operand.
 fn tile_or_expand<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
-    let name = if op_name(&op) == "tf.Tile" {
-        "onnx.Tile"
-    } else {
-        "onnx.Expand"
-    };
+    let name = one_of(op, "tf.Tile", "onnx.Tile", "onnx.Expand");
     let x = op.operand(0).map_err(err)?;
     let s = i64_operand(l, op, 1)?;
-    l.replace(op, name, &[x, s], &[])
+    l.replace(op, false, name, &[x, s], &[])
 }
 
 /// `ClipByValue` with scalar bounds is ONNX's `Clip`; tensor bounds are `Max(Min(x, hi), lo)`.
@@ -437,11 +425,7 @@ fn clip_by_value<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> 
 
 /// `ArgMax`/`ArgMin` over a constant axis (ONNX's result is int64; an int32 result gets a Cast).
 fn arg_extreme<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
-    let name = if op_name(&op) == "tf.ArgMax" {
-        "onnx.ArgMax"
-    } else {
-        "onnx.ArgMin"
-    };
+    let name = one_of(op, "tf.ArgMax", "onnx.ArgMax", "onnx.ArgMin");
     let x = op.operand(0).map_err(err)?;
     let axis = const_ints(op, 1)?;
     let [axis] = axis.as_slice() else {

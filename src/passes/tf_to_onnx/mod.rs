@@ -364,19 +364,34 @@ impl<'c, 'a> Lowering<'c, 'a> {
         Ok(())
     }
 
-    /// The one-result op's replacement in TF's layout: `name(operands) {attrs}` with the op's
-    /// own result type and name.
+    /// The one-result op's replacement `name(operands) {attrs}`, named as the op: in TF's
+    /// layout with the op's own result type, or computed in NCHW (`operands` already NCHW)
+    /// with the NHWC users reading a Transpose of it.
     fn replace(
         &mut self,
         op: OperationRef<'c, 'a>,
+        nchw: bool,
         name: &str,
         operands: &[Value<'c, 'a>],
         attrs: &[(&str, Attribute<'c>)],
     ) -> Result<(), PassError> {
         let ty = self.result_type(op, 0)?;
+        let ty = if nchw { permuted_type(ty, &TO_NCHW)? } else { ty };
         let loc = self.loc(op, "");
         let y = self.build1(op, name, operands, attrs, ty, loc)?;
-        self.finish(op, 0, y)
+        if nchw {
+            self.finish_nchw(op, 0, y)
+        } else {
+            self.finish(op, 0, y)
+        }
+    }
+
+    /// `pads` (explicit, or an `auto_pad` mode) as the attribute of a conv or pool.
+    fn pads_attr(&self, pads: Result<Vec<i64>, &str>) -> (&'static str, Attribute<'c>) {
+        match pads {
+            Ok(p) => ("pads", self.ints(&p)),
+            Err(auto) => ("auto_pad", self.string(auto)),
+        }
     }
 
     fn result_type(&self, op: OperationRef<'c, 'a>, i: usize) -> Result<Type<'c>, PassError> {
@@ -403,12 +418,20 @@ impl<'c, 'a> Lowering<'c, 'a> {
                 .iter()
                 .map(|v| self.nchw_of(op, *v))
                 .collect::<Result<Vec<_>, _>>()?;
-            let y = self.build1(op, name, &ins, attrs, permuted_type(ty, &TO_NCHW)?, loc)?;
-            self.finish_nchw(op, 0, y)
+            self.replace(op, true, name, &ins, attrs)
         } else {
             let y = self.build1(op, name, operands, attrs, ty, loc)?;
             self.finish(op, 0, y)
         }
+    }
+}
+
+/// `a` when `op` is the TF op `tf`, else `b` (one lowering serves a pair of TF ops).
+fn one_of(op: OperationRef, tf: &str, a: &'static str, b: &'static str) -> &'static str {
+    if op_name(&op) == tf {
+        a
+    } else {
+        b
     }
 }
 

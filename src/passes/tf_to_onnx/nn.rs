@@ -54,7 +54,7 @@ fn bias_add<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Resul
             l.build1(op, "onnx.Reshape", &[b, s], &[], ty, loc)?
         }
     };
-    l.replace(op, "onnx.Add", &[x, b2], &[])
+    l.replace(op, false, "onnx.Add", &[x, b2], &[])
 }
 
 /// TF's SAME padding of one spatial axis: the extra pixel goes at the end (ONNX SAME_UPPER).
@@ -187,19 +187,8 @@ fn conv<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<()
         ("kernel_shape", l.ints(&[kh as i64, kw as i64])),
         ("strides", l.ints(&[strides[0] as i64, strides[1] as i64])),
     ];
-    match pads {
-        Ok(p) => attrs.push(("pads", l.ints(&p))),
-        Err(auto) => attrs.push(("auto_pad", l.string(auto))),
-    }
-    let ty = l.result_type(op, 0)?;
-    let loc = l.loc(op, "");
-    if nchw_data {
-        let y = l.build1(op, "onnx.Conv", &[xin, w], &attrs, ty, loc)?;
-        l.finish(op, 0, y)
-    } else {
-        let y = l.build1(op, "onnx.Conv", &[xin, w], &attrs, permuted_type(ty, &TO_NCHW)?, loc)?;
-        l.finish_nchw(op, 0, y)
-    }
+    attrs.push(l.pads_attr(pads));
+    l.replace(op, !nchw_data, "onnx.Conv", &[xin, w], &attrs)
 }
 
 /// `MaxPool` / `AvgPool` (NHWC `ksize` and `strides`) as NCHW pooling; TF's average leaves the
@@ -215,29 +204,14 @@ fn pool<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<()
     let k = two(&attr_ints(&a, "ksize").unwrap_or_default(), spatial, "ksize", op)?;
     let s = two(&attr_ints(&a, "strides").unwrap_or(vec![1; 4]), spatial, "strides", op)?;
     let pads = window_pads(&a, [xd[spatial[0]], xd[spatial[1]]], k, s, [1, 1], spatial, op)?;
-    let name = if op_name(&op) == "tf.MaxPool" {
-        "onnx.MaxPool"
-    } else {
-        "onnx.AveragePool"
-    };
+    let name = one_of(op, "tf.MaxPool", "onnx.MaxPool", "onnx.AveragePool");
     let mut attrs = vec![
         ("kernel_shape", l.ints(&[k[0] as i64, k[1] as i64])),
         ("strides", l.ints(&[s[0] as i64, s[1] as i64])),
     ];
-    match pads {
-        Ok(p) => attrs.push(("pads", l.ints(&p))),
-        Err(auto) => attrs.push(("auto_pad", l.string(auto))),
-    }
-    let ty = l.result_type(op, 0)?;
-    let loc = l.loc(op, "");
-    if nchw_data {
-        let y = l.build1(op, name, &[x], &attrs, ty, loc)?;
-        l.finish(op, 0, y)
-    } else {
-        let xin = l.nchw_of(op, x)?;
-        let y = l.build1(op, name, &[xin], &attrs, permuted_type(ty, &TO_NCHW)?, loc)?;
-        l.finish_nchw(op, 0, y)
-    }
+    attrs.push(l.pads_attr(pads));
+    let xin = if nchw_data { x } else { l.nchw_of(op, x)? };
+    l.replace(op, !nchw_data, name, &[xin], &attrs)
 }
 
 /// Inference-mode `FusedBatchNorm` as `BatchNormalization` on NCHW.
@@ -271,15 +245,7 @@ fn batch_norm<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Res
     }
     let mut nins = ins[..5].to_vec();
     nins[0] = l.nchw_of(op, ins[0])?;
-    let y = l.build1(
-        op,
-        "onnx.BatchNormalization",
-        &nins,
-        &attrs,
-        permuted_type(ty, &TO_NCHW)?,
-        loc,
-    )?;
-    l.finish_nchw(op, 0, y)
+    l.replace(op, true, "onnx.BatchNormalization", &nins, &attrs)
 }
 
 /// `ResizeBilinear` / `ResizeNearestNeighbor` (NHWC, constant `[h, w]`) as ONNX `Resize` on
@@ -343,27 +309,14 @@ fn resize<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
     if nearest {
         attrs.push(("nearest_mode", l.string(rounding)));
     }
-    let loc = l.loc(op, "");
-    let y = l.build1(
-        op,
-        "onnx.Resize",
-        &[xin, none, none, sizes],
-        &attrs,
-        permuted_type(ty, &TO_NCHW)?,
-        loc,
-    )?;
-    l.finish_nchw(op, 0, y)
+    l.replace(op, true, "onnx.Resize", &[xin, none, none, sizes], &attrs)
 }
 
 fn softmax<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
-    let name = if op_name(&op) == "tf.Softmax" {
-        "onnx.Softmax"
-    } else {
-        "onnx.LogSoftmax"
-    };
+    let name = one_of(op, "tf.Softmax", "onnx.Softmax", "onnx.LogSoftmax");
     let x = op.operand(0).map_err(err)?;
     let axis = l.int(-1);
-    l.replace(op, name, &[x], &[("axis", axis)])
+    l.replace(op, false, name, &[x], &[("axis", axis)])
 }
 
 /// `a @ b` with TF's transpose / adjoint flags made explicit: on constants ahead of time, on
@@ -400,5 +353,5 @@ fn matmul<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
             }
         });
     }
-    l.replace(op, "onnx.MatMul", &ins, &[])
+    l.replace(op, false, "onnx.MatMul", &ins, &[])
 }
