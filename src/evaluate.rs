@@ -214,6 +214,15 @@ fn argmax(t: &Tensor) -> Option<usize> {
 /// Evaluates `quant` against `float` on `data` (both modules are prepared in place; the
 /// quantized one keeps the keys it was quantized with).
 pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptions) -> Result<EvalReport, EvalError> {
+    // untyped results (dynamic dims the importer could not resolve) take the data's shapes,
+    // as they did in calibration
+    let specs = Program::compile(float, None)?.inputs;
+    let first = bind(data, &specs, &opts.overrides)?;
+    if first.samples > 0 {
+        let shapes: Vec<Vec<usize>> = first.sample(0)?.iter().map(|t| t.shape().to_vec()).collect();
+        crate::quantize::resolve_types(float, &shapes);
+        crate::quantize::resolve_types(quant, &shapes);
+    }
     prepare(float)?;
     let pf = Program::compile(float, None)?;
     let pq = Program::compile(quant, None)?;

@@ -157,6 +157,9 @@ fn run_calibration(
     if let Some(w) = &done.cache_warning {
         eprintln!("warning: calibration cache: {w}");
     }
+    if let Some(w) = &done.type_warning {
+        eprintln!("warning: {}: {w}", data.display());
+    }
     let stats = done.stats;
     if let Some(key) = &done.from_cache {
         eprintln!(
@@ -260,7 +263,8 @@ fn cmd_run(a: &RunArgs, signature: Option<&str>) -> Result<()> {
     let program =
         interp::Program::compile(&module, a.function.as_deref()).with_context(|| model.display().to_string())?;
     let dataset = a.images.open(data, feed.limit)?;
-    let binding = formats::data::bind(&dataset, &program.inputs, &overrides)?;
+    let mut binding = formats::data::bind(&dataset, &program.inputs, &overrides)?;
+    binding.allow_non_finite = true;
     let t0 = std::time::Instant::now();
     let indices: Vec<usize> = (0..feed.limit.map_or(binding.samples, |l| l.min(binding.samples))).collect();
     let outs = run::run_samples(

@@ -576,3 +576,42 @@ fn resizes_lower_with_tensorflows_coordinate_conventions() {
         assert!(d <= 1e-5, "{name}: max |quantir(lowered) - quantir(TF)| = {d}");
     }
 }
+
+/// `tf.DivNoNan` (basic-pitch's log-magnitude normalisation): x / y, 0 where y is 0, in TF and
+/// as ONNX's Where(Equal(y, 0), 0, Div(x, y)).
+#[test]
+fn div_no_nan_runs_and_lowers() {
+    let module = r#"module {
+  func.func @main(%x: tensor<1x6x8xf32>) -> tensor<1x6x8xf32> attributes {tf.entry_function = {inputs = "x", outputs = "q"}} {
+    %y = "tf.Const"() {value = dense<[2.0, 0.0, -4.0, 0.5, 0.0, 1.0, 8.0, -0.25]> : tensor<8xf32>} : () -> tensor<8xf32>
+    %q = "tf.DivNoNan"(%x, %y) : (tensor<1x6x8xf32>, tensor<8xf32>) -> tensor<1x6x8xf32>
+    func.return %q : tensor<1x6x8xf32>
+  }
+}
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("dnn.mlir");
+    std::fs::write(&model, module).unwrap();
+    let v: Vec<f32> = (0..48).map(|i| (i as f32 - 20.0) / 3.0).collect();
+    let x = dir.path().join("x.npz");
+    let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(&x).unwrap());
+    w.add_array("x", &ArrayD::from_shape_vec(vec![1, 6, 8], v.clone()).unwrap())
+        .unwrap();
+    w.finish().unwrap();
+    let ([tf_out, ort_out, onnx_out], _) = three_runs(dir.path(), &model, &x);
+    let want = read(&tf_out, "q");
+    let y = [2.0f32, 0.0, -4.0, 0.5, 0.0, 1.0, 8.0, -0.25];
+    let by_hand: Vec<f32> = v
+        .iter()
+        .enumerate()
+        .map(|(i, a)| if y[i % 8] == 0.0 { 0.0 } else { a / y[i % 8] })
+        .collect();
+    assert_eq!(want.iter().copied().collect::<Vec<_>>(), by_hand);
+    assert_eq!(read(&ort_out, "q"), want, "onnxruntime(lowered) vs quantir(TF)");
+    assert_eq!(read(&onnx_out, "q"), want, "quantir(lowered) vs quantir(TF)");
+    assert_eq!(
+        op_types(&dir.path().join("lowered.onnx")),
+        ["Div", "Equal", "Where"],
+        "the lowering writes what its table entry declares"
+    );
+}

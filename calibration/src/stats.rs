@@ -39,6 +39,10 @@ pub struct StatsFile {
     /// Tensors observed with another method than `method` (a recipe's per-tensor overrides).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub method_overrides: BTreeMap<String, Method>,
+    /// The input shapes the model's dynamic dims were resolved with (the data's first sample),
+    /// one per function input; absent for a model whose types needed no data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_shapes: Option<Vec<Vec<usize>>>,
     pub tensors: BTreeMap<String, TensorStats>,
 }
 
@@ -52,6 +56,7 @@ impl StatsFile {
             non_finite,
             num_samples: 0,
             method_overrides: BTreeMap::new(),
+            input_shapes: None,
             tensors: BTreeMap::new(),
         }
     }
@@ -130,6 +135,13 @@ impl StatsFile {
                 "model (model_hash)",
                 self.model_hash.clone(),
                 o.model_hash.clone(),
+            ));
+        }
+        if self.input_shapes != o.input_shapes {
+            return Err(differ(
+                "input shapes the types were resolved with",
+                format!("{:?}", self.input_shapes),
+                format!("{:?}", o.input_shapes),
             ));
         }
         if self.method != o.method {

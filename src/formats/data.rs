@@ -316,6 +316,9 @@ pub struct Binding {
     pub path: PathBuf,
     pub columns: Vec<Column>,
     pub samples: usize,
+    /// Let NaN and ±Inf through (`run` computes what the model computes on them; calibration
+    /// and evaluation refuse them, or calibration skips them when asked).
+    pub allow_non_finite: bool,
 }
 
 /// Binds an image folder to the function's only input (f32, rank 4).
@@ -349,6 +352,7 @@ fn bind_images(path: &Path, folder: &ImageFolder, inputs: &[InputSpec]) -> Resul
             source: Source::Images(folder.clone(), shape),
             add_batch: true,
         }],
+        allow_non_finite: false,
         samples: folder.files.len(),
     })
 }
@@ -451,6 +455,7 @@ pub fn bind(data: &Dataset, inputs: &[InputSpec], overrides: &[(String, String)]
         path: path.clone(),
         columns,
         samples,
+        allow_non_finite: false,
     })
 }
 
@@ -462,7 +467,8 @@ impl Binding {
             .any(|c| matches!(&c.source, Source::Array(a) if matches!(a.as_ref(), Array::Lazy(_))))
     }
 
-    /// The inputs of sample `i`; float samples holding NaN or ±Inf are an error naming them.
+    /// The inputs of sample `i`; float samples holding NaN or ±Inf are an error naming them
+    /// unless [`Binding::allow_non_finite`].
     pub fn sample(&self, i: usize) -> Result<Vec<Tensor>, DataError> {
         self.columns
             .iter()
@@ -483,7 +489,7 @@ impl Binding {
                         }
                         Source::Images(folder, shape) => Tensor::F32(folder.load(i, *shape)?),
                     };
-                    if let Tensor::F32(a) = &s {
+                    if let (Tensor::F32(a), false) = (&s, self.allow_non_finite) {
                         let bad = a.iter().filter(|x| !x.is_finite()).count();
                         if bad > 0 {
                             return Err(DataError::NonFinite {

@@ -1,5 +1,11 @@
-//! Types of intermediate values found by running the imported function on zeros, for
-//! importers (ONNX, SavedModel) whose files do not record every value's shape.
+//! Types of intermediate values found by running the function on zeros, for importers (ONNX,
+//! SavedModel) whose files do not record every value's shape — and again once sample data is
+//! bound, with the inputs' dynamic dims taken from the first sample (a model exported with
+//! `[?, 3, ?, ?]` may not run at the importer's guess of 1 for each: a 2×2 pool does not fit).
+//!
+//! Each fill runs twice, the second time with every dynamic input dim changed (importer: 1 then
+//! 3; samples: the sample's size then twice it); a result dim that changes with them is written
+//! dynamic, so a resolved model still accepts every input size its file accepted.
 
 use super::Program;
 use crate::ir::graph::{body_ops, find_function, op_name, set_function_type, set_value_type};
@@ -32,19 +38,44 @@ fn zeros(dtype: DType, shape: &[usize]) -> Option<Tensor> {
     })
 }
 
-/// Dtype and shape of every value of @main on zero inputs whose symbolic dims are `fill`.
-fn run_shapes(prog: &Program, fill: usize) -> Option<HashMap<String, (DType, Vec<usize>)>> {
+/// What the inputs' dynamic dims are set to for one inference run.
+#[derive(Debug, Clone, Copy)]
+pub enum Fill<'s> {
+    /// Every dynamic dim `n` (the importer's guess).
+    Each(usize),
+    /// Each input's shape from a sample, every dynamic dim multiplied by the factor.
+    Sample(&'s [Vec<usize>], usize),
+}
+
+/// Dtype and shape of every value of @main on zero inputs whose dynamic dims are `fill`; the
+/// interpreter's error when it cannot run them.
+fn run_shapes(prog: &Program, fill: Fill) -> Result<HashMap<String, (DType, Vec<usize>)>, String> {
     let mut inputs = Vec::new();
-    for spec in &prog.inputs {
+    for (k, spec) in prog.inputs.iter().enumerate() {
         let shape: Vec<usize> = spec
             .dims
             .iter()
-            .map(|d| match d {
-                crate::ir::types::Dim::Static(n) => *n,
-                crate::ir::types::Dim::Dynamic => fill,
+            .enumerate()
+            .map(|(i, d)| match (d, fill) {
+                (crate::ir::types::Dim::Static(n), _) => *n,
+                (crate::ir::types::Dim::Dynamic, Fill::Each(n)) => n,
+                (crate::ir::types::Dim::Dynamic, Fill::Sample(shapes, f)) => {
+                    shapes.get(k).and_then(|s| s.get(i)).copied().unwrap_or(1) * f
+                }
             })
             .collect();
-        inputs.push(zeros(spec.dtype?, &shape)?);
+        let dtype = spec.dtype.ok_or_else(|| {
+            format!(
+                "input '{}' has an element type the interpreter does not compute with",
+                spec.name
+            )
+        })?;
+        inputs.push(zeros(dtype, &shape).ok_or_else(|| {
+            format!(
+                "input '{}' of shape {shape:?}: no zeros of {dtype} that size",
+                spec.name
+            )
+        })?);
     }
     let mut seen = HashMap::new();
     for (key, t) in prog.constant_values() {
@@ -56,38 +87,105 @@ fn run_shapes(prog: &Program, fill: usize) -> Option<HashMap<String, (DType, Vec
         .filter(|v| !v.constant)
         .map(|v| v.key.clone())
         .collect();
-    let watch = prog.watch(&keys).ok()?;
+    let watch = prog.watch(&keys).map_err(|e| e.to_string())?;
     prog.run_observed(&inputs, &watch, &mut |k, t| {
         seen.insert(k.to_string(), (t.dtype(), t.shape().to_vec()));
         Ok(())
     })
-    .ok()?;
-    Some(seen)
+    .map_err(|e| e.to_string())?;
+    Ok(seen)
 }
 
-/// Gives every op result of the module's function a ranked type from running it on zeros
-/// (twice, with batch sizes 1 and 3, when an input has dynamic dims: dims that change are
-/// dynamic). Results of ops named in `skip` and results already ranked keep their types; when
-/// the interpreter cannot run the function, nothing changes.
-pub fn infer_types(ctx: &Context, module: &Module, skip: &[&str]) {
-    let Ok(func) = find_function(module, None) else { return };
+/// What a type inference did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Inferred {
+    /// Op results given a ranked type.
+    pub refined: usize,
+    /// Op results still without a ranked type (not run, or run but not observed).
+    pub unknown: usize,
+    /// Why the function could not be run, when it could not.
+    pub failure: Option<String>,
+}
+
+/// Gives every op result of the module's function a ranked type from running it on zeros with
+/// dynamic dims 1 (and again 3, when an input has dynamic dims: dims that change are dynamic).
+/// Results of ops named in `skip` and results already ranked keep their types; when the
+/// interpreter cannot run the function, nothing changes and the outcome says why.
+pub fn infer_types(ctx: &Context, module: &Module, skip: &[&str]) -> Inferred {
+    infer_types_with(ctx, module, skip, Fill::Each(1), Fill::Each(3))
+}
+
+/// [`infer_types`] with the dynamic input dims of `sample_shapes` (one shape per function
+/// input, in order: the first sample's), changed to twice that for the second run.
+pub fn infer_types_from_sample(
+    ctx: &Context,
+    module: &Module,
+    skip: &[&str],
+    sample_shapes: &[Vec<usize>],
+) -> Inferred {
+    infer_types_with(
+        ctx,
+        module,
+        skip,
+        Fill::Sample(sample_shapes, 1),
+        Fill::Sample(sample_shapes, 2),
+    )
+}
+
+/// Results of the entry function's ops (outside `skip`) without a ranked type.
+pub fn unranked_results(module: &Module, skip: &[&str]) -> usize {
+    let Ok(func) = find_function(module, None) else {
+        return 0;
+    };
+    body_ops(func)
+        .iter()
+        .filter(|op| !skip.contains(&op_name(*op).as_str()) && op_name(*op) != "func.return")
+        .map(|op| {
+            op.results()
+                .filter(|r| !is_ranked_tensor(Value::from(*r).r#type()))
+                .count()
+        })
+        .sum()
+}
+
+fn infer_types_with(ctx: &Context, module: &Module, skip: &[&str], first_fill: Fill, second_fill: Fill) -> Inferred {
+    let mut outcome = Inferred::default();
+    let Ok(func) = find_function(module, None) else {
+        return outcome;
+    };
     let unranked = |op: &melior::ir::OperationRef| op.results().any(|r| !is_ranked_tensor(Value::from(r).r#type()));
     if !body_ops(func)
         .iter()
         .any(|op| !skip.contains(&op_name(op).as_str()) && unranked(op))
     {
-        return;
+        return outcome;
     }
+    outcome.unknown = unranked_results(module, skip);
     // one compiled program (constants read once) for both runs
-    let Ok(prog) = Program::compile(module, None) else {
-        return;
+    let prog = match Program::compile(module, None) {
+        Ok(p) => p,
+        Err(e) => {
+            outcome.failure = Some(e.to_string());
+            return outcome;
+        }
     };
     let dynamic = prog
         .inputs
         .iter()
         .any(|s| s.dims.iter().any(|d| matches!(d, crate::ir::types::Dim::Dynamic)));
-    let Some(first) = run_shapes(&prog, 1) else { return };
-    let second = if dynamic { run_shapes(&prog, 3) } else { None };
+    let first = match run_shapes(&prog, first_fill) {
+        Ok(f) => f,
+        Err(e) => {
+            outcome.failure = Some(e);
+            return outcome;
+        }
+    };
+    // a second fill that does not run leaves every dim that could vary dynamic
+    let second = if dynamic {
+        run_shapes(&prog, second_fill).ok()
+    } else {
+        None
+    };
     drop(prog);
     let keys = TensorKeys::new(func);
     for op in body_ops(func) {
@@ -122,6 +220,7 @@ pub fn infer_types(ctx: &Context, module: &Module, skip: &[&str]) {
                 crate::ir::types::dtype_to_type(ctx, *dtype)
             };
             set_value_type(v, tensor_type_of(elem, Some(&dims)));
+            outcome.refined += 1;
         }
     }
     // the signature follows the refined result types
@@ -140,4 +239,6 @@ pub fn infer_types(ctx: &Context, module: &Module, skip: &[&str]) {
             .unwrap_or_default();
         set_function_type(ctx, func, &ins, &outs);
     }
+    outcome.unknown = unranked_results(module, skip);
+    outcome
 }

@@ -51,6 +51,7 @@ pub const TABLE: &[(&str, Builder)] = &[
     ("tf.Mul", |_| bin(BinOp::Mul)),
     ("tf.RealDiv", |_| bin(BinOp::Div)),
     ("tf.Div", |_| bin(BinOp::Div)),
+    ("tf.DivNoNan", |_| bin(BinOp::DivNoNan)),
     ("tf.FloorDiv", |_| bin(BinOp::FloorDiv)),
     ("tf.FloorMod", |_| bin(BinOp::FloorMod)),
     ("tf.Maximum", |_| bin(BinOp::Max)),

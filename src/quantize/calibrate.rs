@@ -98,9 +98,37 @@ fn observation(module: &Module, opts: &CalibrateOptions) -> Result<Observation, 
 
 /// Prepares `module` (in place), runs it over the samples and returns the statistics.
 pub fn calibrate(module: &Module, data: &Binding, opts: &CalibrateOptions) -> Result<StatsFile, CalibrateError> {
+    let (shapes, _) = resolve_from(module, data)?;
     prepare(module)?;
     let obs = observation(module, opts)?;
-    run_observation(module, data, opts, obs)
+    let mut stats = run_observation(module, data, opts, obs)?;
+    stats.input_shapes = shapes;
+    Ok(stats)
+}
+
+/// Resolves the module's untyped results from the data's first sample (every shard resolves
+/// from the same sample, so shards merge). Returns the shapes used (`None` when nothing needed
+/// them) and, when results stay untyped, a warning saying how many and why.
+pub fn resolve_from(
+    module: &Module,
+    data: &Binding,
+) -> Result<(Option<Vec<Vec<usize>>>, Option<String>), CalibrateError> {
+    let skip = [crate::dialects::onnx::NO_VALUE];
+    if crate::interp::infer_types::unranked_results(module, &skip) == 0 || data.samples == 0 {
+        return Ok((None, None));
+    }
+    let first = data.sample(0).map_err(|e| CalibrateError::Run(RunError::Data(e)))?;
+    let shapes: Vec<Vec<usize>> = first.iter().map(|t| t.shape().to_vec()).collect();
+    let outcome = super::resolve_types(module, &shapes);
+    let warning = (outcome.unknown > 0).then(|| {
+        format!(
+            "types of {} values unknown after running the model on zeros shaped like the first sample ({}): \
+             they stay float",
+            outcome.unknown,
+            outcome.failure.as_deref().unwrap_or("not reached")
+        )
+    });
+    Ok((Some(shapes), warning))
 }
 
 /// Statistics and where they came from.
@@ -111,6 +139,8 @@ pub struct Calibrated {
     pub from_cache: Option<String>,
     /// Why the statistics could not be stored (the job itself succeeded).
     pub cache_warning: Option<String>,
+    /// Values whose type the data could not resolve either (they stay float), and why.
+    pub type_warning: Option<String>,
 }
 
 /// [`calibrate`] through the cache in `cache_dir` (see [`cache`](super::cache)); `None`
@@ -121,14 +151,17 @@ pub fn calibrate_cached(
     opts: &CalibrateOptions,
     cache_dir: Option<&Path>,
 ) -> Result<Calibrated, CalibrateError> {
+    let (shapes, type_warning) = resolve_from(module, data)?;
     prepare(module)?;
     let obs = observation(module, opts)?;
     let Some(dir) = cache_dir else {
-        let stats = run_observation(module, data, opts, obs)?;
+        let mut stats = run_observation(module, data, opts, obs)?;
+        stats.input_shapes = shapes;
         return Ok(Calibrated {
             stats,
             from_cache: None,
             cache_warning: None,
+            type_warning,
         });
     };
     let mut h = Fnv::default();
@@ -152,14 +185,17 @@ pub fn calibrate_cached(
             stats,
             from_cache: Some(key),
             cache_warning: None,
+            type_warning,
         });
     }
-    let stats = run_observation(module, data, opts, obs)?;
+    let mut stats = run_observation(module, data, opts, obs)?;
+    stats.input_shapes = shapes;
     let cache_warning = cache::store(dir, &key, &stats).err();
     Ok(Calibrated {
         stats,
         from_cache: None,
         cache_warning,
+        type_warning,
     })
 }
 

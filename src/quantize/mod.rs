@@ -37,6 +37,20 @@ pub fn prepare(module: &Module) -> Result<Vec<(String, PassReport)>, PassError> 
     passes::run_pipeline(module, &["prepare".to_string()], &PassOptions::default())
 }
 
+/// Gives the entry function's unranked results types from running it on zeros shaped like a
+/// sample (`shapes`, one per input: the data's first), when the importer's guess for the
+/// dynamic dims could not type them; does nothing when every result is typed. The outcome says
+/// how many results stay untyped and why.
+pub fn resolve_types(module: &Module, shapes: &[Vec<usize>]) -> crate::interp::infer_types::Inferred {
+    use crate::interp::infer_types::{infer_types_from_sample, unranked_results, Inferred};
+    let skip = [crate::dialects::onnx::NO_VALUE];
+    if unranked_results(module, &skip) == 0 {
+        return Inferred::default();
+    }
+    let ctx = crate::ir::graph::module_context(module);
+    infer_types_from_sample(ctx, module, &skip, shapes)
+}
+
 /// Readies a TF-dialect module for an `.onnx` output: [`prepare`]s it with TF's own passes
 /// (batch norm and bias reshapes folded where TF's patterns see them) and lowers it with
 /// `tf-to-onnx`, so that calibration and quantization see the ONNX ops that will be written.
@@ -126,6 +140,10 @@ pub fn quantize_module(
         clock = std::time::Instant::now();
     };
     let bytes_before = crate::inspect::inspect(module)?.constant_bytes;
+    // the types calibration resolved from its data, resolved again the same way
+    if let Some(shapes) = &stats.input_shapes {
+        resolve_types(module, shapes);
+    }
     prepare(module)?;
     let hash = model_hash(module);
     stats

@@ -49,8 +49,8 @@ pub struct Totals {
     pub macs: u64,
     /// MACs on 8-bit weights and 8-bit activations (W8A8).
     pub int8_macs: u64,
-    /// `int8_macs / macs` (1.0 when the module has no compute op with a known count).
-    pub int8_mac_share: f64,
+    /// `int8_macs / macs`; `None` when no compute op has a known count (dynamic shapes).
+    pub int8_mac_share: Option<f64>,
     /// Compute ops whose MACs are unknown (dynamic shapes), not in the share.
     pub ops_without_macs: usize,
 }
@@ -157,6 +157,10 @@ pub fn summarize(module: &Module, config: &QuantConfig) -> Result<Summary, IrErr
             .and_then(defining_op)
             .is_some_and(|d| matches!(op_name(&d).as_str(), "tf.Cast" | "arith.extf"));
         let acts_ok = acts.iter().all(Option::is_some);
+        let untyped = r.activations.iter().any(|&i| {
+            op.operand(i)
+                .is_ok_and(|v| crate::ir::types::tensor_type(v.r#type()).is_none())
+        });
         let weight_ok = r.weight.is_none() || weight_storage.is_some();
         let weights = match (&weight_storage, r.weight.is_some(), weight_half) {
             (Some(st), _, _) => st.clone(),
@@ -202,6 +206,8 @@ pub fn summarize(module: &Module, config: &QuantConfig) -> Result<Summary, IrErr
             "weight-only (activations none)".to_string()
         } else if r.weight.is_some() && !weight_ok {
             "weight is computed at run time, not a constant".to_string()
+        } else if untyped {
+            "type unknown: the interpreter could not run the model to type this input (see the warning)".to_string()
         } else {
             "activation input is integer, shape-determining or constant".to_string()
         };
@@ -226,10 +232,6 @@ pub fn totals(ops: &[ComputeOp]) -> Totals {
             t.int8_macs += m;
         }
     }
-    t.int8_mac_share = if t.macs == 0 {
-        1.0
-    } else {
-        t.int8_macs as f64 / t.macs as f64
-    };
+    t.int8_mac_share = (t.macs > 0).then(|| t.int8_macs as f64 / t.macs as f64);
     t
 }

@@ -9,6 +9,8 @@
                                   |int8 weight|
   run MODEL DATA OUT              MODEL on every sample of DATA (key x, or the input's name),
                                   outputs by graph output name into OUT (.npz)
+  fix_dims MODEL OUT SHAPE        MODEL with its first input's dims fixed to SHAPE (1,3,48,192)
+                                  and every other dim left as it was, written to OUT
 
 Every command prints one JSON object.
 """
@@ -202,6 +204,16 @@ def run(model, data, out):
     print(json.dumps({"outputs": names, "samples": len(x)}))
 
 
+def fix_dims(model, out, shape):
+    m = onnx.load(model)
+    dims = m.graph.input[0].type.tensor_type.shape.dim
+    for d, n in zip(dims, (int(v) for v in shape.split(","))):
+        d.ClearField("dim_param")
+        d.dim_value = n
+    onnx.save(m, out)
+    print(json.dumps({"input": m.graph.input[0].name, "shape": [d.dim_value for d in dims]}))
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"roundtrip": roundtrip, "eval": eval_quant, "ops": ops, "run": run, "levels": levels}[cmd](*args)
+    {"roundtrip": roundtrip, "eval": eval_quant, "ops": ops, "run": run, "levels": levels, "fix_dims": fix_dims}[cmd](*args)

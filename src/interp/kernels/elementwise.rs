@@ -82,6 +82,8 @@ pub enum BinOp {
     Pow,
     FloorDiv,
     FloorMod,
+    /// x / y, and 0 where y is 0 (TF's DivNoNan; floats only).
+    DivNoNan,
 }
 
 fn int_op<T>(op: BinOp) -> KernelResult<fn(T, T) -> T>
@@ -98,6 +100,7 @@ where
         BinOp::Min => |a, b| if a < b { a } else { b },
         BinOp::SquaredDifference => |a, b| T::wmul(T::wsub(a, b), T::wsub(a, b)),
         BinOp::Pow => return Err("integer Pow is not supported".into()),
+        BinOp::DivNoNan => return Err("integer DivNoNan is not supported".into()),
     })
 }
 
@@ -136,6 +139,7 @@ pub fn float_op(op: BinOp) -> fn(f32, f32) -> f32 {
         BinOp::SquaredDifference => |a, b| (a - b) * (a - b),
         BinOp::Pow => f32::powf,
         BinOp::FloorDiv => |a: f32, b: f32| (a / b).floor(),
+        BinOp::DivNoNan => |a: f32, b: f32| if b == 0.0 { 0.0 } else { a / b },
         BinOp::FloorMod => |a: f32, b: f32| {
             let r = a % b;
             if r != 0.0 && ((r < 0.0) != (b < 0.0)) {

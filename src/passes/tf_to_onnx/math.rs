@@ -12,6 +12,10 @@ pub(super) const TABLE: &[(&str, Rule)] = &[
     ("tf.Ceil", Elementwise("onnx.Ceil")),
     ("tf.Cos", Elementwise("onnx.Cos")),
     ("tf.Div", Elementwise("onnx.Div")),
+    (
+        "tf.DivNoNan",
+        Custom(div_no_nan, &["onnx.Div", "onnx.Equal", "onnx.Where"]),
+    ),
     ("tf.Elu", Elementwise("onnx.Elu")),
     ("tf.Erf", Elementwise("onnx.Erf")),
     ("tf.Exp", Elementwise("onnx.Exp")),
@@ -197,4 +201,21 @@ fn reduce<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
     } else {
         l.finish(op, 0, y)
     }
+}
+
+/// `DivNoNan(x, y)` = `Where(Equal(y, 0), 0, Div(x, y))`, as tf2onnx writes it.
+fn div_no_nan<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
+    let [x, y] = operands(op)[..] else {
+        return Err(err(format!("{}: DivNoNan takes 2 operands", label(op))));
+    };
+    let ty = l.result_type(op, 0)?;
+    let loc = l.loc(op, "div");
+    let q = l.build1(op, "onnx.Div", &[x, y], &[], ty, loc)?;
+    let zero = l.scalar_like(op, y, 0.0)?;
+    let bool_ty = ranked(IntegerType::new(l.ctx, 1).into(), &dims(y).unwrap_or_default());
+    let loc = l.loc(op, "is_zero");
+    let is_zero = l.build1(op, "onnx.Equal", &[y, zero], &[], bool_ty, loc)?;
+    let loc = l.loc(op, "");
+    let r = l.build1(op, "onnx.Where", &[is_zero, zero, q], &[], ty, loc)?;
+    l.finish(op, 0, r)
 }

@@ -1,0 +1,184 @@
+//! Real models made by others, as they ship (`tests/data/real/`, copied from the shared set
+//! with trimmed sample data): quantir runs them, quantizes every compute op on int8 weights and
+//! activations, and writes an ONNX model that keeps the file's dynamic dims and loads in
+//! onnxruntime.
+
+mod common;
+
+use common::{arg, data, ok, onnx_ref, quantir, stderr};
+
+fn real(name: &str) -> String {
+    arg(&data(&format!("real/{name}")))
+}
+
+fn quantize_json(model: &str, out: &std::path::Path) -> serde_json::Value {
+    let o = ok(quantir(&[
+        "quantize",
+        model,
+        "--data",
+        &real("ppocr_cls_calib.npz"),
+        "--no-cache",
+        "--json",
+        "-o",
+        &arg(out),
+    ]));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// ppocr_cls.onnx declares its input `[?, 3, ?, ?]`: the importer's guess of 1 for the dynamic
+/// dims cannot run (a 2×2 pool on a 1×1 image), so its types come from the calibration data's
+/// first sample. Every Conv and the MatMul get int8 weights and activations, as on the same
+/// model with fixed dims, and the output still takes any input size.
+#[test]
+fn ppocr_cls_as_shipped_quantizes_like_its_static_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = quantize_json(&real("ppocr_cls.onnx"), &dir.path().join("dynamic.onnx"));
+    let fixed = dir.path().join("static.onnx");
+    onnx_ref(&["fix_dims", &real("ppocr_cls.onnx"), &arg(&fixed), "1,3,48,192"]);
+    let static_copy = quantize_json(&arg(&fixed), &dir.path().join("static.int8.onnx"));
+    let ops = shipped["ops"].as_array().unwrap();
+    let convs = ops.iter().filter(|o| o["op"] == "onnx.Conv").count();
+    assert_eq!(convs, 53);
+    assert_eq!(ops.len(), 54, "53 Conv and 1 MatMul");
+    for o in ops {
+        assert_eq!(
+            (o["weights"].as_str(), o["activations"].as_str()),
+            (Some("i8"), Some("i8")),
+            "{o}"
+        );
+    }
+    // the same compute ops, the same storage, the same activation points
+    let view = |j: &serde_json::Value| -> Vec<(String, String, String, String)> {
+        j["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                let s = |k: &str| o[k].as_str().unwrap_or_default().to_string();
+                (s("key"), s("op"), s("weights"), s("activations"))
+            })
+            .collect()
+    };
+    assert_eq!(view(&shipped), view(&static_copy));
+    assert_eq!(
+        shipped["totals"]["activation_points"],
+        static_copy["totals"]["activation_points"]
+    );
+    // calibrate, then quantize from the statistics: the types are resolved the same way (the
+    // statistics record the sample shapes), so the output is the same file
+    let stats = dir.path().join("s.json");
+    ok(quantir(&[
+        "calibrate",
+        &real("ppocr_cls.onnx"),
+        "--data",
+        &real("ppocr_cls_calib.npz"),
+        "-o",
+        &arg(&stats),
+    ]));
+    let from_stats = dir.path().join("from_stats.onnx");
+    ok(quantir(&[
+        "quantize",
+        &real("ppocr_cls.onnx"),
+        "--stats",
+        &arg(&stats),
+        "-o",
+        &arg(&from_stats),
+    ]));
+    assert_eq!(
+        std::fs::read(&from_stats).unwrap(),
+        std::fs::read(dir.path().join("dynamic.onnx")).unwrap(),
+        "quantize --stats differs from quantize --data"
+    );
+    // the written model keeps the dynamic input dims
+    let o = ok(quantir(&["inspect", &arg(&dir.path().join("dynamic.onnx"))]));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("func @main(tensor<?x3x?x?xf32>)"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // and onnxruntime runs it close to the float model with its graph optimizations off (the
+    // reference QDQ semantics; the default level's fused kernels are #18's to keep)
+    let r = onnx_ref(&[
+        "levels",
+        &real("ppocr_cls.onnx"),
+        &arg(&dir.path().join("dynamic.onnx")),
+        &real("ppocr_cls_test.npz"),
+    ]);
+    let sqnr = r["ORT_DISABLE_ALL"].as_f64().unwrap();
+    assert!(sqnr > 25.0, "ppocr_cls int8 in onnxruntime: {sqnr} dB ({r})");
+}
+
+/// `run` reproduces onnxruntime's float outputs (≤ 5e-4 × max(1, max |ref|)).
+#[test]
+fn ppocr_cls_runs_as_onnxruntime_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.npz");
+    let o = ok(quantir(&[
+        "run",
+        &real("ppocr_cls.onnx"),
+        "--data",
+        &real("ppocr_cls_test.npz"),
+        "-o",
+        &arg(&out),
+    ]));
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+    let read = |p: &std::path::Path| -> ndarray::ArrayD<f32> {
+        let mut z = ndarray_npy::NpzReader::new(std::fs::File::open(p).unwrap()).unwrap();
+        z.by_name("save_infer_model/scale_0.tmp_1").unwrap()
+    };
+    let (d, bound) = close(&read(&out), &read(&data("real/ppocr_cls_test_outputs_ort.npz")));
+    assert!(d <= bound, "max |quantir - onnxruntime| = {d} > {bound}");
+}
+
+/// The max |a − b| of two outputs and the bound 5e-4 × max(1, max |b|).
+fn close(got: &ndarray::ArrayD<f32>, want: &ndarray::ArrayD<f32>) -> (f32, f32) {
+    assert_eq!(got.shape(), want.shape());
+    let d = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    (d, 5e-4 * want.iter().fold(1f32, |m, v| m.max(v.abs())))
+}
+
+/// basic-pitch's SavedModel (an audio front end of 26 conv1d, `tf.DivNoNan`, 3 heads): it
+/// reproduces TensorFlow's outputs and every Conv2D quantizes to int8 weights and activations.
+#[test]
+fn basic_pitch_savedmodel_runs_and_quantizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.npz");
+    ok(quantir(&[
+        "run",
+        &real("basic_pitch_savedmodel"),
+        "--data",
+        &real("basic_pitch_test.npz"),
+        "-o",
+        &arg(&out),
+    ]));
+    let read = |p: &std::path::Path, k: &str| -> ndarray::ArrayD<f32> {
+        let mut z = ndarray_npy::NpzReader::new(std::fs::File::open(p).unwrap()).unwrap();
+        z.by_name(k).unwrap()
+    };
+    for k in ["contour", "note", "onset"] {
+        let (d, bound) = close(&read(&out, k), &read(&data("real/basic_pitch_test_outputs_tf.npz"), k));
+        assert!(d <= bound, "{k}: max |quantir - TensorFlow| = {d} > {bound}");
+    }
+    let o = ok(quantir(&[
+        "quantize",
+        &real("basic_pitch_savedmodel"),
+        "--data",
+        &real("basic_pitch_calib.npz"),
+        "--no-cache",
+        "--json",
+        "-o",
+        &arg(&dir.path().join("q.mlir")),
+    ]));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ops = j["ops"].as_array().unwrap();
+    assert_eq!(ops.iter().filter(|o| o["op"] == "tf.Conv2D").count(), 32, "{j:#}");
+    for o in ops {
+        assert_eq!(
+            (o["weights"].as_str(), o["activations"].as_str()),
+            (Some("i8"), Some("i8")),
+            "{o}"
+        );
+    }
+    let (ok_, msg) = common::mlir_opt_accepts(&dir.path().join("q.mlir"));
+    assert!(ok_, "{msg}");
+}
