@@ -10,8 +10,10 @@ use rayon::prelude::*;
 pub enum RunError {
     #[error(transparent)]
     Data(#[from] DataError),
-    #[error("sample {sample}: {source}")]
-    Interp { sample: usize, source: InterpError },
+    /// The interpreter's error on one sample (held as `error`, not as a `source`, so that a
+    /// report of the error chain does not print it twice).
+    #[error("sample {sample}: {error}")]
+    Interp { sample: usize, error: InterpError },
     #[error("cannot start {threads} worker threads: {reason}")]
     Threads { threads: usize, reason: String },
     #[error("{0}")]
@@ -93,7 +95,7 @@ pub fn run_samples(
 fn observer_error(sample: usize, key: &str, message: String) -> RunError {
     RunError::Interp {
         sample,
-        source: InterpError::Observer {
+        error: InterpError::Observer {
             key: key.to_string(),
             message,
         },
@@ -162,7 +164,7 @@ fn run_chunks<S: Send>(
                     let mut state = init();
                     let out = program
                         .run_observed(&inputs, watch, &mut |k, v| fold(&mut state, i, k, v))
-                        .map_err(|source| RunError::Interp { sample: i, source })?;
+                        .map_err(|error| RunError::Interp { sample: i, error })?;
                     Ok((out, state))
                 })
                 .collect()

@@ -48,6 +48,9 @@ pub const RULES: &[OpRule] = &[
     same_scale("onnx.Expand", &[1]),
     same_scale("onnx.Tile", &[1]),
     same_scale("onnx.Gather", &[1]),
+    same_scale("onnx.GatherElements", &[1]),
+    // values kept or zeroed (zero is exact in every scheme)
+    same_scale("onnx.Trilu", &[1]),
     same_scale("onnx.Resize", &[1, 2, 3]),
     shape("onnx.Split", &[1]),
     shape("onnx.ReduceMean", &[1]),

@@ -119,6 +119,74 @@ pub fn one_hot(indices: &Tensor, depth: &Tensor, values: &Tensor, axis: i64) -> 
     })
 }
 
+/// Row-major strides of `shape`.
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut st = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        st[d] = st[d + 1] * shape[d + 1];
+    }
+    st
+}
+
+/// ONNX GatherElements: `out[i…] = data[i… with i_axis replaced by indices[i…]]`, negative
+/// indices counted from the end; any data type.
+pub fn gather_elements(data: &Tensor, indices: &Tensor, axis: i64) -> KernelResult<Tensor> {
+    let idx = ints_of(indices).ok_or_else(|| format!("GatherElements indices of {}", indices.dtype()))?;
+    let (dshape, ishape) = (data.shape().to_vec(), indices.shape().to_vec());
+    if dshape.len() != ishape.len() {
+        return Err(format!(
+            "GatherElements of rank {} data with rank {} indices",
+            dshape.len(),
+            ishape.len()
+        ));
+    }
+    let ax = norm_axis(axis, dshape.len())?;
+    let (ds, is) = (strides(&dshape), strides(&ishape));
+    let n = dshape[ax] as i64;
+    let mut src = Vec::with_capacity(idx.len());
+    for (p, &v) in idx.iter().enumerate() {
+        let v = if v < 0 { v + n } else { v };
+        if !(0..n).contains(&v) {
+            return Err(format!("GatherElements index {v} out of range for an axis of {n}"));
+        }
+        let mut off = 0;
+        for d in 0..ishape.len() {
+            let i = (p / is[d]) % ishape[d];
+            off += if d == ax { v as usize } else { i } * ds[d];
+        }
+        src.push(off);
+    }
+    Ok(crate::map_tensor!(data, a => {
+        let a = a.as_standard_layout();
+        let flat = a.as_slice().unwrap_or_default();
+        // the lengths match by construction: the default (empty) array is never produced
+        ArrayD::from_shape_vec(ishape.clone(), src.iter().map(|&i| flat[i].clone()).collect()).unwrap_or_default()
+    }))
+}
+
+/// ONNX Trilu: the upper (or lower) triangle of the last two dims from diagonal `k`, zeros
+/// elsewhere; any data type.
+pub fn trilu(x: &Tensor, k: i64, upper: bool) -> KernelResult<Tensor> {
+    let shape = x.shape().to_vec();
+    if shape.len() < 2 {
+        return Err(format!("Trilu of rank {}", shape.len()));
+    }
+    let (rows, cols) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+    let keep = |p: usize| {
+        let (r, c) = (((p / cols) % rows.max(1)) as i64, (p % cols.max(1)) as i64);
+        if upper {
+            c - r >= k
+        } else {
+            c - r <= k
+        }
+    };
+    Ok(crate::map_tensor!(x, a => {
+        let a = a.as_standard_layout();
+        let v = a.iter().enumerate().map(|(p, e)| if keep(p) { e.clone() } else { Default::default() }).collect();
+        ArrayD::from_shape_vec(shape.clone(), v).unwrap_or_default()
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +204,33 @@ mod tests {
         let (v, i) = top_k(&x, 1, 0, false).unwrap();
         assert_eq!(v, f32s(&[1, 4], &[1.0, 3.0, 3.0, 2.0]));
         assert_eq!(ints_of(&i).unwrap(), [0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn gather_elements_and_trilu_match_onnxs_examples() {
+        // onnx.backend.test.case.node.gatherelements: axis 1
+        let data = f32s(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let idx = Tensor::I64(ArrayD::from_shape_vec(vec![2, 2], vec![0, 0, 1, 0]).unwrap());
+        assert_eq!(
+            gather_elements(&data, &idx, 1).unwrap(),
+            f32s(&[2, 2], &[1.0, 1.0, 4.0, 3.0])
+        );
+        // axis 0 with a negative index
+        let data = f32s(&[3, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
+        let idx = Tensor::I64(ArrayD::from_shape_vec(vec![2, 3], vec![-1, -2, 0, -2, 0, 0]).unwrap());
+        assert_eq!(
+            gather_elements(&data, &idx, 0).unwrap(),
+            f32s(&[2, 3], &[7.0, 5.0, 3.0, 4.0, 2.0, 3.0])
+        );
+        let x = f32s(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(
+            trilu(&x, 0, true).unwrap(),
+            f32s(&[2, 3], &[1.0, 2.0, 3.0, 0.0, 5.0, 6.0])
+        );
+        assert_eq!(
+            trilu(&x, -1, false).unwrap(),
+            f32s(&[2, 3], &[0.0, 0.0, 0.0, 4.0, 0.0, 0.0])
+        );
     }
 
     #[test]

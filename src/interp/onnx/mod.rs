@@ -16,7 +16,7 @@ use super::kernels::conv::Padding;
 use super::kernels::conv_nchw::{nchw_to_nhwc, nhwc_to_nchw, oihw_to_hwio, OnnxConv, Pads};
 use super::kernels::conv_transpose::{conv_transpose2d, Transposed2d};
 use super::kernels::elementwise::{arith, compare, logical, select, BinOp, BinaryKernel, CmpOp, UnOp, UnaryKernel};
-use super::kernels::indexing::{one_hot, top_k};
+use super::kernels::indexing::{gather_elements, one_hot, top_k, trilu};
 use super::kernels::layout;
 use super::kernels::matmul::{matmul, numpy_matmul};
 use super::kernels::norm::{batch_norm, normalize, softmax};
@@ -56,6 +56,16 @@ pub const TABLE: &[(&str, Builder)] = &[
     ("onnx.Max", |_| variadic(BinOp::Max)),
     ("onnx.Min", |_| variadic(BinOp::Min)),
     ("onnx.Sum", |_| variadic(BinOp::Add)),
+    ("onnx.Mean", |_| {
+        Ok(one(|x| {
+            let (first, rest) = x.split_first().ok_or("no operands")?;
+            let sum = rest
+                .iter()
+                .try_fold((*first).clone(), |acc, t| arith(BinOp::Add, &acc, t))?;
+            let n = Tensor::F32(ndarray::arr0(x.len() as f32).into_dyn());
+            arith(BinOp::Div, &sum, &n)
+        }))
+    }),
     ("onnx.Mod", |d| {
         if d.int_attr("fmod", 0) != 0 {
             return Err("Mod with fmod = 1 is not supported".into());
@@ -111,6 +121,60 @@ pub const TABLE: &[(&str, Builder)] = &[
     ("onnx.Sign", |_| un(UnOp::Sign)),
     ("onnx.Sin", |_| un(UnOp::Sin)),
     ("onnx.Cos", |_| un(UnOp::Cos)),
+    ("onnx.Tan", |_| Ok(map_f32(f32::tan))),
+    ("onnx.Acos", |_| Ok(map_f32(f32::acos))),
+    ("onnx.Asin", |_| Ok(map_f32(f32::asin))),
+    ("onnx.Atan", |_| Ok(map_f32(f32::atan))),
+    ("onnx.Sinh", |_| Ok(map_f32(f32::sinh))),
+    ("onnx.Cosh", |_| Ok(map_f32(f32::cosh))),
+    ("onnx.Softsign", |_| Ok(map_f32(|v| v / (1.0 + v.abs())))),
+    // x·tanh(softplus(x)), softplus computed without overflow
+    ("onnx.Mish", |_| {
+        Ok(map_f32(|v| v * (v.max(0.0) + (-v.abs()).exp().ln_1p()).tanh()))
+    }),
+    ("onnx.Celu", |d| {
+        let a = d.f64_attr("alpha", 1.0) as f32;
+        Ok(map_f32(move |v| v.max(0.0) + (a * ((v / a).exp() - 1.0)).min(0.0)))
+    }),
+    ("onnx.ThresholdedRelu", |d| {
+        let a = d.f64_attr("alpha", 1.0) as f32;
+        Ok(map_f32(move |v| if v > a { v } else { 0.0 }))
+    }),
+    ("onnx.Shrink", |d| {
+        let (bias, lambd) = (d.f64_attr("bias", 0.0) as f32, d.f64_attr("lambd", 0.5) as f32);
+        Ok(map_f32(move |v| {
+            if v < -lambd {
+                v + bias
+            } else if v > lambd {
+                v - bias
+            } else {
+                0.0
+            }
+        }))
+    }),
+    ("onnx.IsNaN", |_| {
+        Ok(one(|x| Ok(Tensor::I1(f32_arg(x, 0)?.mapv(f32::is_nan)))))
+    }),
+    ("onnx.IsInf", |d| {
+        let (neg, pos) = (
+            d.int_attr("detect_negative", 1) != 0,
+            d.int_attr("detect_positive", 1) != 0,
+        );
+        Ok(one(move |x| {
+            Ok(Tensor::I1(
+                f32_arg(x, 0)?.mapv(|v| v.is_infinite() && ((v > 0.0 && pos) || (v < 0.0 && neg))),
+            ))
+        }))
+    }),
+    // max(0, x) + slope · min(0, x), slope broadcast to x
+    ("onnx.PRelu", |_| {
+        Ok(one(|x| {
+            let zero = Tensor::F32(ndarray::arr0(0.0f32).into_dyn());
+            let neg = arith(BinOp::Min, x[0], &zero)?;
+            let pos = arith(BinOp::Max, x[0], &zero)?;
+            arith(BinOp::Add, &pos, &arith(BinOp::Mul, &neg, x[1])?)
+        }))
+    }),
     ("onnx.Gelu", |d| match d.str_attr("approximate").unwrap_or("none") {
         "none" => un(UnOp::Gelu),
         "tanh" => Ok(map_f32(|v| {
@@ -229,6 +293,23 @@ pub const TABLE: &[(&str, Builder)] = &[
     }),
     ("onnx.Expand", |_| {
         Ok(one(|x| layout::broadcast_to(x[0], &int_arg(x, 1)?)))
+    }),
+    ("onnx.GatherElements", |d| {
+        let axis = d.int_attr("axis", 0);
+        Ok(one(move |x| {
+            gather_elements(x[0], x.get(1).ok_or("GatherElements without indices")?, axis)
+        }))
+    }),
+    ("onnx.Trilu", |d| {
+        let upper = d.int_attr("upper", 1) != 0;
+        Ok(one(move |x| {
+            let k = match x.get(1).filter(|t| !t.is_empty()).map(|t| ints_of(t)) {
+                None => 0,
+                Some(Some(v)) if v.len() == 1 => v[0],
+                Some(_) => return Err("Trilu's k must be one integer".into()),
+            };
+            trilu(x[0], k, upper)
+        }))
     }),
     ("onnx.TopK", |d| {
         let (axis, largest) = (d.int_attr("axis", -1), d.int_attr("largest", 1) != 0);
