@@ -6,7 +6,7 @@
 //!
 //! | layer | modules | what they hold |
 //! |---|---|---|
-//! | base | [`tensor`], [`fsutil`], [`hash`] | tensors of every dtype, atomic writes, FNV-1a |
+//! | base | [`tensor`], [`fsutil`], [`hash`], [`text`] | tensors of every dtype, atomic writes, FNV-1a, message text |
 //! | math | [`params`] | scales and zero points in the mlir / onnx / torch schemes, int32 bias, kernels |
 //! | MLIR | [`ir`] | the only code that calls mlir-sys or uses `unsafe` on MLIR handles: context, load/save, constants, types, graph edits, op helpers, tensor keys |
 //! | tables | [`dialects`] | what each op is for quantization (TF, ONNX), ONNX data types |
@@ -37,5 +37,6 @@ pub mod report;
 pub mod run;
 pub mod stats_io;
 pub mod tensor;
+pub mod text;
 
 pub use quantir_calibration as calibration;

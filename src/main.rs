@@ -239,15 +239,7 @@ fn cmd_opt(a: &OptArgs, signature: Option<&str>) -> Result<()> {
     inputs.extend(stats);
     formats::model::save(&module, output, &inputs)?;
     for (name, r) in reports {
-        let changes: Vec<String> = r.changes.iter().map(|(k, v)| format!("{v} {k}")).collect();
-        eprintln!(
-            "{name}: {}",
-            if changes.is_empty() {
-                "no change".into()
-            } else {
-                changes.join(", ")
-            }
-        );
+        eprintln!("{name}: {}", quantir::text::counts(&r.changes, "no change"));
         for w in r.warnings {
             eprintln!("{name}: warning: {w}");
         }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// Layers from the bottom: a module may import its own layer's modules and lower ones.
 const LAYERS: &[&[&str]] = &[
-    &["tensor", "fsutil", "hash"],
+    &["tensor", "fsutil", "hash", "text"],
     &["params"],
     &["ir"],
     &["dialects"],

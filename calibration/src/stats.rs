@@ -138,11 +138,8 @@ impl StatsFile {
             ));
         }
         if self.input_shapes != o.input_shapes {
-            return Err(differ(
-                "input shapes the types were resolved with",
-                format!("{:?}", self.input_shapes),
-                format!("{:?}", o.input_shapes),
-            ));
+            let (a, b) = (format!("{:?}", self.input_shapes), format!("{:?}", o.input_shapes));
+            return Err(differ("input shapes the types were resolved with", a, b));
         }
         if self.method != o.method {
             return Err(differ(

@@ -83,20 +83,10 @@ pub struct QuantizeReport {
 
 impl std::fmt::Display for QuantizeReport {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        let ops: Vec<String> = self
-            .summary
-            .quantized_ops
-            .iter()
-            .map(|(k, v)| format!("{v} {k}"))
-            .collect();
         writeln!(
             f,
             "quantized: {} ({} weights, {} int32 biases, {} activation Q/DQ pairs)",
-            if ops.is_empty() {
-                "no compute op".into()
-            } else {
-                ops.join(", ")
-            },
+            crate::text::counts(&self.summary.quantized_ops, "no compute op"),
             self.weights.get(&Change::WeightsQuantized),
             self.weights.get(&Change::BiasesQuantized),
             self.qdq.get(&Change::QdqPairsInserted),
@@ -105,13 +95,8 @@ impl std::fmt::Display for QuantizeReport {
             writeln!(f, "left float: {} {} ({})", o.op, o.key, o.reason)?;
         }
         if !self.summary.unknown_ops.is_empty() {
-            let u: Vec<String> = self
-                .summary
-                .unknown_ops
-                .iter()
-                .map(|(k, v)| format!("{v} {k}"))
-                .collect();
-            writeln!(f, "float (no quantization rule): {}", u.join(", "))?;
+            let u = crate::text::counts(&self.summary.unknown_ops, "");
+            writeln!(f, "float (no quantization rule): {u}")?;
         }
         let ratio = self.bytes_after as f64 / self.bytes_before.max(1) as f64;
         writeln!(

@@ -125,11 +125,7 @@ fn choose_signature<'m>(
         .ok_or_else(|| {
             format!(
                 "no signature '{wanted}'; the signatures are: {} (choose one with --signature)",
-                if names.is_empty() {
-                    "none".to_string()
-                } else {
-                    names.join(", ")
-                }
+                crate::text::list_or(&names, "none")
             )
         })
 }
