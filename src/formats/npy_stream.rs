@@ -47,6 +47,7 @@ fn dtype_of(descr: &str) -> Option<(DType, usize)> {
     Some(match descr {
         "<f4" => (DType::F32, 4),
         "<f8" => (DType::F64, 8),
+        "<f2" => (DType::F16, 2),
         "<i8" => (DType::I64, 8),
         "<i4" => (DType::I32, 4),
         "<i2" => (DType::I16, 2),
@@ -183,7 +184,7 @@ impl LazyArray {
         match self.dtype {
             DType::F64 | DType::I64 => 8,
             DType::F32 | DType::I32 => 4,
-            DType::I16 | DType::U16 => 2,
+            DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 2,
             _ => 1,
         }
     }
@@ -242,6 +243,7 @@ impl LazyArray {
             DType::I32 => le!(i32, I32, 4),
             DType::I16 => le!(i16, I16, 2),
             DType::U16 => le!(u16, U16, 2),
+            DType::F16 => le!(half::f16, F16, 2),
             DType::U8 => Tensor::U8(ArrayD::from_shape_vec(dims, bytes).map_err(|e| e.to_string())?),
             DType::I8 => Tensor::I8(
                 ArrayD::from_shape_vec(dims, bytes.into_iter().map(|b| b as i8).collect())

@@ -116,6 +116,8 @@ mod num_like {
     }
     macro_rules! int {
         ($($t:ty),*) => {$(
+            // the sign tests are always false for the unsigned types
+            #[allow(unused_comparisons)]
             impl Int for $t {
                 fn wadd(a: Self, b: Self) -> Self { a.wrapping_add(b) }
                 fn wsub(a: Self, b: Self) -> Self { a.wrapping_sub(b) }
@@ -125,7 +127,7 @@ mod num_like {
             }
         )*};
     }
-    int!(i32, i64);
+    int!(i8, u8, i16, u16, i32, i64);
 }
 
 pub fn float_op(op: BinOp) -> fn(f32, f32) -> f32 {
@@ -165,6 +167,10 @@ pub fn arith(op: BinOp, a: &Tensor, b: &Tensor) -> KernelResult<Tensor> {
         }),
         (Tensor::I32(x), Tensor::I32(y)) => Tensor::I32(binary(x, y, int_op::<i32>(op)?)?),
         (Tensor::I64(x), Tensor::I64(y)) => Tensor::I64(binary(x, y, int_op::<i64>(op)?)?),
+        (Tensor::I8(x), Tensor::I8(y)) => Tensor::I8(binary(x, y, int_op::<i8>(op)?)?),
+        (Tensor::U8(x), Tensor::U8(y)) => Tensor::U8(binary(x, y, int_op::<u8>(op)?)?),
+        (Tensor::I16(x), Tensor::I16(y)) => Tensor::I16(binary(x, y, int_op::<i16>(op)?)?),
+        (Tensor::U16(x), Tensor::U16(y)) => Tensor::U16(binary(x, y, int_op::<u16>(op)?)?),
         _ => return Err(format!("{op:?} of {} and {} is not supported", a.dtype(), b.dtype())),
     })
 }
@@ -196,6 +202,11 @@ pub fn compare(op: CmpOp, a: &Tensor, b: &Tensor) -> KernelResult<Tensor> {
         (Tensor::I32(x), Tensor::I32(y)) => binary(x, y, cmp(op))?,
         (Tensor::I64(x), Tensor::I64(y)) => binary(x, y, cmp(op))?,
         (Tensor::I1(x), Tensor::I1(y)) => binary(x, y, cmp(op))?,
+        (Tensor::F64(x), Tensor::F64(y)) => binary(x, y, cmp(op))?,
+        (Tensor::I8(x), Tensor::I8(y)) => binary(x, y, cmp(op))?,
+        (Tensor::U8(x), Tensor::U8(y)) => binary(x, y, cmp(op))?,
+        (Tensor::I16(x), Tensor::I16(y)) => binary(x, y, cmp(op))?,
+        (Tensor::U16(x), Tensor::U16(y)) => binary(x, y, cmp(op))?,
         _ => return Err(format!("{op:?} of {} and {} is not supported", a.dtype(), b.dtype())),
     }))
 }
