@@ -63,6 +63,7 @@ pub const RULES: &[OpRule] = &[
     shape("onnx.ReduceSumSquare", &[1]),
     shape("onnx.ReduceLogSumExp", &[1]),
     shape("onnx.TopK", &[1]),
+    shape("onnx.CumSum", &[1]),
     shape("onnx.OneHot", &[1]),
     shape("onnx.ConstantOfShape", &[0]),
     shape("onnx.Range", &[0, 1, 2]),

@@ -211,6 +211,20 @@ pub fn compare(op: CmpOp, a: &Tensor, b: &Tensor) -> KernelResult<Tensor> {
     }))
 }
 
+/// A bitwise op on two integer tensors of one type (NumPy broadcasting), through i64 (exact
+/// for every integer type quantir holds: the result is cast back).
+pub fn bitwise(a: &Tensor, b: &Tensor, f: fn(i64, i64) -> i64) -> KernelResult<Tensor> {
+    macro_rules! each {
+        ($($v:ident => $t:ty),*) => {
+            match (a, b) {
+                $((Tensor::$v(x), Tensor::$v(y)) => Ok(Tensor::$v(binary(x, y, |p, q| f(p as i64, q as i64) as $t)?)),)*
+                _ => Err(format!("bitwise op of {} and {} is not supported", a.dtype(), b.dtype())),
+            }
+        };
+    }
+    each!(I8 => i8, U8 => u8, I16 => i16, U16 => u16, I32 => i32, I64 => i64)
+}
+
 pub fn logical(a: &Tensor, b: &Tensor, f: fn(bool, bool) -> bool) -> KernelResult<Tensor> {
     match (a, b) {
         (Tensor::I1(x), Tensor::I1(y)) => Ok(Tensor::I1(binary(x, y, f)?)),

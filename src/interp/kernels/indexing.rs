@@ -187,6 +187,32 @@ pub fn trilu(x: &Tensor, k: i64, upper: bool) -> KernelResult<Tensor> {
     }))
 }
 
+/// ONNX Hardmax: 1 at the first maximum of each slice along `axis`, 0 elsewhere.
+pub fn hardmax(x: &Tensor, axis: i64) -> KernelResult<Tensor> {
+    let Tensor::F32(a) = x else {
+        return Err(format!("Hardmax of {} is not supported", x.dtype()));
+    };
+    let ax = norm_axis(axis, a.ndim())?;
+    let mut out = ArrayD::<f32>::zeros(a.raw_dim());
+    for (lane, mut o) in a
+        .lanes(ndarray::Axis(ax))
+        .into_iter()
+        .zip(out.lanes_mut(ndarray::Axis(ax)))
+    {
+        let best = lane
+            .iter()
+            .enumerate()
+            .fold(None, |b: Option<(usize, f32)>, (i, &v)| match b {
+                Some((_, bv)) if bv >= v => b,
+                _ => Some((i, v)),
+            });
+        if let Some((i, _)) = best {
+            o[i] = 1.0;
+        }
+    }
+    Ok(Tensor::F32(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -174,3 +174,40 @@ mod tests {
         assert!(reduce(&x, &[3], false, Reduce::Sum).is_err());
     }
 }
+
+/// Running sums along `axis` (ONNX CumSum): `exclusive` leaves each element out of its own
+/// sum, `reverse` sums from the end.
+pub fn cumsum(x: &Tensor, axis: i64, exclusive: bool, reverse: bool) -> KernelResult<Tensor> {
+    fn run<T: Copy + Default + std::ops::Add<Output = T>>(
+        a: &ArrayD<T>,
+        ax: usize,
+        exclusive: bool,
+        reverse: bool,
+    ) -> ArrayD<T> {
+        let mut out = a.clone();
+        for mut lane in out.lanes_mut(ndarray::Axis(ax)) {
+            let n = lane.len();
+            let mut acc = T::default();
+            for k in 0..n {
+                let i = if reverse { n - 1 - k } else { k };
+                let v = lane[i];
+                if exclusive {
+                    lane[i] = acc;
+                    acc = acc + v;
+                } else {
+                    acc = acc + v;
+                    lane[i] = acc;
+                }
+            }
+        }
+        out
+    }
+    let ax = super::norm_axis(axis, x.shape().len())?;
+    Ok(match x {
+        Tensor::F32(a) => Tensor::F32(run(a, ax, exclusive, reverse)),
+        Tensor::F64(a) => Tensor::F64(run(a, ax, exclusive, reverse)),
+        Tensor::I32(a) => Tensor::I32(run(a, ax, exclusive, reverse)),
+        Tensor::I64(a) => Tensor::I64(run(a, ax, exclusive, reverse)),
+        t => return Err(format!("CumSum of {} is not supported", t.dtype())),
+    })
+}

@@ -15,13 +15,15 @@ use super::desc::OpDesc;
 use super::kernels::conv::Padding;
 use super::kernels::conv_nchw::{nchw_to_nhwc, nhwc_to_nchw, oihw_to_hwio, OnnxConv, Pads};
 use super::kernels::conv_transpose::{conv_transpose2d, Transposed2d};
-use super::kernels::elementwise::{arith, compare, logical, select, BinOp, BinaryKernel, CmpOp, UnOp, UnaryKernel};
-use super::kernels::indexing::{gather_elements, one_hot, top_k, trilu};
+use super::kernels::elementwise::{
+    arith, bitwise, compare, logical, select, BinOp, BinaryKernel, CmpOp, UnOp, UnaryKernel,
+};
+use super::kernels::indexing::{gather_elements, hardmax, one_hot, top_k, trilu};
 use super::kernels::layout;
 use super::kernels::matmul::{matmul, numpy_matmul};
 use super::kernels::norm::{batch_norm, normalize, softmax};
 use super::kernels::pool::pool2d;
-use super::kernels::reduce::{reduce, Reduce};
+use super::kernels::reduce::{cumsum, reduce, Reduce};
 use super::kernels::resize::{resize, Coordinates, Mode, Nearest};
 use super::kernels::{f32_arg, int_arg, ints_of, norm_axis, one, FnKernel, Kernel, KernelResult};
 use super::tf::Builder;
@@ -47,6 +49,7 @@ pub const TABLE: &[(&str, Builder)] = &[
     ("onnx.BatchNormalization", batch_normalization),
     ("onnx.InstanceNormalization", instance_norm),
     ("onnx.LayerNormalization", layer_norm),
+    ("onnx.RMSNormalization", rms_norm),
     // binary math (NumPy broadcasting)
     ("onnx.Add", |_| bin(BinOp::Add)),
     ("onnx.Sub", |_| bin(BinOp::Sub)),
@@ -311,6 +314,24 @@ pub const TABLE: &[(&str, Builder)] = &[
             trilu(x[0], k, upper)
         }))
     }),
+    ("onnx.Hardmax", |d| {
+        let axis = d.int_attr("axis", -1);
+        Ok(one(move |x| hardmax(x[0], axis)))
+    }),
+    ("onnx.CumSum", |d| {
+        let (exclusive, reverse) = (d.int_attr("exclusive", 0) != 0, d.int_attr("reverse", 0) != 0);
+        Ok(one(move |x| {
+            let axis = match x.get(1).and_then(|t| ints_of(t)).as_deref() {
+                Some([a]) => *a,
+                _ => return Err("CumSum's axis must be one integer".into()),
+            };
+            cumsum(x[0], axis, exclusive, reverse)
+        }))
+    }),
+    ("onnx.BitwiseAnd", |_| Ok(one(|x| bitwise(x[0], x[1], |a, b| a & b)))),
+    ("onnx.BitwiseOr", |_| Ok(one(|x| bitwise(x[0], x[1], |a, b| a | b)))),
+    ("onnx.BitwiseXor", |_| Ok(one(|x| bitwise(x[0], x[1], |a, b| a ^ b)))),
+    ("onnx.BitwiseNot", |_| Ok(one(|x| bitwise(x[0], x[0], |a, _| !a)))),
     ("onnx.TopK", |d| {
         let (axis, largest) = (d.int_attr("axis", -1), d.int_attr("largest", 1) != 0);
         Ok(Box::new(FnKernel(move |x: &[&Tensor]| {

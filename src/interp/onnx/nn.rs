@@ -328,19 +328,75 @@ pub(super) fn instance_norm(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     }))
 }
 
+/// LayerNormalization, with its optional Mean and InvStdDev outputs (shaped like the input
+/// with the normalized dims set to 1).
 pub(super) fn layer_norm(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     let (axis, eps) = (d.int_attr("axis", -1), d.f64_attr("epsilon", 1e-5) as f32);
-    if d.result_types.len() > 1 {
-        return Err("LayerNormalization with Mean/InvStdDev outputs is not supported".into());
-    }
-    Ok(one(move |x| {
+    let outputs = d.result_types.len().max(1);
+    Ok(Box::new(FnKernel(move |x: &[&Tensor]| {
         let a = f32_arg(x, 0)?;
         let ax = norm_axis(axis, a.ndim())?;
         let y = Tensor::F32(normalize(a, ax, eps));
         let y = arith(BinOp::Mul, &y, x[1])?;
-        match x.get(2) {
-            Some(b) if !b.is_empty() => arith(BinOp::Add, &y, b),
-            _ => Ok(y),
+        let y = match x.get(2) {
+            Some(b) if !b.is_empty() => arith(BinOp::Add, &y, b)?,
+            _ => y,
+        };
+        let mut out = vec![y];
+        if outputs > 1 {
+            let (mean, inv) = row_moments(a, ax, eps)?;
+            out.push(Tensor::F32(mean));
+            out.push(Tensor::F32(inv));
+            out.truncate(outputs);
         }
+        Ok(out)
+    })))
+}
+
+/// Mean and 1/√(σ² + ε) of every slice over the dims from `axis` on, kept as size-1 dims.
+fn row_moments(
+    a: &ndarray::ArrayD<f32>,
+    axis: usize,
+    eps: f32,
+) -> KernelResult<(ndarray::ArrayD<f32>, ndarray::ArrayD<f32>)> {
+    let inner: usize = a.shape()[axis..].iter().product();
+    let mut shape = a.shape().to_vec();
+    shape[axis..].iter_mut().for_each(|d| *d = 1);
+    let a = a.as_standard_layout();
+    let flat = a.as_slice().ok_or("layout")?;
+    let (mut m, mut s) = (Vec::new(), Vec::new());
+    for row in flat.chunks(inner.max(1)) {
+        let n = row.len() as f32;
+        let mean = row.iter().sum::<f32>() / n;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+        m.push(mean);
+        s.push(1.0 / (var + eps).sqrt());
+    }
+    Ok((
+        ndarray::ArrayD::from_shape_vec(shape.clone(), m).map_err(|e| e.to_string())?,
+        ndarray::ArrayD::from_shape_vec(shape, s).map_err(|e| e.to_string())?,
+    ))
+}
+
+/// RMSNormalization: x / √(mean(x²) + ε) · scale over the dims from `axis` on.
+pub(super) fn rms_norm(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    let (axis, eps) = (d.int_attr("axis", -1), d.f64_attr("epsilon", 1e-5) as f32);
+    Ok(one(move |x| {
+        let a = f32_arg(x, 0)?;
+        let ax = norm_axis(axis, a.ndim())?;
+        let inner: usize = a.shape()[ax..].iter().product();
+        let mut y = a.as_standard_layout().into_owned();
+        if let Some(s) = y.as_slice_mut() {
+            for row in s.chunks_mut(inner.max(1)) {
+                let ms = row.iter().map(|v| v * v).sum::<f32>() / row.len() as f32;
+                let inv = 1.0 / (ms + eps).sqrt();
+                row.iter_mut().for_each(|v| *v *= inv);
+            }
+        }
+        arith(
+            BinOp::Mul,
+            &Tensor::F32(y),
+            x.get(1).ok_or("RMSNormalization without a scale")?,
+        )
     }))
 }
