@@ -182,3 +182,82 @@ fn basic_pitch_savedmodel_runs_and_quantizes() {
     let (ok_, msg) = common::mlir_opt_accepts(&dir.path().join("q.mlir"));
     assert!(ok_, "{msg}");
 }
+
+/// One real model as shipped: `run` reproduces the reference outputs on the test samples
+/// (≤ 5e-4 × max(1, max |ref|)), the default `quantize -o .onnx` puts every one of `convs`
+/// compute ops on int8 weights and activations, and onnxruntime loads and runs the output.
+fn as_shipped(model: &str, stem: &str, reference: &str, convs: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.npz");
+    ok(quantir(&[
+        "run",
+        &real(model),
+        "--data",
+        &real(&format!("{stem}_test.npz")),
+        "-o",
+        &arg(&out),
+    ]));
+    let mut want =
+        ndarray_npy::NpzReader::new(std::fs::File::open(data(&format!("real/{reference}"))).unwrap()).unwrap();
+    let mut got = ndarray_npy::NpzReader::new(std::fs::File::open(&out).unwrap()).unwrap();
+    for name in want.names().unwrap() {
+        let name = name.trim_end_matches(".npy").to_string();
+        let w: ndarray::ArrayD<f32> = want.by_name(&name).unwrap();
+        let g: ndarray::ArrayD<f32> = got
+            .by_name(&name)
+            .unwrap_or_else(|e| panic!("{model}: output {name}: {e}"));
+        let (d, bound) = close(&g, &w);
+        assert!(d <= bound, "{model} {name}: max |quantir - reference| = {d} > {bound}");
+    }
+    let q = dir.path().join("q.onnx");
+    let o = ok(quantir(&[
+        "quantize",
+        &real(model),
+        "--data",
+        &real(&format!("{stem}_calib.npz")),
+        "--no-cache",
+        "--json",
+        "-o",
+        &arg(&q),
+    ]));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ops = j["ops"].as_array().unwrap();
+    assert_eq!(ops.len(), convs, "{model}: {j:#}");
+    for o in ops {
+        assert_eq!(
+            (o["weights"].as_str(), o["activations"].as_str()),
+            (Some("i8"), Some("i8")),
+            "{model}: {o}"
+        );
+    }
+    let r = onnx_ref(&[
+        "run",
+        &arg(&q),
+        &real(&format!("{stem}_test.npz")),
+        &arg(&dir.path().join("ort.npz")),
+    ]);
+    assert!(r["samples"].as_u64().unwrap() > 0, "{model}: {r}");
+}
+
+/// PP-OCRv4's text detector (paddle2onnx, dynamic dims): 62 Conv and 2 ConvTranspose.
+#[test]
+fn ppocr_det_as_shipped() {
+    as_shipped("ppocr_det.onnx", "ppocr_det", "ppocr_det_test_outputs_ort.npz", 64);
+}
+
+/// basic-pitch's tf2onnx export: its 32 convolutions (26 of the CQT front end).
+#[test]
+fn basic_pitch_onnx_as_shipped() {
+    as_shipped(
+        "basic_pitch.onnx",
+        "basic_pitch",
+        "basic_pitch_test_outputs_ort.npz",
+        32,
+    );
+}
+
+/// fer's mini-Xception SavedModel (Keras 2): 15 Conv2D and 8 depthwise convs, as ONNX.
+#[test]
+fn fer_savedmodel_as_shipped() {
+    as_shipped("fer_savedmodel", "fer", "fer_test_outputs_tf.npz", 23);
+}

@@ -197,7 +197,8 @@ def run(model, data, out):
     s = session(model)
     d = np.load(data)
     inp = s.get_inputs()[0]
-    x = d[inp.name] if inp.name in d.files else d["x"]
+    # by the input's name, else the only array (as quantir binds it)
+    x = d[inp.name] if inp.name in d.files else d["x"] if "x" in d.files else d[d.files[0]]
     res = [s.run(None, {inp.name: x[i : i + 1].astype(np.float32)}) for i in range(len(x))]
     names = [o.name for o in s.get_outputs()]
     np.savez(out, **{n: np.concatenate([r[k] for r in res]) for k, n in enumerate(names)})
