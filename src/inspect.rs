@@ -54,6 +54,27 @@ pub struct Inspection {
     pub float_tensors: Vec<FloatTensor>,
     /// Compute ops the dialect tables mark for int8 (weights and activation inputs quantized).
     pub quantizable_ops: BTreeMap<String, usize>,
+    /// Op results without a ranked type: dynamic dims the importer could not resolve by running
+    /// the model on zeros (calibration types them from its data's first sample).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub untyped_values: usize,
+    /// How the dims were resolved from sample data (`inspect --data`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved_from: Option<ResolvedDims>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// Dims resolved from a sample: where from, the shapes used, and what they typed.
+#[derive(Debug, Serialize)]
+pub struct ResolvedDims {
+    pub data: String,
+    pub input_shapes: Vec<Vec<usize>>,
+    pub values_typed: usize,
+    /// Why some values are still untyped, when they are.
+    pub failure: Option<String>,
 }
 
 pub fn inspect(module: &Module) -> Result<Inspection, IrError> {
@@ -132,6 +153,8 @@ pub fn inspect(module: &Module) -> Result<Inspection, IrError> {
         constant_bytes,
         float_tensors,
         quantizable_ops,
+        untyped_values: crate::interp::infer_types::unranked_results(module, &[crate::dialects::onnx::NO_VALUE]),
+        resolved_from: None,
     })
 }
 
@@ -159,6 +182,27 @@ impl std::fmt::Display for Inspection {
                     func.output_names.join(",")
                 )?;
             }
+        }
+        if let Some(r) = &self.resolved_from {
+            writeln!(
+                f,
+                "types: dynamic dims resolved from {} (input shapes {:?}): {} values typed{}",
+                r.data,
+                r.input_shapes,
+                r.values_typed,
+                r.failure
+                    .as_ref()
+                    .map(|e| format!("; not all: {e}"))
+                    .unwrap_or_default()
+            )?;
+        }
+        if self.untyped_values > 0 {
+            writeln!(
+                f,
+                "types: {} values untyped (dynamic dims the importer could not resolve by running the model on \
+                 zeros; calibration types them from its data, `inspect --data` shows how)",
+                self.untyped_values
+            )?;
         }
         writeln!(f, "\nops:")?;
         for (name, n) in &self.op_counts {

@@ -216,8 +216,25 @@ fn cmd_inspect(a: &InspectArgs, signature: Option<&str>) -> Result<()> {
             return Err(e);
         }
     };
+    let resolved = match &a.data {
+        Some(data) => {
+            let program = interp::Program::compile(&module, None)?;
+            let dataset = formats::data::Dataset::open(data)?;
+            let binding = formats::data::bind(&dataset, &program.inputs, &[])?;
+            let shapes: Vec<Vec<usize>> = binding.sample(0)?.iter().map(|t| t.shape().to_vec()).collect();
+            let outcome = quantize::resolve_types(&module, &shapes);
+            Some(inspect::ResolvedDims {
+                data: data.display().to_string(),
+                input_shapes: shapes,
+                values_typed: outcome.refined,
+                failure: outcome.failure,
+            })
+        }
+        None => None,
+    };
     let mut report = inspect::inspect(&module).with_context(|| model.display().to_string())?;
     report.signatures = signatures;
+    report.resolved_from = resolved;
     if json {
         out(&format!("{}\n", serde_json::to_string_pretty(&report)?))
     } else {

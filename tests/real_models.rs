@@ -89,6 +89,24 @@ fn ppocr_cls_as_shipped_quantizes_like_its_static_copy() {
         std::fs::read(dir.path().join("dynamic.onnx")).unwrap(),
         "quantize --stats differs from quantize --data"
     );
+    // inspect says what the importer left untyped, and what the data's first sample types
+    let o = ok(quantir(&["inspect", &real("ppocr_cls.onnx")]));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        text.contains("values untyped (dynamic dims the importer could not resolve"),
+        "{text}"
+    );
+    let o = ok(quantir(&[
+        "inspect",
+        &real("ppocr_cls.onnx"),
+        "--data",
+        &real("ppocr_cls_test.npz"),
+    ]));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        text.contains("(input shapes [[1, 3, 48, 192]])") && !text.contains("untyped"),
+        "{text}"
+    );
     // the written model keeps the dynamic input dims
     let o = ok(quantir(&["inspect", &arg(&dir.path().join("dynamic.onnx"))]));
     assert!(

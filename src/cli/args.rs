@@ -47,6 +47,10 @@ pub enum Command {
 pub struct InspectArgs {
     #[arg(help = MODEL_HELP)]
     pub model: PathBuf,
+    /// Sample data: dynamic dims the importer could not resolve are resolved from its first
+    /// sample, as calibration would, and the report says what that typed.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
     /// Print a JSON document instead of text.
     #[arg(long)]
     pub json: bool,
