@@ -52,6 +52,8 @@ pub const RULES: &[OpRule] = &[
     // values kept or zeroed (zero is exact in every scheme)
     same_scale("onnx.Trilu", &[1]),
     same_scale("onnx.Resize", &[1, 2, 3]),
+    same_scale("onnx.DepthToSpace", &[]),
+    same_scale("onnx.SpaceToDepth", &[]),
     shape("onnx.Split", &[1]),
     shape("onnx.ReduceMean", &[1]),
     shape("onnx.ReduceSum", &[1]),

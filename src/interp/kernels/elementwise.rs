@@ -84,6 +84,8 @@ pub enum BinOp {
     FloorMod,
     /// x / y, and 0 where y is 0 (TF's DivNoNan; floats only).
     DivNoNan,
+    /// The remainder with the dividend's sign (C's fmod; ONNX Mod with fmod = 1).
+    Fmod,
 }
 
 fn int_op<T>(op: BinOp) -> KernelResult<fn(T, T) -> T>
@@ -101,6 +103,7 @@ where
         BinOp::SquaredDifference => |a, b| T::wmul(T::wsub(a, b), T::wsub(a, b)),
         BinOp::Pow => return Err("integer Pow is not supported".into()),
         BinOp::DivNoNan => return Err("integer DivNoNan is not supported".into()),
+        BinOp::Fmod => T::tmod,
     })
 }
 
@@ -113,6 +116,7 @@ mod num_like {
         fn wmul(a: Self, b: Self) -> Self;
         fn fdiv(a: Self, b: Self) -> Self;
         fn fmod(a: Self, b: Self) -> Self;
+        fn tmod(a: Self, b: Self) -> Self;
     }
     macro_rules! int {
         ($($t:ty),*) => {$(
@@ -124,6 +128,7 @@ mod num_like {
                 fn wmul(a: Self, b: Self) -> Self { a.wrapping_mul(b) }
                 fn fdiv(a: Self, b: Self) -> Self { if b == 0 { 0 } else { let q = a.wrapping_div(b); if a.wrapping_rem(b) != 0 && ((a < 0) != (b < 0)) { q - 1 } else { q } } }
                 fn fmod(a: Self, b: Self) -> Self { if b == 0 { 0 } else { let r = a.wrapping_rem(b); if r != 0 && ((r < 0) != (b < 0)) { r + b } else { r } } }
+                fn tmod(a: Self, b: Self) -> Self { if b == 0 { 0 } else { a.wrapping_rem(b) } }
             }
         )*};
     }
@@ -142,6 +147,7 @@ pub fn float_op(op: BinOp) -> fn(f32, f32) -> f32 {
         BinOp::Pow => f32::powf,
         BinOp::FloorDiv => |a: f32, b: f32| (a / b).floor(),
         BinOp::DivNoNan => |a: f32, b: f32| if b == 0.0 { 0.0 } else { a / b },
+        BinOp::Fmod => |a: f32, b: f32| a % b,
         BinOp::FloorMod => |a: f32, b: f32| {
             let r = a % b;
             if r != 0.0 && ((r < 0.0) != (b < 0.0)) {

@@ -525,6 +525,44 @@ pub fn broadcast_to(t: &Tensor, shape: &[i64]) -> KernelResult<Tensor> {
     super::elementwise::arith(super::elementwise::BinOp::Add, t, &ones)
 }
 
+/// ONNX DepthToSpace on NCHW: channel blocks become `b × b` pixel blocks (`DCR`: depth, column,
+/// row order of the channels; `CRD`: column, row, depth).
+pub fn depth_to_space(x: &Tensor, b: i64, crd: bool) -> KernelResult<Tensor> {
+    let s = x.shape().to_vec();
+    let [n, c, h, w] = s[..] else {
+        return Err(format!("DepthToSpace of rank {}", s.len()));
+    };
+    let bu = b.max(1) as usize;
+    if b < 1 || c % (bu * bu) != 0 {
+        return Err(format!("DepthToSpace blocksize {b} for {c} channels"));
+    }
+    let (n, c, h, w, b) = (n as i64, c as i64, h as i64, w as i64, b);
+    let out_c = c / (b * b);
+    let (split, perm): (Vec<i64>, [i64; 6]) = if crd {
+        (vec![n, out_c, b, b, h, w], [0, 1, 4, 2, 5, 3])
+    } else {
+        (vec![n, b, b, out_c, h, w], [0, 3, 4, 1, 5, 2])
+    };
+    let t = transpose(&reshape(x, &split, false)?, &perm)?;
+    reshape(&t, &[n, out_c, h * b, w * b], false)
+}
+
+/// ONNX SpaceToDepth on NCHW: `b × b` pixel blocks become channels (DCR order).
+pub fn space_to_depth(x: &Tensor, b: i64) -> KernelResult<Tensor> {
+    let s = x.shape().to_vec();
+    let [n, c, h, w] = s[..] else {
+        return Err(format!("SpaceToDepth of rank {}", s.len()));
+    };
+    let bu = b.max(1) as usize;
+    if b < 1 || h % bu != 0 || w % bu != 0 {
+        return Err(format!("SpaceToDepth blocksize {b} for {h}×{w}"));
+    }
+    let (n, c, h, w) = (n as i64, c as i64, h as i64, w as i64);
+    let t = reshape(x, &[n, c, h / b, b, w / b, b], false)?;
+    let t = transpose(&t, &[0, 3, 5, 1, 2, 4])?;
+    reshape(&t, &[n, c * b * b, h / b, w / b], false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

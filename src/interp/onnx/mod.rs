@@ -70,10 +70,11 @@ pub const TABLE: &[(&str, Builder)] = &[
         }))
     }),
     ("onnx.Mod", |d| {
-        if d.int_attr("fmod", 0) != 0 {
-            return Err("Mod with fmod = 1 is not supported".into());
-        }
-        bin(BinOp::FloorMod)
+        bin(if d.int_attr("fmod", 0) != 0 {
+            BinOp::Fmod
+        } else {
+            BinOp::FloorMod
+        })
     }),
     // comparisons and logic
     ("onnx.Equal", |_| cmp(CmpOp::Equal)),
@@ -206,7 +207,35 @@ pub const TABLE: &[(&str, Builder)] = &[
     ("onnx.ReduceLogSumExp", log_sum_exp),
     // layout
     ("onnx.Identity", |_| Ok(one(|x| Ok(x[0].clone())))),
-    ("onnx.Dropout", |_| Ok(one(|x| Ok(x[0].clone())))),
+    // inference: the input as it is, and (when asked for) a mask of all true
+    ("onnx.Dropout", |d| {
+        let mask = d.result_types.len() > 1;
+        Ok(Box::new(FnKernel(move |x: &[&Tensor]| {
+            // training mode drops at random (unless the ratio is 0): not an inference op,
+            // refused rather than ignored
+            let training = matches!(x.get(2), Some(Tensor::I1(t)) if t.iter().any(|&b| b));
+            let ratio = match x.get(1) {
+                Some(Tensor::F32(r)) if !r.is_empty() => r.iter().next().copied().unwrap_or(0.5),
+                _ => 0.5,
+            };
+            if training && ratio != 0.0 {
+                return Err("Dropout with training_mode = true is not an inference op".into());
+            }
+            let mut out = vec![x[0].clone()];
+            if mask {
+                out.push(Tensor::I1(ndarray::ArrayD::from_elem(x[0].shape(), true)));
+            }
+            Ok(out)
+        })))
+    }),
+    ("onnx.DepthToSpace", |d| {
+        let (b, crd) = (d.int_attr("blocksize", 1), d.str_attr("mode") == Some("CRD"));
+        Ok(one(move |x| layout::depth_to_space(x[0], b, crd)))
+    }),
+    ("onnx.SpaceToDepth", |d| {
+        let b = d.int_attr("blocksize", 1);
+        Ok(one(move |x| layout::space_to_depth(x[0], b)))
+    }),
     ("onnx.Reshape", |d| {
         let zero_copies = d.int_attr("allowzero", 0) == 0;
         Ok(one(move |x| layout::reshape(x[0], &int_arg(x, 1)?, zero_copies)))
