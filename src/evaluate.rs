@@ -216,12 +216,12 @@ fn argmax(t: &Tensor) -> Option<usize> {
 pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptions) -> Result<EvalReport, EvalError> {
     // untyped results (dynamic dims the importer could not resolve) take the data's shapes,
     // as they did in calibration
-    let specs = Program::compile(float, None)?.inputs;
-    let first = bind(data, &specs, &opts.overrides)?;
-    if first.samples > 0 {
-        let shapes: Vec<Vec<usize>> = first.sample(0)?.iter().map(|t| t.shape().to_vec()).collect();
-        crate::quantize::resolve_types(float, &shapes);
-        crate::quantize::resolve_types(quant, &shapes);
+    if crate::quantize::untyped_results(float) + crate::quantize::untyped_results(quant) > 0 {
+        let specs = Program::compile(float, None)?.inputs;
+        let first = bind(data, &specs, &opts.overrides)?;
+        if let Some(t) = crate::quantize::resolve_types_from(float, &first)? {
+            crate::quantize::resolve_types(quant, &t.shapes);
+        }
     }
     prepare(float)?;
     let pf = Program::compile(float, None)?;

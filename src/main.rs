@@ -221,13 +221,11 @@ fn cmd_inspect(a: &InspectArgs, signature: Option<&str>) -> Result<()> {
             let program = interp::Program::compile(&module, None)?;
             let dataset = formats::data::Dataset::open(data)?;
             let binding = formats::data::bind(&dataset, &program.inputs, &[])?;
-            let shapes: Vec<Vec<usize>> = binding.sample(0)?.iter().map(|t| t.shape().to_vec()).collect();
-            let outcome = quantize::resolve_types(&module, &shapes);
-            Some(inspect::ResolvedDims {
+            quantize::resolve_types_from(&module, &binding)?.map(|t| inspect::ResolvedDims {
                 data: data.display().to_string(),
-                input_shapes: shapes,
-                values_typed: outcome.refined,
-                failure: outcome.failure,
+                input_shapes: t.shapes,
+                values_typed: t.outcome.refined,
+                failure: t.outcome.failure,
             })
         }
         None => None,

@@ -153,14 +153,10 @@ fn infer_types_with(ctx: &Context, module: &Module, skip: &[&str], first_fill: F
     let Ok(func) = find_function(module, None) else {
         return outcome;
     };
-    let unranked = |op: &melior::ir::OperationRef| op.results().any(|r| !is_ranked_tensor(Value::from(r).r#type()));
-    if !body_ops(func)
-        .iter()
-        .any(|op| !skip.contains(&op_name(op).as_str()) && unranked(op))
-    {
+    outcome.unknown = unranked_results(module, skip);
+    if outcome.unknown == 0 {
         return outcome;
     }
-    outcome.unknown = unranked_results(module, skip);
     // one compiled program (constants read once) for both runs
     let prog = match Program::compile(module, None) {
         Ok(p) => p,

@@ -98,12 +98,7 @@ fn observation(module: &Module, opts: &CalibrateOptions) -> Result<Observation, 
 
 /// Prepares `module` (in place), runs it over the samples and returns the statistics.
 pub fn calibrate(module: &Module, data: &Binding, opts: &CalibrateOptions) -> Result<StatsFile, CalibrateError> {
-    let (shapes, _) = resolve_from(module, data)?;
-    prepare(module)?;
-    let obs = observation(module, opts)?;
-    let mut stats = run_observation(module, data, opts, obs)?;
-    stats.input_shapes = shapes;
-    Ok(stats)
+    Ok(calibrate_cached(module, data, opts, None)?.stats)
 }
 
 /// Resolves the module's untyped results from the data's first sample (every shard resolves
@@ -113,13 +108,13 @@ pub fn resolve_from(
     module: &Module,
     data: &Binding,
 ) -> Result<(Option<Vec<Vec<usize>>>, Option<String>), CalibrateError> {
-    let skip = [crate::dialects::onnx::NO_VALUE];
-    if crate::interp::infer_types::unranked_results(module, &skip) == 0 || data.samples == 0 {
+    if super::untyped_results(module) == 0 {
         return Ok((None, None));
     }
-    let first = data.sample(0).map_err(|e| CalibrateError::Run(RunError::Data(e)))?;
-    let shapes: Vec<Vec<usize>> = first.iter().map(|t| t.shape().to_vec()).collect();
-    let outcome = super::resolve_types(module, &shapes);
+    let resolved = super::resolve_types_from(module, data).map_err(|e| CalibrateError::Run(RunError::Data(e)))?;
+    let Some(super::SampleTypes { shapes, outcome }) = resolved else {
+        return Ok((None, None));
+    };
     let warning = (outcome.unknown > 0).then(|| {
         format!(
             "types of {} values unknown after running the model on zeros shaped like the first sample ({}): \

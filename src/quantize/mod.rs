@@ -42,13 +42,33 @@ pub fn prepare(module: &Module) -> Result<Vec<(String, PassReport)>, PassError> 
 /// dynamic dims could not type them; does nothing when every result is typed. The outcome says
 /// how many results stay untyped and why.
 pub fn resolve_types(module: &Module, shapes: &[Vec<usize>]) -> crate::interp::infer_types::Inferred {
-    use crate::interp::infer_types::{infer_types_from_sample, unranked_results, Inferred};
-    let skip = [crate::dialects::onnx::NO_VALUE];
-    if unranked_results(module, &skip) == 0 {
-        return Inferred::default();
-    }
     let ctx = crate::ir::graph::module_context(module);
-    infer_types_from_sample(ctx, module, &skip, shapes)
+    crate::interp::infer_types::infer_types_from_sample(ctx, module, &[crate::dialects::onnx::NO_VALUE], shapes)
+}
+
+/// Results of the entry function that have no type yet (see [`resolve_types`]).
+pub fn untyped_results(module: &Module) -> usize {
+    crate::interp::infer_types::unranked_results(module, &[crate::dialects::onnx::NO_VALUE])
+}
+
+/// What [`resolve_types_from`] used and did.
+pub struct SampleTypes {
+    /// The first sample's input shapes, one per function input.
+    pub shapes: Vec<Vec<usize>>,
+    pub outcome: crate::interp::infer_types::Inferred,
+}
+
+/// [`resolve_types`] with the shapes of `data`'s first sample; `None` when it has no samples.
+pub fn resolve_types_from(
+    module: &Module,
+    data: &crate::formats::data::Binding,
+) -> Result<Option<SampleTypes>, crate::formats::data::DataError> {
+    if data.samples == 0 {
+        return Ok(None);
+    }
+    let shapes: Vec<Vec<usize>> = data.sample(0)?.iter().map(|t| t.shape().to_vec()).collect();
+    let outcome = resolve_types(module, &shapes);
+    Ok(Some(SampleTypes { shapes, outcome }))
 }
 
 /// Readies a TF-dialect module for an `.onnx` output: [`prepare`]s it with TF's own passes
