@@ -458,23 +458,41 @@ fn scalar_f32(t: &Tensor) -> KernelResult<f32> {
     }
 }
 
-fn red(d: &OpDesc, op: Reduce) -> Result<Box<dyn Kernel>, String> {
-    let keep = d.int_attr("keepdims", 1) != 0;
-    let noop_empty = d.int_attr("noop_with_empty_axes", 0) != 0;
-    let attr = d.ints_attr("axes");
-    Ok(one(move |x| {
-        let axes = match &attr {
+/// The axes a Reduce* op reduces over: its `axes` attribute (before opset 18) or input 1; none
+/// given means all of them, or (with `noop_with_empty_axes`) none at all.
+#[derive(Clone)]
+struct ReduceAxes {
+    attr: Option<Vec<i64>>,
+    noop_empty: bool,
+}
+
+impl ReduceAxes {
+    fn of(d: &OpDesc) -> ReduceAxes {
+        ReduceAxes {
+            attr: d.ints_attr("axes"),
+            noop_empty: d.int_attr("noop_with_empty_axes", 0) != 0,
+        }
+    }
+
+    /// The axes for operands `x`; `None` when the op is the identity.
+    fn resolve(&self, x: &[&Tensor]) -> KernelResult<Option<Vec<i64>>> {
+        let axes = match &self.attr {
             Some(a) => a.clone(),
             None => opt_ints(x, 1)?.unwrap_or_default(),
         };
-        if axes.is_empty() {
-            if noop_empty {
-                return Ok(x[0].clone());
-            }
-            let all: Vec<i64> = (0..x[0].shape().len() as i64).collect();
-            return reduce(x[0], &all, keep, op);
-        }
-        reduce(x[0], &axes, keep, op)
+        Ok(match (axes.is_empty(), self.noop_empty) {
+            (false, _) => Some(axes),
+            (true, true) => None,
+            (true, false) => Some((0..x[0].shape().len() as i64).collect()),
+        })
+    }
+}
+
+fn red(d: &OpDesc, op: Reduce) -> Result<Box<dyn Kernel>, String> {
+    let (keep, axes) = (d.int_attr("keepdims", 1) != 0, ReduceAxes::of(d));
+    Ok(one(move |x| match axes.resolve(x)? {
+        None => Ok(x[0].clone()),
+        Some(a) => reduce(x[0], &a, keep, op),
     }))
 }
 
@@ -496,23 +514,12 @@ fn red_of(d: &OpDesc, pre: fn(f32) -> f32, op: Reduce, post: fn(f32) -> f32) -> 
 
 /// log Σ eˣ, shifted by the maximum over the reduced axes so that large inputs do not overflow.
 fn log_sum_exp(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
-    let (keep, noop_empty, attr) = (
-        d.int_attr("keepdims", 1) != 0,
-        d.int_attr("noop_with_empty_axes", 0) != 0,
-        d.ints_attr("axes"),
-    );
+    let (keep, reduced) = (d.int_attr("keepdims", 1) != 0, ReduceAxes::of(d));
     Ok(one(move |x| {
         let a = f32_arg(x, 0)?;
-        let mut axes = match &attr {
-            Some(v) => v.clone(),
-            None => opt_ints(x, 1)?.unwrap_or_default(),
+        let Some(axes) = reduced.resolve(x)? else {
+            return Ok(x[0].clone());
         };
-        if axes.is_empty() {
-            if noop_empty {
-                return Ok(x[0].clone());
-            }
-            axes = (0..a.ndim() as i64).collect();
-        }
         let Tensor::F32(m) = reduce(x[0], &axes, true, Reduce::Max)? else {
             return Err("ReduceLogSumExp of a non-float tensor".into());
         };
