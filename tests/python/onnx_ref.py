@@ -174,7 +174,8 @@ def ops(out_dir):
 
 
 def levels(fm, qm, data):
-    x = np.load(data)["x"]
+    d = np.load(data)
+    x = d["x"] if "x" in d.files else d[d.files[0]]
     f = run_all(fm, x)
     out = {}
     for name in ["ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL"]:
