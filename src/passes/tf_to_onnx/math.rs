@@ -3,6 +3,15 @@
 
 use super::*;
 
+/// What [`reduce`] writes: the ONNX reduction of the TF op's kind.
+const REDUCTIONS: &[&str] = &[
+    "onnx.ReduceMax",
+    "onnx.ReduceMean",
+    "onnx.ReduceMin",
+    "onnx.ReduceProd",
+    "onnx.ReduceSum",
+];
+
 /// The TF ops of this family, sorted by name.
 pub(super) const TABLE: &[(&str, Rule)] = &[
     ("tf.Abs", Elementwise("onnx.Abs")),
@@ -24,63 +33,15 @@ pub(super) const TABLE: &[(&str, Rule)] = &[
     ("tf.Inv", Elementwise("onnx.Reciprocal")),
     ("tf.LeakyRelu", Custom(leaky_relu, &["onnx.LeakyRelu"])),
     ("tf.Log", Elementwise("onnx.Log")),
-    (
-        "tf.Max",
-        Custom(
-            reduce,
-            &[
-                "onnx.ReduceMax",
-                "onnx.ReduceMean",
-                "onnx.ReduceMin",
-                "onnx.ReduceProd",
-                "onnx.ReduceSum",
-            ],
-        ),
-    ),
+    ("tf.Max", Custom(reduce, REDUCTIONS)),
     ("tf.Maximum", Elementwise("onnx.Max")),
-    (
-        "tf.Mean",
-        Custom(
-            reduce,
-            &[
-                "onnx.ReduceMax",
-                "onnx.ReduceMean",
-                "onnx.ReduceMin",
-                "onnx.ReduceProd",
-                "onnx.ReduceSum",
-            ],
-        ),
-    ),
-    (
-        "tf.Min",
-        Custom(
-            reduce,
-            &[
-                "onnx.ReduceMax",
-                "onnx.ReduceMean",
-                "onnx.ReduceMin",
-                "onnx.ReduceProd",
-                "onnx.ReduceSum",
-            ],
-        ),
-    ),
+    ("tf.Mean", Custom(reduce, REDUCTIONS)),
+    ("tf.Min", Custom(reduce, REDUCTIONS)),
     ("tf.Minimum", Elementwise("onnx.Min")),
     ("tf.Mul", Elementwise("onnx.Mul")),
     ("tf.Neg", Elementwise("onnx.Neg")),
     ("tf.Pow", Elementwise("onnx.Pow")),
-    (
-        "tf.Prod",
-        Custom(
-            reduce,
-            &[
-                "onnx.ReduceMax",
-                "onnx.ReduceMean",
-                "onnx.ReduceMin",
-                "onnx.ReduceProd",
-                "onnx.ReduceSum",
-            ],
-        ),
-    ),
+    ("tf.Prod", Custom(reduce, REDUCTIONS)),
     ("tf.RealDiv", Elementwise("onnx.Div")),
     ("tf.Reciprocal", Elementwise("onnx.Reciprocal")),
     ("tf.Relu", Elementwise("onnx.Relu")),
@@ -99,19 +60,7 @@ pub(super) const TABLE: &[(&str, Rule)] = &[
         Custom(squared_difference, &["onnx.Mul", "onnx.Sub"]),
     ),
     ("tf.Sub", Elementwise("onnx.Sub")),
-    (
-        "tf.Sum",
-        Custom(
-            reduce,
-            &[
-                "onnx.ReduceMax",
-                "onnx.ReduceMean",
-                "onnx.ReduceMin",
-                "onnx.ReduceProd",
-                "onnx.ReduceSum",
-            ],
-        ),
-    ),
+    ("tf.Sum", Custom(reduce, REDUCTIONS)),
     ("tf.Tanh", Elementwise("onnx.Tanh")),
 ];
 
