@@ -200,6 +200,25 @@ pub fn stack_outputs(per_sample: &[Vec<Tensor>], concat: bool) -> Result<Vec<Ten
         .collect()
 }
 
+/// An f16 as NumPy stores it (`<f2`): ndarray-npy has no half-precision element type.
+#[derive(Clone, Copy)]
+struct F16Le(u16);
+
+impl ndarray_npy::WritableElement for F16Le {
+    fn type_descriptor() -> py_literal::Value {
+        py_literal::Value::String("<f2".into())
+    }
+
+    fn write<W: std::io::Write>(&self, mut w: W) -> Result<(), ndarray_npy::WriteDataError> {
+        Ok(w.write_all(&self.0.to_le_bytes())?)
+    }
+
+    fn write_slice<W: std::io::Write>(s: &[Self], mut w: W) -> Result<(), ndarray_npy::WriteDataError> {
+        let bytes: Vec<u8> = s.iter().flat_map(|v| v.0.to_le_bytes()).collect();
+        Ok(w.write_all(&bytes)?)
+    }
+}
+
 /// Writes named tensors as an `.npz` file, atomically.
 pub fn write_npz(
     path: &std::path::Path,
@@ -219,7 +238,10 @@ pub fn write_npz(
                 Tensor::U8(a) => w.add_array(name.as_str(), a),
                 Tensor::I16(a) => w.add_array(name.as_str(), a),
                 Tensor::U16(a) => w.add_array(name.as_str(), a),
+                Tensor::U32(a) => w.add_array(name.as_str(), a),
+                Tensor::U64(a) => w.add_array(name.as_str(), a),
                 Tensor::I1(a) => w.add_array(name.as_str(), a),
+                Tensor::F16(a) => w.add_array(name.as_str(), &a.mapv(|v| F16Le(v.to_bits()))),
                 other => {
                     return Err(RunError::Output(format!(
                         "cannot write a {} array to .npz",

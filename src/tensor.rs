@@ -20,7 +20,9 @@ pub enum DType {
     I16,
     U16,
     I32,
+    U32,
     I64,
+    U64,
 }
 
 impl DType {
@@ -37,7 +39,9 @@ impl DType {
             DType::I16 => "i16",
             DType::U16 => "ui16",
             DType::I32 => "i32",
+            DType::U32 => "ui32",
             DType::I64 => "i64",
+            DType::U64 => "ui64",
         }
     }
 
@@ -46,8 +50,8 @@ impl DType {
         match self {
             DType::I1 | DType::I8 | DType::U8 => 1,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
-            DType::F32 | DType::I32 => 4,
-            DType::F64 | DType::I64 => 8,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F64 | DType::I64 | DType::U64 => 8,
         }
     }
 
@@ -80,7 +84,9 @@ pub enum Tensor {
     I16(ArrayD<i16>),
     U16(ArrayD<u16>),
     I32(ArrayD<i32>),
+    U32(ArrayD<u32>),
     I64(ArrayD<i64>),
+    U64(ArrayD<u64>),
 }
 
 /// Applies `$body` to the array inside any variant, binding it to `$a`.
@@ -98,7 +104,9 @@ macro_rules! with_array {
             $crate::tensor::Tensor::I16($a) => $body,
             $crate::tensor::Tensor::U16($a) => $body,
             $crate::tensor::Tensor::I32($a) => $body,
+            $crate::tensor::Tensor::U32($a) => $body,
             $crate::tensor::Tensor::I64($a) => $body,
+            $crate::tensor::Tensor::U64($a) => $body,
         }
     };
 }
@@ -116,7 +124,9 @@ impl Tensor {
             Tensor::I16(_) => DType::I16,
             Tensor::U16(_) => DType::U16,
             Tensor::I32(_) => DType::I32,
+            Tensor::U32(_) => DType::U32,
             Tensor::I64(_) => DType::I64,
+            Tensor::U64(_) => DType::U64,
         }
     }
 
@@ -168,4 +178,4 @@ macro_rules! impl_from_array {
     )*};
 }
 impl_from_array!(f32 => F32, f64 => F64, f16 => F16, bf16 => BF16, bool => I1, i8 => I8, u8 => U8,
-    i16 => I16, u16 => U16, i32 => I32, i64 => I64);
+    i16 => I16, u16 => U16, i32 => I32, u32 => U32, i64 => I64, u64 => U64);

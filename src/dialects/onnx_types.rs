@@ -65,6 +65,8 @@ pub fn dtype_of(t: i32) -> Option<crate::tensor::DType> {
         dt::UINT16 => DType::U16,
         dt::INT32 => DType::I32,
         dt::INT64 => DType::I64,
+        dt::UINT32 => DType::U32,
+        dt::UINT64 => DType::U64,
         _ => return None,
     })
 }

@@ -174,7 +174,7 @@ fn read_entry<R: std::io::Read + std::io::Seek>(npz: &mut ndarray_npy::NpzReader
             }
         )*};
     }
-    try_as!(f32 => F32, f64 => F64, i64 => I64, i32 => I32, u8 => U8, i8 => I8, i16 => I16, u16 => U16, bool => I1);
+    try_as!(f32 => F32, f64 => F64, i64 => I64, i32 => I32, u8 => U8, i8 => I8, i16 => I16, u16 => U16, u32 => U32, u64 => U64, bool => I1);
     None
 }
 
@@ -191,7 +191,7 @@ fn read_npy(path: &Path) -> Result<Tensor, DataError> {
             }
         )*};
     }
-    try_as!(f32 => F32, f64 => F64, i64 => I64, i32 => I32, u8 => U8, i8 => I8, i16 => I16, u16 => U16, bool => I1);
+    try_as!(f32 => F32, f64 => F64, i64 => I64, i32 => I32, u8 => U8, i8 => I8, i16 => I16, u16 => U16, u32 => U32, u64 => U64, bool => I1);
     Err(err("not an .npy file of a supported dtype".into()))
 }
 

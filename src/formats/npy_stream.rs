@@ -52,6 +52,8 @@ fn dtype_of(descr: &str) -> Option<(DType, usize)> {
         "<i4" => (DType::I32, 4),
         "<i2" => (DType::I16, 2),
         "<u2" => (DType::U16, 2),
+        "<u4" => (DType::U32, 4),
+        "<u8" => (DType::U64, 8),
         "|u1" => (DType::U8, 1),
         "|i1" => (DType::I8, 1),
         "|b1" => (DType::I1, 1),
@@ -182,10 +184,7 @@ impl LazyArray {
 
     fn item_size(&self) -> usize {
         match self.dtype {
-            DType::F64 | DType::I64 => 8,
-            DType::F32 | DType::I32 => 4,
-            DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 2,
-            _ => 1,
+            d => d.size_bytes(),
         }
     }
 
@@ -243,6 +242,8 @@ impl LazyArray {
             DType::I32 => le!(i32, I32, 4),
             DType::I16 => le!(i16, I16, 2),
             DType::U16 => le!(u16, U16, 2),
+            DType::U32 => le!(u32, U32, 4),
+            DType::U64 => le!(u64, U64, 8),
             DType::F16 => le!(half::f16, F16, 2),
             DType::U8 => Tensor::U8(ArrayD::from_shape_vec(dims, bytes).map_err(|e| e.to_string())?),
             DType::I8 => Tensor::I8(

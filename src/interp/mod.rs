@@ -177,7 +177,13 @@ pub fn op_desc(op: melior::ir::OperationRef, consts: Vec<Option<Tensor>>) -> OpD
 pub fn build_kernel(op: melior::ir::OperationRef, consts: Vec<Option<Tensor>>) -> Result<Box<dyn Kernel>, String> {
     let desc = op_desc(op, consts);
     let build = builder(&desc.name).ok_or_else(|| "op not supported by the interpreter".to_string())?;
-    build(&desc)
+    compile_kernel(build, &desc)
+}
+
+/// The kernel `build` makes for `desc`; f16/bf16/f64 operands of a kernel written for f32 run
+/// through f32 (kernels/widen.rs).
+fn compile_kernel(build: tf::Builder, desc: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    Ok(Box::new(kernels::widen::FloatWidening(build(desc)?)))
 }
 
 /// The builder for an op, from every dialect table.
@@ -302,7 +308,7 @@ impl Program {
                 );
             }
             let desc = op_desc(op, in_slots.iter().map(|&s| consts[s].clone()).collect());
-            let kernel = build(&desc).map_err(unsupported)?;
+            let kernel = compile_kernel(build, &desc).map_err(unsupported)?;
             let out_slots: Vec<usize> = op
                 .results()
                 .map(|r| new_slot(r.into(), &name, &mut values, &mut consts, &mut slot_of))

@@ -52,7 +52,9 @@ fn tensor_from_le_bytes(dtype: DType, shape: &[usize], bytes: &[u8], n: usize, w
         DType::I16 => Tensor::I16(array_from(shape, decode!(bytes, i16, 2, i16::from_le_bytes), n, what)?),
         DType::U16 => Tensor::U16(array_from(shape, decode!(bytes, u16, 2, u16::from_le_bytes), n, what)?),
         DType::I32 => Tensor::I32(array_from(shape, decode!(bytes, i32, 4, i32::from_le_bytes), n, what)?),
+        DType::U32 => Tensor::U32(array_from(shape, decode!(bytes, u32, 4, u32::from_le_bytes), n, what)?),
         DType::I64 => Tensor::I64(array_from(shape, decode!(bytes, i64, 8, i64::from_le_bytes), n, what)?),
+        DType::U64 => Tensor::U64(array_from(shape, decode!(bytes, u64, 8, u64::from_le_bytes), n, what)?),
         DType::I1 => return Err(constant_err(what, "i1 is not stored byte-wise")),
     })
 }
@@ -133,6 +135,8 @@ unsafe fn resource_to_tensor(
         DType::U16 => get!(mlirDenseUInt16ResourceElementsAttrGetValue, U16),
         DType::I32 => get!(mlirDenseInt32ResourceElementsAttrGetValue, I32),
         DType::I64 => get!(mlirDenseInt64ResourceElementsAttrGetValue, I64),
+        DType::U32 => get!(mlirDenseUInt32ResourceElementsAttrGetValue, U32),
+        DType::U64 => get!(mlirDenseUInt64ResourceElementsAttrGetValue, U64),
         DType::F16 | DType::BF16 => {
             return Err(constant_err(
                 what,
@@ -188,6 +192,8 @@ pub fn tensor_le_bytes(t: &Tensor) -> Vec<u8> {
         Tensor::U16(a) => le_bytes(a, u16::to_le_bytes),
         Tensor::I32(a) => le_bytes(a, i32::to_le_bytes),
         Tensor::I64(a) => le_bytes(a, i64::to_le_bytes),
+        Tensor::U32(a) => le_bytes(a, u32::to_le_bytes),
+        Tensor::U64(a) => le_bytes(a, u64::to_le_bytes),
     }
 }
 

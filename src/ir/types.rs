@@ -54,7 +54,9 @@ pub fn element_dtype(t: Type) -> Option<DType> {
                 (16, false) => Some(DType::I16),
                 (16, true) => Some(DType::U16),
                 (32, false) => Some(DType::I32),
+                (32, true) => Some(DType::U32),
                 (64, false) => Some(DType::I64),
+                (64, true) => Some(DType::U64),
                 _ => None,
             }
         } else {
@@ -112,6 +114,8 @@ pub fn dtype_to_type<'c>(ctx: &'c melior::Context, d: DType) -> Type<'c> {
         DType::U16 => IntegerType::unsigned(ctx, 16).into(),
         DType::I32 => IntegerType::new(ctx, 32).into(),
         DType::I64 => IntegerType::new(ctx, 64).into(),
+        DType::U32 => IntegerType::unsigned(ctx, 32).into(),
+        DType::U64 => IntegerType::unsigned(ctx, 64).into(),
     }
 }
 

@@ -302,7 +302,9 @@ fn attribute(name: &str, v: &AttrValue) -> Option<AttributeProto> {
                 Tensor::I16(_) => dt::INT16,
                 Tensor::U16(_) => dt::UINT16,
                 Tensor::I32(_) => dt::INT32,
+                Tensor::U32(_) => dt::UINT32,
                 Tensor::I64(_) => dt::INT64,
+                Tensor::U64(_) => dt::UINT64,
             };
             a.t = Some(tensor_proto("", t, elem));
         }

@@ -72,6 +72,12 @@ pub fn tensor_value(t: &TensorProto) -> Result<Tensor, String> {
                 .iter()
                 .for_each(|&x| bytes.extend((x as u16).to_le_bytes()))
         }
+        DType::U32 => fill(&t.uint32_val, n, 0)?
+            .iter()
+            .for_each(|x| bytes.extend(x.to_le_bytes())),
+        DType::U64 => fill(&t.uint64_val, n, 0)?
+            .iter()
+            .for_each(|x| bytes.extend(x.to_le_bytes())),
         DType::I8 | DType::U8 => fill(&t.int_val, n, 0)?.iter().for_each(|&x| bytes.push(x as u8)),
         DType::I1 => fill(&t.bool_val, n, false)?.iter().for_each(|&x| bytes.push(x as u8)),
     }

@@ -78,6 +78,8 @@ pub fn tf_dtype(t: i32) -> Option<DType> {
         14 => DType::BF16,
         17 => DType::U16,
         19 => DType::F16,
+        22 => DType::U32,
+        23 => DType::U64,
         _ => return None,
     })
 }

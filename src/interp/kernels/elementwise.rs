@@ -96,12 +96,14 @@ where
         BinOp::Add => T::wadd,
         BinOp::Sub => T::wsub,
         BinOp::Mul => T::wmul,
-        BinOp::Div | BinOp::FloorDiv => T::fdiv,
+        // TF's Div and ONNX's Div truncate integer quotients toward zero, like C
+        BinOp::Div => T::tdiv,
+        BinOp::FloorDiv => T::fdiv,
         BinOp::FloorMod => T::fmod,
         BinOp::Max => |a, b| if a > b { a } else { b },
         BinOp::Min => |a, b| if a < b { a } else { b },
         BinOp::SquaredDifference => |a, b| T::wmul(T::wsub(a, b), T::wsub(a, b)),
-        BinOp::Pow => return Err("integer Pow is not supported".into()),
+        BinOp::Pow => T::wpow,
         BinOp::DivNoNan => return Err("integer DivNoNan is not supported".into()),
         BinOp::Fmod => T::tmod,
     })
@@ -115,6 +117,8 @@ mod num_like {
         fn wsub(a: Self, b: Self) -> Self;
         fn wmul(a: Self, b: Self) -> Self;
         fn fdiv(a: Self, b: Self) -> Self;
+        fn tdiv(a: Self, b: Self) -> Self;
+        fn wpow(a: Self, b: Self) -> Self;
         fn fmod(a: Self, b: Self) -> Self;
         fn tmod(a: Self, b: Self) -> Self;
     }
@@ -129,35 +133,52 @@ mod num_like {
                 fn fdiv(a: Self, b: Self) -> Self { if b == 0 { 0 } else { let q = a.wrapping_div(b); if a.wrapping_rem(b) != 0 && ((a < 0) != (b < 0)) { q - 1 } else { q } } }
                 fn fmod(a: Self, b: Self) -> Self { if b == 0 { 0 } else { let r = a.wrapping_rem(b); if r != 0 && ((r < 0) != (b < 0)) { r + b } else { r } } }
                 fn tmod(a: Self, b: Self) -> Self { if b == 0 { 0 } else { a.wrapping_rem(b) } }
+                fn tdiv(a: Self, b: Self) -> Self { if b == 0 { 0 } else { a.wrapping_div(b) } }
+                // a negative exponent has no integer result but for bases ±1 (NumPy refuses
+                // it); 0 is what truncating 1/aⁿ gives for every other base
+                #[allow(unused_comparisons)]
+                fn wpow(a: Self, b: Self) -> Self {
+                    if b < 0 {
+                        return if a == 1 { 1 } else if a.wrapping_add(1) == 0 && (b as i128) % 2 != 0 { a } else if a.wrapping_add(1) == 0 { 1 } else { 0 };
+                    }
+                    a.wrapping_pow(u32::try_from(b as i128).unwrap_or(u32::MAX))
+                }
             }
         )*};
     }
-    int!(i8, u8, i16, u16, i32, i64);
+    int!(i8, u8, i16, u16, i32, u32, i64, u64);
 }
 
-pub fn float_op(op: BinOp) -> fn(f32, f32) -> f32 {
-    match op {
-        BinOp::Add => |a, b| a + b,
-        BinOp::Sub => |a, b| a - b,
-        BinOp::Mul => |a, b| a * b,
-        BinOp::Div => |a, b| a / b,
-        BinOp::Max => |a: f32, b: f32| if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) },
-        BinOp::Min => |a: f32, b: f32| if a.is_nan() || b.is_nan() { f32::NAN } else { a.min(b) },
-        BinOp::SquaredDifference => |a, b| (a - b) * (a - b),
-        BinOp::Pow => f32::powf,
-        BinOp::FloorDiv => |a: f32, b: f32| (a / b).floor(),
-        BinOp::DivNoNan => |a: f32, b: f32| if b == 0.0 { 0.0 } else { a / b },
-        BinOp::Fmod => |a: f32, b: f32| a % b,
-        BinOp::FloorMod => |a: f32, b: f32| {
-            let r = a % b;
-            if r != 0.0 && ((r < 0.0) != (b < 0.0)) {
-                r + b
-            } else {
-                r
+macro_rules! float_ops {
+    ($name:ident, $t:ident) => {
+        /// The float form of each op, in this float type.
+        pub fn $name(op: BinOp) -> fn($t, $t) -> $t {
+            match op {
+                BinOp::Add => |a, b| a + b,
+                BinOp::Sub => |a, b| a - b,
+                BinOp::Mul => |a, b| a * b,
+                BinOp::Div => |a, b| a / b,
+                BinOp::Max => |a: $t, b: $t| if a.is_nan() || b.is_nan() { $t::NAN } else { a.max(b) },
+                BinOp::Min => |a: $t, b: $t| if a.is_nan() || b.is_nan() { $t::NAN } else { a.min(b) },
+                BinOp::SquaredDifference => |a, b| (a - b) * (a - b),
+                BinOp::Pow => $t::powf,
+                BinOp::FloorDiv => |a: $t, b: $t| (a / b).floor(),
+                BinOp::DivNoNan => |a: $t, b: $t| if b == 0.0 { 0.0 } else { a / b },
+                BinOp::Fmod => |a: $t, b: $t| a % b,
+                BinOp::FloorMod => |a: $t, b: $t| {
+                    let r = a % b;
+                    if r != 0.0 && ((r < 0.0) != (b < 0.0)) {
+                        r + b
+                    } else {
+                        r
+                    }
+                },
             }
-        },
-    }
+        }
+    };
 }
+float_ops!(float_op, f32);
+float_ops!(float_op_f64, f64);
 
 /// Applies a binary arithmetic op to f32, i32 or i64 operands of the same type.
 pub fn arith(op: BinOp, a: &Tensor, b: &Tensor) -> KernelResult<Tensor> {
@@ -171,12 +192,15 @@ pub fn arith(op: BinOp, a: &Tensor, b: &Tensor) -> KernelResult<Tensor> {
             BinOp::SquaredDifference => binary(x, y, |a, b| (a - b) * (a - b))?,
             other => binary(x, y, float_op(other))?,
         }),
+        (Tensor::F64(x), Tensor::F64(y)) => Tensor::F64(binary(x, y, float_op_f64(op))?),
         (Tensor::I32(x), Tensor::I32(y)) => Tensor::I32(binary(x, y, int_op::<i32>(op)?)?),
         (Tensor::I64(x), Tensor::I64(y)) => Tensor::I64(binary(x, y, int_op::<i64>(op)?)?),
         (Tensor::I8(x), Tensor::I8(y)) => Tensor::I8(binary(x, y, int_op::<i8>(op)?)?),
         (Tensor::U8(x), Tensor::U8(y)) => Tensor::U8(binary(x, y, int_op::<u8>(op)?)?),
         (Tensor::I16(x), Tensor::I16(y)) => Tensor::I16(binary(x, y, int_op::<i16>(op)?)?),
         (Tensor::U16(x), Tensor::U16(y)) => Tensor::U16(binary(x, y, int_op::<u16>(op)?)?),
+        (Tensor::U32(x), Tensor::U32(y)) => Tensor::U32(binary(x, y, int_op::<u32>(op)?)?),
+        (Tensor::U64(x), Tensor::U64(y)) => Tensor::U64(binary(x, y, int_op::<u64>(op)?)?),
         _ => return Err(format!("{op:?} of {} and {} is not supported", a.dtype(), b.dtype())),
     })
 }
@@ -213,6 +237,8 @@ pub fn compare(op: CmpOp, a: &Tensor, b: &Tensor) -> KernelResult<Tensor> {
         (Tensor::U8(x), Tensor::U8(y)) => binary(x, y, cmp(op))?,
         (Tensor::I16(x), Tensor::I16(y)) => binary(x, y, cmp(op))?,
         (Tensor::U16(x), Tensor::U16(y)) => binary(x, y, cmp(op))?,
+        (Tensor::U32(x), Tensor::U32(y)) => binary(x, y, cmp(op))?,
+        (Tensor::U64(x), Tensor::U64(y)) => binary(x, y, cmp(op))?,
         _ => return Err(format!("{op:?} of {} and {} is not supported", a.dtype(), b.dtype())),
     }))
 }
@@ -228,7 +254,7 @@ pub fn bitwise(a: &Tensor, b: &Tensor, f: fn(i64, i64) -> i64) -> KernelResult<T
             }
         };
     }
-    each!(I8 => i8, U8 => u8, I16 => i16, U16 => u16, I32 => i32, I64 => i64)
+    each!(I8 => i8, U8 => u8, I16 => i16, U16 => u16, I32 => i32, U32 => u32, I64 => i64, U64 => u64)
 }
 
 pub fn logical(a: &Tensor, b: &Tensor, f: fn(bool, bool) -> bool) -> KernelResult<Tensor> {
@@ -386,13 +412,15 @@ pub fn select(c: &Tensor, a: &Tensor, b: &Tensor) -> KernelResult<Tensor> {
             Tensor::$v(out)
         }};
     }
-    Ok(match (a, b) {
-        (Tensor::F32(x), Tensor::F32(y)) => sel!(x, y, F32),
-        (Tensor::I32(x), Tensor::I32(y)) => sel!(x, y, I32),
-        (Tensor::I64(x), Tensor::I64(y)) => sel!(x, y, I64),
-        (Tensor::I1(x), Tensor::I1(y)) => sel!(x, y, I1),
-        _ => return Err(format!("Select of {} and {} is not supported", a.dtype(), b.dtype())),
-    })
+    macro_rules! each {
+        ($($v:ident)*) => {
+            match (a, b) {
+                $((Tensor::$v(x), Tensor::$v(y)) => sel!(x, y, $v),)*
+                _ => return Err(format!("Select of {} and {} is not supported", a.dtype(), b.dtype())),
+            }
+        };
+    }
+    Ok(each!(F32 F64 F16 BF16 I1 I8 U8 I16 U16 I32 U32 I64 U64))
 }
 
 #[cfg(test)]

@@ -65,51 +65,14 @@ macro_rules! same_type {
 
 macro_rules! over_types {
     ($ts:expr, $views:ident => $body:expr) => {
+        over_types!(@each $ts, $views => $body; F32 F64 F16 BF16 I1 I8 U8 I16 U16 I32 U32 I64 U64)
+    };
+    (@each $ts:expr, $views:ident => $body:expr; $($v:ident)*) => {
         match $ts.first().ok_or("no operands")? {
-            Tensor::F32(_) => {
-                let $views = same_type!($ts, F32);
-                Tensor::F32($body)
-            }
-            Tensor::F64(_) => {
-                let $views = same_type!($ts, F64);
-                Tensor::F64($body)
-            }
-            Tensor::F16(_) => {
-                let $views = same_type!($ts, F16);
-                Tensor::F16($body)
-            }
-            Tensor::BF16(_) => {
-                let $views = same_type!($ts, BF16);
-                Tensor::BF16($body)
-            }
-            Tensor::I1(_) => {
-                let $views = same_type!($ts, I1);
-                Tensor::I1($body)
-            }
-            Tensor::I8(_) => {
-                let $views = same_type!($ts, I8);
-                Tensor::I8($body)
-            }
-            Tensor::U8(_) => {
-                let $views = same_type!($ts, U8);
-                Tensor::U8($body)
-            }
-            Tensor::I16(_) => {
-                let $views = same_type!($ts, I16);
-                Tensor::I16($body)
-            }
-            Tensor::U16(_) => {
-                let $views = same_type!($ts, U16);
-                Tensor::U16($body)
-            }
-            Tensor::I32(_) => {
-                let $views = same_type!($ts, I32);
-                Tensor::I32($body)
-            }
-            Tensor::I64(_) => {
-                let $views = same_type!($ts, I64);
-                Tensor::I64($body)
-            }
+            $(Tensor::$v(_) => {
+                let $views = same_type!($ts, $v);
+                Tensor::$v($body)
+            })*
         }
     };
 }
@@ -340,7 +303,9 @@ pub fn pad(t: &Tensor, paddings: &[i64], value: f64) -> KernelResult<Tensor> {
         Tensor::I16(x) => Tensor::I16(pad_as!(x, value as i16)),
         Tensor::U16(x) => Tensor::U16(pad_as!(x, value as u16)),
         Tensor::I32(x) => Tensor::I32(pad_as!(x, value as i32)),
+        Tensor::U32(x) => Tensor::U32(pad_as!(x, value as u32)),
         Tensor::I64(x) => Tensor::I64(pad_as!(x, value as i64)),
+        Tensor::U64(x) => Tensor::U64(pad_as!(x, value as u64)),
     })
 }
 
@@ -474,7 +439,17 @@ pub fn cast(t: &Tensor, to: DType) -> KernelResult<Tensor> {
         Tensor::I16(a) => a.iter().map(|&x| x as f64).collect(),
         Tensor::U16(a) => a.iter().map(|&x| x as f64).collect(),
         Tensor::I32(a) => a.iter().map(|&x| x as f64).collect(),
+        // 64-bit integers go between themselves (and to i32) without f64's 53-bit mantissa
+        Tensor::U64(a) => match to {
+            DType::I64 => return Ok(Tensor::I64(a.mapv(|x| x as i64))),
+            DType::U32 => return Ok(Tensor::U32(a.mapv(|x| x as u32))),
+            _ => a.iter().map(|&x| x as f64).collect(),
+        },
+        Tensor::U32(a) => a.iter().map(|&x| x as f64).collect(),
         Tensor::I64(a) => {
+            if to == DType::U64 {
+                return Ok(Tensor::U64(a.mapv(|x| x as u64)));
+            }
             // i64 → i64-sized targets without passing through f64 precision loss
             if to == DType::I32 {
                 return Ok(Tensor::I32(a.mapv(|x| x as i32)));
@@ -495,6 +470,8 @@ pub fn cast(t: &Tensor, to: DType) -> KernelResult<Tensor> {
         DType::U16 => Tensor::U16(from_vec(sh, v.iter().map(|&x| x as u16).collect())?),
         DType::I32 => Tensor::I32(from_vec(sh, v.iter().map(|&x| x as i32).collect())?),
         DType::I64 => Tensor::I64(from_vec(sh, v.iter().map(|&x| x as i64).collect())?),
+        DType::U32 => Tensor::U32(from_vec(sh, v.iter().map(|&x| x as u32).collect())?),
+        DType::U64 => Tensor::U64(from_vec(sh, v.iter().map(|&x| x as u64).collect())?),
     })
 }
 

@@ -14,6 +14,7 @@ pub mod pool;
 pub mod quant;
 pub mod reduce;
 pub mod resize;
+pub mod widen;
 
 use crate::tensor::Tensor;
 use ndarray::{ArrayD, IxDyn};
@@ -82,7 +83,9 @@ macro_rules! map_tensor {
             $crate::tensor::Tensor::I16($a) => $crate::tensor::Tensor::I16($body),
             $crate::tensor::Tensor::U16($a) => $crate::tensor::Tensor::U16($body),
             $crate::tensor::Tensor::I32($a) => $crate::tensor::Tensor::I32($body),
+            $crate::tensor::Tensor::U32($a) => $crate::tensor::Tensor::U32($body),
             $crate::tensor::Tensor::I64($a) => $crate::tensor::Tensor::I64($body),
+            $crate::tensor::Tensor::U64($a) => $crate::tensor::Tensor::U64($body),
         }
     };
 }
@@ -110,6 +113,8 @@ pub fn ints_of(t: &Tensor) -> Option<Vec<i64>> {
         Tensor::U8(a) => a.iter().map(|&x| x as i64).collect(),
         Tensor::I16(a) => a.iter().map(|&x| x as i64).collect(),
         Tensor::U16(a) => a.iter().map(|&x| x as i64).collect(),
+        Tensor::U32(a) => a.iter().map(|&x| x as i64).collect(),
+        Tensor::U64(a) => a.iter().map(|&x| x as i64).collect(),
         _ => return None,
     })
 }

@@ -55,7 +55,21 @@ pub const TABLE: &[(&str, Builder)] = &[
     ("onnx.Sub", |_| bin(BinOp::Sub)),
     ("onnx.Mul", |_| bin(BinOp::Mul)),
     ("onnx.Div", |_| bin(BinOp::Div)),
-    ("onnx.Pow", |_| bin(BinOp::Pow)),
+    // the result has the base's type; an exponent of another type is converted first (an
+    // integer base with a float exponent is raised in f64 and truncated, as NumPy does)
+    ("onnx.Pow", |_| {
+        Ok(one(|x| {
+            let (base, exp) = (x[0], x[1]);
+            if base.dtype() == exp.dtype() {
+                return arith(BinOp::Pow, base, exp);
+            }
+            if base.dtype().is_float() {
+                return arith(BinOp::Pow, base, &layout::cast(exp, base.dtype())?);
+            }
+            let wide = arith(BinOp::Pow, &layout::cast(base, DType::F64)?, &layout::cast(exp, DType::F64)?)?;
+            layout::cast(&wide, base.dtype())
+        }))
+    }),
     ("onnx.Max", |_| variadic(BinOp::Max)),
     ("onnx.Min", |_| variadic(BinOp::Min)),
     ("onnx.Sum", |_| variadic(BinOp::Add)),
