@@ -4,6 +4,7 @@
 //! filter is brought to HWIO once, when the kernel is built).
 
 mod arrays;
+mod lift1d;
 mod nn;
 mod quant;
 
@@ -22,7 +23,7 @@ use super::kernels::indexing::{gather_elements, hardmax, one_hot, top_k, trilu};
 use super::kernels::layout;
 use super::kernels::matmul::{matmul, numpy_matmul};
 use super::kernels::norm::{batch_norm, normalize, softmax};
-use super::kernels::pool::pool2d;
+use super::kernels::pool::{pool2d, PoolNd};
 use super::kernels::reduce::{cumsum, reduce, Reduce};
 use super::kernels::resize::{resize, Coordinates, Mode, Nearest};
 use super::kernels::{f32_arg, int_arg, ints_of, norm_axis, one, FnKernel, Kernel, KernelResult};
@@ -34,8 +35,8 @@ use ndarray::{ArrayD, Axis, IxDyn};
 /// Every ONNX op the interpreter runs, by family.
 pub const TABLE: &[(&str, Builder)] = &[
     // nn
-    ("onnx.Conv", conv),
-    ("onnx.ConvTranspose", conv_transpose),
+    ("onnx.Conv", |d| spatial(d, conv)),
+    ("onnx.ConvTranspose", |d| spatial(d, conv_transpose)),
     ("onnx.Gemm", gemm),
     ("onnx.MatMul", |_| Ok(one(|x| numpy_matmul(x[0], x[1])))),
     ("onnx.MaxPool", |d| pool(d, true)),
@@ -427,6 +428,15 @@ pub const TABLE: &[(&str, Builder)] = &[
 
 pub fn lookup(name: &str) -> Option<Builder> {
     TABLE.iter().find(|(n, _)| *n == name).map(|(_, b)| *b)
+}
+
+/// A convolution's kernel: 1-D forms run on the 2-D kernel (lift1d.rs).
+fn spatial(d: &OpDesc, build: Builder) -> Result<Box<dyn Kernel>, String> {
+    if lift1d::is_1d(d) {
+        lift1d::lift(d, build)
+    } else {
+        build(d)
+    }
 }
 
 fn bin(op: BinOp) -> Result<Box<dyn Kernel>, String> {

@@ -96,24 +96,36 @@ pub(super) fn conv_transpose(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
             pads,
             group: group as usize,
         };
+        // pads from a requested size; a size beyond the full output gives negative pads, rows
+        // and columns past the full output that only the bias reaches
+        let mut grow = [(0usize, 0usize); 2];
         if let Some(want) = want {
             for i in 0..2 {
                 let full = strides[i] * (hw[i] - 1) + extra[i] + (k[i] - 1) * dilations[i] + 1;
-                let total = full
-                    .checked_sub(want[i])
-                    .ok_or_else(|| format!("output size {} is larger than the full output {full}", want[i]))?;
-                g.pads[i] = if auto == "SAME_UPPER" {
-                    (total / 2, total - total / 2)
-                } else {
-                    (total - total / 2, total / 2)
-                };
+                let total = full as i64 - want[i] as i64;
+                let half = total.div_euclid(2);
+                let (b, e) = if auto == "SAME_UPPER" { (half, total - half) } else { (total - half, half) };
+                g.pads[i] = (b.max(0) as usize, e.max(0) as usize);
+                grow[i] = ((-b).max(0) as usize, (-e).max(0) as usize);
             }
         }
         let out = [
             g.out_dim(0, hw[0], k[0], extra[0])?,
             g.out_dim(1, hw[1], k[1], extra[1])?,
         ];
-        Ok(Tensor::F32(conv_transpose2d(input, w, bias.as_deref(), &g, out)?))
+        if grow == [(0, 0); 2] {
+            return Ok(Tensor::F32(conv_transpose2d(input, w, bias.as_deref(), &g, out)?));
+        }
+        let y = Tensor::F32(conv_transpose2d(input, w, None, &g, out)?);
+        let [(t, b), (l, r)] = grow.map(|(p, q)| (p as i64, q as i64));
+        let y = layout::pad(&y, &[0, 0, 0, 0, t, b, l, r], 0.0)?;
+        match bias {
+            Some(b) => {
+                let bias = Tensor::F32(super::super::kernels::from_vec(&[b.len(), 1, 1], b)?);
+                arith(BinOp::Add, &y, &bias)
+            }
+            None => Ok(y),
+        }
     }))
 }
 
@@ -201,42 +213,106 @@ pub(super) fn resize_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     }))
 }
 
+/// MaxPool / AveragePool. 2-D f32 pools without dilations, `ceil_mode` or indices run on the
+/// NHWC kernel; every other form (1-D, 3-D, dilated, ceil_mode, MaxPool's Indices, integer
+/// inputs) on the general one, [`PoolNd`].
 pub(super) fn pool(d: &OpDesc, max: bool) -> Result<Box<dyn Kernel>, String> {
-    if d.int_attr("ceil_mode", 0) != 0 {
-        return Err("ceil_mode = 1 is not supported".into());
-    }
-    if pair(d, "dilations", 1)? != [1, 1] {
-        return Err("pooling with dilations is not supported".into());
-    }
-    if max && d.result_types.len() > 1 {
-        return Err("MaxPool with an Indices output is not supported".into());
-    }
-    let k = pair(d, "kernel_shape", 0)?;
-    if k.contains(&0) {
-        return Err("kernel_shape is required".into());
-    }
-    let (s, pads) = (pair(d, "strides", 1)?, pads_of(d)?);
+    let k: Vec<usize> = match d.ints_attr("kernel_shape") {
+        Some(k) if !k.is_empty() && k.iter().all(|&v| v > 0) => k.iter().map(|&v| v as usize).collect(),
+        Some(k) => return Err(format!("kernel_shape = {k:?}")),
+        None => return Err("kernel_shape is required".into()),
+    };
+    let r = k.len();
+    let per_axis = |name: &str, default: usize| -> Result<Vec<usize>, String> {
+        match d.ints_attr(name) {
+            None => Ok(vec![default; r]),
+            Some(v) if v.len() == r && v.iter().all(|&x| x > 0) => Ok(v.iter().map(|&x| x as usize).collect()),
+            Some(v) => Err(format!("{name} = {v:?} does not fit kernel_shape {k:?}")),
+        }
+    };
+    let (strides, dilations) = (per_axis("strides", 1)?, per_axis("dilations", 1)?);
+    let ceil = d.int_attr("ceil_mode", 0) != 0;
     let include_pad = !max && d.int_attr("count_include_pad", 0) != 0;
-    Ok(one(move |x| {
-        let xs = nchw_to_nhwc(f32_arg(x, 0)?)?;
-        let p = pads.resolve([xs.shape()[1], xs.shape()[2]], k, s, [1, 1]);
-        let y = match (&p, include_pad) {
-            (Padding::Explicit([(t, b), (l, r)]), true) => {
-                // zeros count in the average: pad first, then pool without padding
-                let padded = layout::pad(
-                    &Tensor::F32(xs),
-                    &[0, 0, *t as i64, *b as i64, *l as i64, *r as i64, 0, 0],
-                    0.0,
-                )?;
-                let Tensor::F32(pa) = padded else {
-                    return Err("pad".into());
-                };
-                pool2d(&pa, k, s, &Padding::Valid, max)?
+    let indices = max && d.result_types.len() > 1;
+    let auto = d.choice("auto_pad", &["NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"], "NOTSET")?;
+    let explicit: Vec<usize> = match d.ints_attr("pads") {
+        Some(p) if auto == "NOTSET" && p.len() == 2 * r && p.iter().all(|&v| v >= 0) => {
+            p.iter().map(|&v| v as usize).collect()
+        }
+        Some(p) if auto == "NOTSET" => return Err(format!("pads = {p:?} does not fit kernel_shape {k:?}")),
+        _ => vec![0; 2 * r],
+    };
+    let fast = (r == 2 && !ceil && dilations.iter().all(|&v| v == 1) && !indices)
+        .then(|| -> Result<_, String> { Ok(([k[0], k[1]], [strides[0], strides[1]], pads_of(d)?)) })
+        .transpose()?;
+    let general = PoolNd {
+        kernel: k,
+        strides,
+        dilations,
+        pads_begin: explicit[..r].to_vec(),
+        pads_end: explicit[r..].to_vec(),
+        ceil,
+        max,
+        count_include_pad: include_pad,
+        column_major: d.int_attr("storage_order", 0) != 0,
+    };
+    Ok(Box::new(FnKernel(move |x: &[&Tensor]| {
+        if let (Some((k, s, pads)), Tensor::F32(a)) = (&fast, x[0]) {
+            return Ok(vec![pool2d_nchw(a, *k, *s, pads, max, include_pad)?]);
+        }
+        let shape = x[0].shape();
+        let mut p = general.clone();
+        if auto.starts_with("SAME") {
+            for i in 0..r {
+                let (n, s) = (shape.get(i + 2).copied().unwrap_or(0), p.strides[i]);
+                let span = (p.kernel[i] - 1) * p.dilations[i] + 1;
+                let total = ((n.div_ceil(s).max(1) - 1) * s + span).saturating_sub(n);
+                let small = total / 2;
+                (p.pads_begin[i], p.pads_end[i]) =
+                    if auto == "SAME_UPPER" { (small, total - small) } else { (total - small, small) };
             }
-            _ => pool2d(&xs, k, s, &p, max)?,
+        }
+        let Tensor::F64(v) = layout::cast(x[0], DType::F64)? else {
+            return Err("pool input".into());
         };
-        Ok(Tensor::F32(nhwc_to_nchw(y)))
-    }))
+        let flat: Vec<f64> = v.iter().copied().collect();
+        let (y, out_shape, idx) = p.run(&flat, shape)?;
+        let y = layout::cast(&Tensor::F64(super::super::kernels::from_vec(&out_shape, y)?), x[0].dtype())?;
+        let mut out = vec![y];
+        if indices {
+            out.push(Tensor::I64(super::super::kernels::from_vec(&out_shape, idx)?));
+        }
+        Ok(out)
+    })))
+}
+
+/// The NHWC 2-D pool on an NCHW input.
+fn pool2d_nchw(
+    a: &ndarray::ArrayD<f32>,
+    k: [usize; 2],
+    s: [usize; 2],
+    pads: &Pads,
+    max: bool,
+    include_pad: bool,
+) -> KernelResult<Tensor> {
+    let xs = nchw_to_nhwc(a)?;
+    let p = pads.resolve([xs.shape()[1], xs.shape()[2]], k, s, [1, 1]);
+    let y = match (&p, include_pad) {
+        (Padding::Explicit([(t, b), (l, r)]), true) => {
+            // zeros count in the average: pad first, then pool without padding
+            let padded = layout::pad(
+                &Tensor::F32(xs),
+                &[0, 0, *t as i64, *b as i64, *l as i64, *r as i64, 0, 0],
+                0.0,
+            )?;
+            let Tensor::F32(pa) = padded else {
+                return Err("pad".into());
+            };
+            pool2d(&pa, k, s, &Padding::Valid, max)?
+        }
+        _ => pool2d(&xs, k, s, &p, max)?,
+    };
+    Ok(Tensor::F32(nhwc_to_nchw(y)))
 }
 
 pub(super) fn global_pool(x: &Tensor, op: Reduce) -> KernelResult<Tensor> {
