@@ -263,7 +263,7 @@ fn single(v: &[i64]) -> KernelResult<i64> {
 /// (`x_in = x_out · in/out`, nearest floors), `align_corners` (corners meet, nearest rounds half
 /// up) and `half_pixel_centers` (pixel centres meet; nearest floors from the centre).
 fn resize_op(d: &OpDesc, nearest: bool) -> Result<Box<dyn Kernel>, String> {
-    use super::kernels::resize::{resize, Coordinates, Mode, Nearest};
+    use super::kernels::resize::{resize, AxisResize, Coordinates, Filter, Mode, Nearest};
     let align = d.bool_attr("align_corners", false);
     let half = d.bool_attr("half_pixel_centers", false);
     let (coords, rounding) = match (align, half, nearest) {
@@ -273,7 +273,13 @@ fn resize_op(d: &OpDesc, nearest: bool) -> Result<Box<dyn Kernel>, String> {
         (false, true, false) => (Coordinates::HalfPixel, Nearest::Floor),
         (false, false, _) => (Coordinates::Asymmetric, Nearest::Floor),
     };
-    let mode = if nearest { Mode::Nearest(rounding) } else { Mode::Linear };
+    let filter = Filter {
+        mode: if nearest { Mode::Nearest(rounding) } else { Mode::Linear },
+        coords,
+        antialias: false,
+        exclude_outside: false,
+        extrapolation: 0.0,
+    };
     Ok(one(move |x| {
         let size = int_arg(x, 1)?;
         let sh = x[0].shape().to_vec();
@@ -285,15 +291,16 @@ fn resize_op(d: &OpDesc, nearest: bool) -> Result<Box<dyn Kernel>, String> {
                 "resize of {sh:?} to [{h}, {w}]: expected NHWC images and a positive size"
             ));
         }
-        let out = [sh[0], h as usize, w as usize, sh[3]];
-        let scales = [1.0, h as f64 / sh[1] as f64, w as f64 / sh[2] as f64, 1.0];
+        let axes: Vec<AxisResize> = [(sh[0], 1.0), (h as usize, h as f64 / sh[1] as f64), (w as usize, w as f64 / sh[2] as f64), (sh[3], 1.0)]
+            .map(|(len_out, scale)| AxisResize { scale, len_out, roi: (0.0, 1.0) })
+            .to_vec();
         // bilinear always yields f32, nearest keeps the input's type
         let src = if nearest {
             x[0].clone()
         } else {
             layout::cast(x[0], DType::F32)?
         };
-        resize(&src, &out, &scales, mode, coords)
+        resize(&src, &axes, &filter)
     }))
 }
 

@@ -25,7 +25,7 @@ use super::kernels::matmul::{matmul, numpy_matmul};
 use super::kernels::norm::{batch_norm, normalize, softmax};
 use super::kernels::pool::{pool2d, PoolNd};
 use super::kernels::reduce::{cumsum, reduce, Reduce};
-use super::kernels::resize::{resize, Coordinates, Mode, Nearest};
+use super::kernels::resize::{resize, AxisResize, Coordinates, Filter, Mode, Nearest};
 use super::kernels::{f32_arg, int_arg, ints_of, norm_axis, one, FnKernel, Kernel, KernelResult};
 use super::tf::Builder;
 use crate::params::{dequantize, quantize, QuantParams, Rounding, Scheme, StorageType};

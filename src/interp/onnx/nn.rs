@@ -130,53 +130,59 @@ pub(super) fn conv_transpose(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
 }
 
 pub(super) fn resize_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
-    let mode = match d.choice("mode", &["nearest", "linear"], "nearest")?.as_str() {
+    let nearest = match d
+        .choice("nearest_mode", &["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"], "round_prefer_floor")?
+        .as_str()
+    {
+        "round_prefer_ceil" => Nearest::RoundPreferCeil,
+        "floor" => Nearest::Floor,
+        "ceil" => Nearest::Ceil,
+        _ => Nearest::RoundPreferFloor,
+    };
+    let mode = match d.choice("mode", &["nearest", "linear", "cubic"], "nearest")?.as_str() {
         "linear" => Mode::Linear,
-        _ => Mode::Nearest(
-            match d
-                .choice(
-                    "nearest_mode",
-                    &["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"],
-                    "round_prefer_floor",
-                )?
-                .as_str()
-            {
-                "round_prefer_ceil" => Nearest::RoundPreferCeil,
-                "floor" => Nearest::Floor,
-                "ceil" => Nearest::Ceil,
-                _ => Nearest::RoundPreferFloor,
-            },
-        ),
+        "cubic" => Mode::Cubic(d.f64_attr("cubic_coeff_a", -0.75)),
+        _ => Mode::Nearest(nearest),
     };
     let coords = match d
         .choice(
             "coordinate_transformation_mode",
             &[
                 "half_pixel",
+                "half_pixel_symmetric",
                 "pytorch_half_pixel",
                 "align_corners",
                 "asymmetric",
                 "tf_half_pixel_for_nn",
+                "tf_crop_and_resize",
             ],
             "half_pixel",
         )?
         .as_str()
     {
+        "half_pixel_symmetric" => Coordinates::HalfPixelSymmetric,
         "pytorch_half_pixel" => Coordinates::PytorchHalfPixel,
         "align_corners" => Coordinates::AlignCorners,
         "asymmetric" => Coordinates::Asymmetric,
         "tf_half_pixel_for_nn" => Coordinates::TfHalfPixelForNn,
+        "tf_crop_and_resize" => Coordinates::TfCropAndResize,
         _ => Coordinates::HalfPixel,
     };
-    if d.int_attr("antialias", 0) != 0 {
-        return Err("Resize with antialias = 1 is not supported".into());
+    let antialias = d.int_attr("antialias", 0) != 0;
+    if antialias && matches!(mode, Mode::Nearest(_)) {
+        return Err("Resize with antialias = 1 and mode = \"nearest\" is not defined".into());
     }
-    if d.attr("axes").is_some() {
-        return Err("Resize with axes is not supported".into());
-    }
-    d.choice("keep_aspect_ratio_policy", &["stretch"], "stretch")?;
+    let filter = Filter {
+        mode,
+        coords,
+        antialias,
+        exclude_outside: d.int_attr("exclude_outside", 0) != 0,
+        extrapolation: d.f64_attr("extrapolation_value", 0.0),
+    };
+    let policy = d.choice("keep_aspect_ratio_policy", &["stretch", "not_larger", "not_smaller"], "stretch")?;
+    let axes_attr = d.ints_attr("axes");
     // opset 10: (X, scales); later: (X, roi, scales, sizes)
-    let scales_at = if d.operand_types.len() == 2 { 1 } else { 2 };
+    let (roi_at, scales_at) = if d.operand_types.len() == 2 { (None, 1) } else { (Some(1), 2) };
     Ok(one(move |x| {
         let floats = |t: &Tensor| -> KernelResult<Vec<f64>> {
             match layout::cast(t, DType::F64)? {
@@ -185,31 +191,65 @@ pub(super) fn resize_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
             }
         };
         let in_shape = x[0].shape().to_vec();
-        let (out, scales): (Vec<usize>, Vec<f64>) = match (
-            x.get(scales_at).filter(|t| !t.is_empty()),
-            x.get(3).filter(|t| !t.is_empty()),
-        ) {
+        let rank = in_shape.len();
+        let axes: Vec<usize> = match &axes_attr {
+            None => (0..rank).collect(),
+            Some(a) => a.iter().map(|&v| norm_axis(v, rank)).collect::<KernelResult<_>>()?,
+        };
+        let mut plan: Vec<AxisResize> =
+            in_shape.iter().map(|&n| AxisResize { scale: 1.0, len_out: n, roi: (0.0, 1.0) }).collect();
+        let given = |i: usize| -> Option<&Tensor> { x.get(i).copied().filter(|t| !t.is_empty()) };
+        match (given(scales_at), given(3)) {
             (Some(s), _) => {
                 let s = floats(s)?;
-                let out = in_shape
-                    .iter()
-                    .zip(&s)
-                    .map(|(&n, &k)| (n as f64 * k).floor() as usize)
-                    .collect();
-                (out, s)
+                if s.len() != axes.len() {
+                    return Err(format!("{} scales for {} axes", s.len(), axes.len()));
+                }
+                for (&ax, &k) in axes.iter().zip(&s) {
+                    plan[ax].scale = k;
+                    plan[ax].len_out = (in_shape[ax] as f64 * k).floor().max(0.0) as usize;
+                }
             }
             (None, Some(sz)) => {
-                let out: Vec<usize> = int_arg(&[*sz], 0)?.iter().map(|&v| v.max(0) as usize).collect();
-                let s = out
-                    .iter()
-                    .zip(&in_shape)
-                    .map(|(&o, &n)| o as f64 / n.max(1) as f64)
-                    .collect();
-                (out, s)
+                let sizes = int_arg(&[sz], 0)?;
+                if sizes.len() != axes.len() {
+                    return Err(format!("{} sizes for {} axes", sizes.len(), axes.len()));
+                }
+                let ratio = |i: usize| sizes[i].max(0) as f64 / in_shape[axes[i]].max(1) as f64;
+                let common = match policy.as_str() {
+                    "not_larger" => Some((0..axes.len()).map(ratio).fold(f64::INFINITY, f64::min)),
+                    "not_smaller" => Some((0..axes.len()).map(ratio).fold(0.0, f64::max)),
+                    _ => None,
+                };
+                for (i, &ax) in axes.iter().enumerate() {
+                    match common {
+                        // one scale for every axis, the sizes rounded half up from it
+                        Some(k) => {
+                            plan[ax].scale = k;
+                            plan[ax].len_out = (k * in_shape[ax] as f64 + 0.5).floor() as usize;
+                        }
+                        None => {
+                            plan[ax].scale = ratio(i);
+                            plan[ax].len_out = sizes[i].max(0) as usize;
+                        }
+                    }
+                }
             }
             (None, None) => return Err("Resize needs scales or sizes".into()),
-        };
-        resize(x[0], &out, &scales, mode, coords)
+        }
+        if coords == Coordinates::TfCropAndResize {
+            let roi = roi_at
+                .and_then(given)
+                .ok_or("tf_crop_and_resize needs a region of interest (input 1)")?;
+            let roi = floats(roi)?;
+            if roi.len() != 2 * axes.len() {
+                return Err(format!("a region of interest of {} values for {} axes", roi.len(), axes.len()));
+            }
+            for (i, &ax) in axes.iter().enumerate() {
+                plan[ax].roi = (roi[i], roi[axes.len() + i]);
+            }
+        }
+        resize(x[0], &plan, &filter)
     }))
 }
 
