@@ -5,13 +5,14 @@ use super::{from_vec, ints_of, norm_axis, KernelResult};
 use crate::tensor::Tensor;
 use ndarray::ArrayD;
 
-/// ONNX TopK on floats: the `k` largest (or smallest) values along `axis` and their indices.
-/// Equal values keep index order (the lower index first), as ONNX specifies; NaN counts as
-/// larger than every number. The values come out sorted either way (ONNX's `sorted = 0`
-/// leaves the order to the runtime).
+/// ONNX TopK: the `k` largest (or smallest) values along `axis` and their indices. Equal
+/// values keep index order (the lower index first), as ONNX specifies; NaN counts as larger
+/// than every number. The values come out sorted either way (ONNX's `sorted = 0` leaves the
+/// order to the runtime). Elements are ordered as f64 (exact for all but 64-bit integers
+/// beyond 2⁵³) and the values then read from `x` itself, in its own type.
 pub fn top_k(x: &Tensor, k: i64, axis: i64, largest: bool) -> KernelResult<(Tensor, Tensor)> {
-    let Tensor::F32(a) = x else {
-        return Err(format!("TopK of {} is not supported (float32 only)", x.dtype()));
+    let Tensor::F64(a) = super::layout::cast(x, crate::tensor::DType::F64)? else {
+        return Err(format!("TopK of {}", x.dtype()));
     };
     let ax = norm_axis(axis, a.ndim())?;
     let n = a.shape()[ax];
@@ -25,7 +26,7 @@ pub fn top_k(x: &Tensor, k: i64, axis: i64, largest: bool) -> KernelResult<(Tens
     let flat = a.as_slice().ok_or("TopK input layout")?;
     let inner: usize = a.shape()[ax + 1..].iter().product();
     let outer: usize = a.shape()[..ax].iter().product();
-    let (mut vals, mut idxs) = (vec![0f32; outer * k * inner], vec![0i64; outer * k * inner]);
+    let mut idxs = vec![0i64; outer * k * inner];
     let mut order: Vec<usize> = Vec::with_capacity(n);
     for o in 0..outer {
         for i in 0..inner {
@@ -49,15 +50,12 @@ pub fn top_k(x: &Tensor, k: i64, axis: i64, largest: bool) -> KernelResult<(Tens
                 }
             });
             for (r, &j) in order[..k].iter().enumerate() {
-                vals[(o * k + r) * inner + i] = at(j);
                 idxs[(o * k + r) * inner + i] = j as i64;
             }
         }
     }
-    Ok((
-        Tensor::F32(from_vec(&shape, vals)?),
-        Tensor::I64(from_vec(&shape, idxs)?),
-    ))
+    let idxs = Tensor::I64(from_vec(&shape, idxs)?);
+    Ok((gather_elements(x, &idxs, axis)?, idxs))
 }
 
 /// ONNX OneHot: `indices` (negative counts from `depth`) expanded along a new `axis` of

@@ -7,6 +7,7 @@ pub mod conv_transpose;
 pub mod einsum;
 pub mod elementwise;
 pub mod indexing;
+pub mod integer;
 pub mod layout;
 pub mod matmul;
 pub mod norm;
@@ -14,6 +15,8 @@ pub mod pool;
 pub mod quant;
 pub mod reduce;
 pub mod resize;
+pub mod rotary;
+pub mod scatter;
 pub mod widen;
 
 use crate::tensor::Tensor;

@@ -1,6 +1,6 @@
 //! Softmax / LogSoftmax over the last axis, and batch normalisation in inference form.
 
-use super::KernelResult;
+use super::{from_vec, KernelResult};
 use ndarray::{ArrayD, Axis};
 
 /// Softmax (or LogSoftmax) over the last axis, max-subtracted for stability.
@@ -93,4 +93,48 @@ pub fn normalize(x: &ArrayD<f32>, from_axis: usize, eps: f32) -> ArrayD<f32> {
         }
     }
     y
+}
+
+/// Local response normalization across channels (axis 1 of [N, C, ...]):
+/// y = x / (bias + α/size · Σ x²)^β, the sum over the `size` channels around each one
+/// (⌊(size−1)/2⌋ before, ⌈(size−1)/2⌉ after).
+pub fn lrn(x: &ArrayD<f32>, size: usize, alpha: f32, beta: f32, bias: f32) -> KernelResult<ArrayD<f32>> {
+    let s = x.shape();
+    if s.len() < 2 || size == 0 {
+        return Err(format!("LRN of shape {s:?} with size {size}"));
+    }
+    let (n, c) = (s[0], s[1]);
+    let inner: usize = s[2..].iter().product();
+    let x = x.as_standard_layout();
+    let v = x.as_slice().ok_or("layout")?;
+    let (before, after) = ((size - 1) / 2, (size - 1).div_ceil(2));
+    let mut y = vec![0f32; v.len()];
+    for b in 0..n {
+        for ch in 0..c {
+            let (lo, hi) = (ch.saturating_sub(before), (ch + after).min(c - 1));
+            for i in 0..inner {
+                let sq: f32 = (lo..=hi).map(|k| v[(b * c + k) * inner + i].powi(2)).sum();
+                let at = (b * c + ch) * inner + i;
+                y[at] = v[at] / (bias + alpha / size as f32 * sq).powf(beta);
+            }
+        }
+    }
+    from_vec(s, y)
+}
+
+/// Mean and variance normalization of every [N, G] group of `x` ([N, C, ...], C = G·k) over
+/// its channels and spatial positions.
+pub fn group_normalize(x: &ArrayD<f32>, groups: usize, eps: f32) -> KernelResult<ArrayD<f32>> {
+    let s = x.shape().to_vec();
+    if s.len() < 2 || groups == 0 || s[1] % groups != 0 {
+        return Err(format!("{groups} groups for an input of shape {s:?}"));
+    }
+    let grouped = x
+        .as_standard_layout()
+        .into_owned()
+        .into_shape_with_order(ndarray::IxDyn(&[s[0], groups, x.len() / (s[0] * groups).max(1)]))
+        .map_err(|e| e.to_string())?;
+    normalize(&grouped, 2, eps)
+        .into_shape_with_order(ndarray::IxDyn(&s))
+        .map_err(|e| e.to_string())
 }

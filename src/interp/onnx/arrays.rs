@@ -110,10 +110,7 @@ pub(super) fn arg_op(d: &OpDesc, max: bool) -> Result<Box<dyn Kernel>, String> {
 }
 
 pub(super) fn pad(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
-    let mode = d.choice("mode", &["constant", "reflect", "edge"], "constant")?;
-    if mode == "edge" {
-        return Err("Pad mode \"edge\" is not supported".into());
-    }
+    let mode = d.choice("mode", &["constant", "reflect", "edge", "wrap"], "constant")?;
     let attr_pads = d.ints_attr("pads");
     let attr_value = d.f64_attr("value", 0.0);
     Ok(one(move |x| {
@@ -135,8 +132,10 @@ pub(super) fn pad(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
             tf[2 * a] = pads[i];
             tf[2 * a + 1] = pads[axes.len() + i];
         }
-        if mode == "reflect" {
-            return layout::mirror_pad(x[0], &tf, false);
+        match mode.as_str() {
+            "reflect" => return layout::mirror_pad(x[0], &tf, false),
+            "edge" | "wrap" => return index_pad(x[0], &tf, mode == "wrap"),
+            _ => {}
         }
         let value = match x.get(2) {
             Some(v) if !v.is_empty() => scalar_f32(v)? as f64,
@@ -163,4 +162,61 @@ pub(super) fn range(x: &[&Tensor]) -> KernelResult<Tensor> {
     let n = ((l - s) / dl).ceil().max(0.0) as usize;
     let v: Vec<f64> = (0..n).map(|i| s + i as f64 * dl).collect();
     layout::cast(&Tensor::F64(crate::interp::kernels::from_vec(&[n], v)?), x[0].dtype())
+}
+
+/// EyeLike: a 2-D tensor shaped like the input, ones on diagonal `k`, of type `dtype` (the
+/// input's when absent).
+pub(super) fn eye_like(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    let k = d.int_attr("k", 0);
+    let to = match d.attr("dtype").and_then(|a| a.as_int()) {
+        Some(t) => Some(crate::dialects::onnx_types::dtype_of(t as i32).ok_or_else(|| format!("EyeLike dtype {t}"))?),
+        None => None,
+    };
+    Ok(one(move |x| {
+        let [r, c] = x[0].shape()[..] else {
+            return Err(format!("EyeLike of shape {:?}: 2-D only", x[0].shape()));
+        };
+        let eye = ArrayD::from_shape_fn(IxDyn(&[r, c]), |i| f64::from(u8::from(i[1] as i64 - i[0] as i64 == k)));
+        layout::cast(&Tensor::F64(eye), to.unwrap_or(x[0].dtype()))
+    }))
+}
+
+pub(super) fn gather_nd_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    let b = d.int_attr("batch_dims", 0);
+    if b < 0 {
+        return Err(format!("batch_dims = {b}"));
+    }
+    Ok(one(move |x| gather_nd(x[0], x[1], b as usize)))
+}
+
+pub(super) fn scatter_nd_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    let r = Reduction::parse(d.str_attr("reduction").unwrap_or("none"))?;
+    Ok(one(move |x| scatter_nd(x[0], x[1], x[2], r)))
+}
+
+pub(super) fn scatter_elements_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    let (axis, r) = (d.int_attr("axis", 0), Reduction::parse(d.str_attr("reduction").unwrap_or("none"))?);
+    Ok(one(move |x| scatter_elements(x[0], x[1], x[2], axis, r)))
+}
+
+/// Edge or wrap padding (TF-ordered pads [[b0, e0], ...], negative ones crop): each output
+/// index along an axis reads the nearest input index (edge) or the one a period away (wrap).
+fn index_pad(t: &Tensor, pads: &[i64], wrap: bool) -> KernelResult<Tensor> {
+    let mut cur = t.clone();
+    for axis in 0..t.shape().len() {
+        let (b, e) = (pads[2 * axis], pads[2 * axis + 1]);
+        if b == 0 && e == 0 {
+            continue;
+        }
+        let n = cur.shape()[axis] as i64;
+        let len = n + b + e;
+        if n == 0 || len < 0 {
+            return Err(format!("cannot pad a dim of {n} by ({b}, {e})"));
+        }
+        let idx: Vec<i64> = (0..len)
+            .map(|i| if wrap { (i - b).rem_euclid(n) } else { (i - b).clamp(0, n - 1) })
+            .collect();
+        cur = layout::gather(&cur, &idx, &[len as usize], axis as i64)?;
+    }
+    Ok(cur)
 }

@@ -22,7 +22,9 @@ use super::kernels::elementwise::{
 use super::kernels::indexing::{gather_elements, hardmax, one_hot, top_k, trilu};
 use super::kernels::layout;
 use super::kernels::matmul::{matmul, numpy_matmul};
-use super::kernels::norm::{batch_norm, normalize, softmax};
+use super::kernels::norm::{batch_norm, group_normalize, lrn, normalize, softmax};
+use super::kernels::rotary::{rotary_embedding, Rotary};
+use super::kernels::scatter::{gather_nd, scatter_elements, scatter_nd, Reduction};
 use super::kernels::pool::{pool2d, PoolNd};
 use super::kernels::reduce::{cumsum, reduce, Reduce};
 use super::kernels::resize::{resize, AxisResize, Coordinates, Filter, Mode, Nearest};
@@ -51,6 +53,14 @@ pub const TABLE: &[(&str, Builder)] = &[
     ("onnx.InstanceNormalization", instance_norm),
     ("onnx.LayerNormalization", layer_norm),
     ("onnx.RMSNormalization", rms_norm),
+    ("onnx.GroupNormalization", group_norm),
+    ("onnx.MeanVarianceNormalization", mvn),
+    ("onnx.LRN", lrn_op),
+    ("onnx.RotaryEmbedding", rotary_op),
+    ("onnx.Einsum", |d| {
+        let eq = d.str_attr("equation").ok_or("Einsum without an equation")?.to_string();
+        Ok(one(move |x| super::kernels::einsum::einsum(&eq, x)))
+    }),
     // binary math (NumPy broadcasting)
     ("onnx.Add", |_| bin(BinOp::Add)),
     ("onnx.Sub", |_| bin(BinOp::Sub)),
@@ -112,11 +122,9 @@ pub const TABLE: &[(&str, Builder)] = &[
     ("onnx.LeakyRelu", |d| {
         un(UnOp::LeakyRelu(d.f64_attr("alpha", 0.01) as f32))
     }),
-    ("onnx.Elu", |d| {
-        if d.f64_attr("alpha", 1.0) != 1.0 {
-            return Err("Elu with alpha != 1 is not supported".into());
-        }
-        un(UnOp::Elu)
+    ("onnx.Elu", |d| match d.f64_attr("alpha", 1.0) as f32 {
+        1.0 => un(UnOp::Elu),
+        a => Ok(map_f32(move |v| if v > 0.0 { v } else { a * v.exp_m1() })),
     }),
     ("onnx.Selu", |d| {
         un(UnOp::Selu {
@@ -341,6 +349,10 @@ pub const TABLE: &[(&str, Builder)] = &[
     ("onnx.Expand", |_| {
         Ok(one(|x| layout::broadcast_to(x[0], &int_arg(x, 1)?)))
     }),
+    ("onnx.GatherND", gather_nd_op),
+    ("onnx.ScatterND", scatter_nd_op),
+    ("onnx.ScatterElements", scatter_elements_op),
+    ("onnx.EyeLike", eye_like),
     ("onnx.GatherElements", |d| {
         let axis = d.int_attr("axis", 0);
         Ok(one(move |x| {
@@ -424,6 +436,12 @@ pub const TABLE: &[(&str, Builder)] = &[
     // quantization
     ("onnx.QuantizeLinear", quantize_linear),
     ("onnx.DequantizeLinear", dequantize_linear),
+    ("onnx.DynamicQuantizeLinear", dynamic_quantize_linear),
+    // integer kernels of models other tools quantized
+    ("onnx.ConvInteger", |d| spatial(d, conv_integer)),
+    ("onnx.MatMulInteger", matmul_integer),
+    ("onnx.QLinearConv", |d| spatial(d, qlinear_conv)),
+    ("onnx.QLinearMatMul", qlinear_matmul),
 ];
 
 pub fn lookup(name: &str) -> Option<Builder> {
@@ -514,9 +532,17 @@ impl ReduceAxes {
 
 fn red(d: &OpDesc, op: Reduce) -> Result<Box<dyn Kernel>, String> {
     let (keep, axes) = (d.int_attr("keepdims", 1) != 0, ReduceAxes::of(d));
-    Ok(one(move |x| match axes.resolve(x)? {
-        None => Ok(x[0].clone()),
-        Some(a) => reduce(x[0], &a, keep, op),
+    Ok(one(move |x| match (axes.resolve(x)?, x[0].dtype()) {
+        (None, _) => Ok(x[0].clone()),
+        // Max of booleans is Any, Min is All
+        (Some(a), DType::I1) if matches!(op, Reduce::Max | Reduce::Min) => {
+            super::kernels::reduce::reduce_bool(x[0], &a, keep, op == Reduce::Min)
+        }
+        // the reduction kernels hold i32 and i64; narrower integers go through i64 and back
+        (Some(a), t) if !t.is_float() && !matches!(t, DType::I32 | DType::I64 | DType::I1) => {
+            layout::cast(&reduce(&layout::cast(x[0], DType::I64)?, &a, keep, op)?, t)
+        }
+        (Some(a), _) => reduce(x[0], &a, keep, op),
     }))
 }
 
@@ -577,6 +603,17 @@ fn clip(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
         return un(UnOp::Relu6);
     }
     Ok(one(move |x| {
+        if !x[0].dtype().is_float() {
+            // integers: bounds of the input's type, applied as Max / Min
+            let mut y = x[0].clone();
+            if has_min {
+                y = arith(BinOp::Max, &y, x[1])?;
+            }
+            if has_max {
+                y = arith(BinOp::Min, &y, x[2])?;
+            }
+            return Ok(y);
+        }
         let lo = if has_min {
             Some(scalar_f32(x[1])?)
         } else {

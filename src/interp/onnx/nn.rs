@@ -516,3 +516,78 @@ pub(super) fn rms_norm(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
         )
     }))
 }
+
+/// LRN across channels.
+pub(super) fn lrn_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    let size = d.int_attr("size", 0);
+    if size < 1 {
+        return Err(format!("LRN size = {size}"));
+    }
+    let (alpha, beta, bias) = (d.f64_attr("alpha", 1e-4) as f32, d.f64_attr("beta", 0.75) as f32, d.f64_attr("bias", 1.0) as f32);
+    Ok(one(move |x| Ok(Tensor::F32(lrn(f32_arg(x, 0)?, size as usize, alpha, beta, bias)?))))
+}
+
+/// GroupNormalization: normalized per group, then scaled and shifted per channel (opset 21)
+/// or per group (opset 18, where scale and bias have one value per group).
+pub(super) fn group_norm(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    let (groups, eps) = (d.int_attr("num_groups", 0), d.f64_attr("epsilon", 1e-5) as f32);
+    if groups < 1 {
+        return Err(format!("num_groups = {groups}"));
+    }
+    let groups = groups as usize;
+    Ok(one(move |x| {
+        let a = f32_arg(x, 0)?;
+        let y = group_normalize(a, groups, eps)?;
+        let c = a.shape()[1];
+        let per_channel = |i: usize| -> KernelResult<Tensor> {
+            let v: Vec<f32> = f32_arg(x, i)?.iter().copied().collect();
+            let v = match v.len() {
+                n if n == c => v,
+                n if n == groups => (0..c).map(|ch| v[ch / (c / groups)]).collect(),
+                n => return Err(format!("{n} scale/bias values for {c} channels in {groups} groups")),
+            };
+            let mut shape = vec![1i64; a.ndim()];
+            shape[1] = c as i64;
+            layout::reshape(&Tensor::F32(super::super::kernels::from_vec(&[c], v)?), &shape, false)
+        };
+        arith(BinOp::Add, &arith(BinOp::Mul, &Tensor::F32(y), &per_channel(1)?)?, &per_channel(2)?)
+    }))
+}
+
+/// MeanVarianceNormalization: (x − E[x]) / (√(E[x²] − E[x]²) + 1e-9) over `axes` ([0, 2, 3]
+/// by default), as ONNX's function body computes it.
+pub(super) fn mvn(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    let axes = d.ints_attr("axes").unwrap_or_else(|| vec![0, 2, 3]);
+    Ok(one(move |x| {
+        let mean = reduce(x[0], &axes, true, Reduce::Mean)?;
+        let sq = arith(BinOp::Mul, x[0], x[0])?;
+        let mean_sq = reduce(&sq, &axes, true, Reduce::Mean)?;
+        let var = arith(BinOp::Sub, &mean_sq, &arith(BinOp::Mul, &mean, &mean)?)?;
+        let Tensor::F32(sd) = var else {
+            return Err("MeanVarianceNormalization of a non-float tensor".into());
+        };
+        let sd = Tensor::F32(sd.mapv(|v| v.sqrt() + 1e-9));
+        arith(BinOp::Div, &arith(BinOp::Sub, x[0], &mean)?, &sd)
+    }))
+}
+
+/// RotaryEmbedding (X, cos_cache, sin_cache, position_ids?).
+pub(super) fn rotary_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
+    let interleaved = d.int_attr("interleaved", 0) != 0;
+    let (rotary_dim, num_heads) = (d.int_attr("rotary_embedding_dim", 0).max(0) as usize, d.int_attr("num_heads", 0).max(0) as usize);
+    Ok(one(move |x| {
+        let positions = match x.get(3).filter(|t| !t.is_empty()) {
+            Some(_) => Some(int_arg(x, 3)?),
+            None => None,
+        };
+        let r = Rotary {
+            cos: f32_arg(x, 1)?,
+            sin: f32_arg(x, 2)?,
+            positions,
+            interleaved,
+            rotary_dim,
+            num_heads,
+        };
+        Ok(Tensor::F32(rotary_embedding(f32_arg(x, 0)?, &r)?))
+    }))
+}
