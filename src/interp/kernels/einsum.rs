@@ -1,37 +1,104 @@
-//! Einsum for one or two operands without repeated or ellipsis labels: sums the labels only
-//! one operand has, then maps the contraction onto a batched GEMM
-//! (batch · left · contracted × batch · contracted · right) and permutes to the output order.
+//! Einsum for one or two operands: `...` and implicit outputs are written out as labels,
+//! repeated labels within an operand become its diagonal; then the labels only one operand
+//! has are summed, and the contraction maps onto a batched GEMM
+//! (batch · left · contracted × batch · contracted · right) permuted to the output order.
 
 use super::layout::{reshape, transpose};
 use super::matmul::batch_matmul;
 use super::reduce::{reduce, Reduce};
 use super::{f32_arg, KernelResult};
+use ndarray::Dimension;
 use crate::tensor::Tensor;
 
-fn parse(eq: &str, n: usize) -> KernelResult<(Vec<Vec<char>>, Vec<char>)> {
+/// The operands' labels and the output's, with `...` expanded to fresh labels (the same ones
+/// for every operand, right-aligned, so that batch dims line up) and an implicit output (no
+/// `->`) written out as NumPy defines it: the ellipsis, then the labels used once, sorted.
+fn parse(eq: &str, ranks: &[usize]) -> KernelResult<(Vec<Vec<char>>, Vec<char>)> {
     let eq: String = eq.chars().filter(|c| !c.is_whitespace()).collect();
-    let (lhs, out) = eq
-        .split_once("->")
-        .ok_or_else(|| format!("einsum '{eq}' without an explicit output is not supported"))?;
-    let ins: Vec<Vec<char>> = lhs.split(',').map(|s| s.chars().collect()).collect();
-    if ins.len() != n {
-        return Err(format!("einsum '{eq}' names {} operands, got {n}", ins.len()));
+    let (lhs, out) = match eq.split_once("->") {
+        Some((l, o)) => (l, Some(o)),
+        None => (eq.as_str(), None),
+    };
+    let raw: Vec<&str> = lhs.split(',').collect();
+    if raw.len() != ranks.len() {
+        return Err(format!("einsum '{eq}' names {} operands, got {}", raw.len(), ranks.len()));
     }
-    let out: Vec<char> = out.chars().collect();
+    let fresh: Vec<char> = ('A'..='Z').chain('a'..='z').filter(|c| !eq.contains(*c)).collect();
+    let mut widest = 0;
+    let mut ins = Vec::new();
+    for (k, part) in raw.iter().enumerate() {
+        let (named, ellipsis) = match part.split_once("...") {
+            Some((a, b)) => (a.chars().chain(b.chars()).count(), Some((a, b))),
+            None => (part.chars().count(), None),
+        };
+        ins.push(match ellipsis {
+            None => part.chars().collect::<Vec<char>>(),
+            Some((a, b)) => {
+                let n = ranks[k].checked_sub(named).ok_or_else(|| format!("einsum '{eq}': operand #{k} has rank {}", ranks[k]))?;
+                if n > fresh.len() {
+                    return Err(format!("einsum '{eq}': too many dims under '...'"));
+                }
+                widest = widest.max(n);
+                let mid = fresh[fresh.len() - n..].iter().copied();
+                a.chars().chain(mid).chain(b.chars()).collect()
+            }
+        });
+    }
+    let batch: Vec<char> = fresh[fresh.len() - widest..].to_vec();
+    let out: Vec<char> = match out {
+        Some(o) => match o.split_once("...") {
+            Some((a, b)) => a.chars().chain(batch.iter().copied()).chain(b.chars()).collect(),
+            None => o.chars().collect(),
+        },
+        None => {
+            let mut once: Vec<char> = ins
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|c| !batch.contains(c) && ins.iter().flatten().filter(|d| *d == c).count() == 1)
+                .collect();
+            once.sort_unstable();
+            batch.iter().copied().chain(once).collect()
+        }
+    };
     for l in ins.iter().chain(std::iter::once(&out)) {
         if l.iter().any(|c| !c.is_ascii_alphabetic()) {
-            return Err(format!(
-                "einsum '{eq}': ellipsis and non-letter labels are not supported"
-            ));
-        }
-        let mut s = l.clone();
-        s.sort();
-        s.dedup();
-        if s.len() != l.len() {
-            return Err(format!("einsum '{eq}': repeated labels (diagonals) are not supported"));
+            return Err(format!("einsum '{eq}': labels must be letters"));
         }
     }
+    let mut o = out.clone();
+    o.sort_unstable();
+    o.dedup();
+    if o.len() != out.len() {
+        return Err(format!("einsum '{eq}': a label repeats in the output"));
+    }
     Ok((ins, out))
+}
+
+/// `t` with a repeated label reduced to its diagonal (`ii` → `i`), until no label repeats.
+fn diagonals(t: &Tensor, labels: &[char]) -> KernelResult<(Tensor, Vec<char>)> {
+    let (mut t, mut labels) = (t.clone(), labels.to_vec());
+    while let Some((p, q)) = (0..labels.len())
+        .flat_map(|p| (p + 1..labels.len()).map(move |q| (p, q)))
+        .find(|&(p, q)| labels[p] == labels[q])
+    {
+        let Tensor::F32(a) = &t else {
+            return Err("einsum takes f32 operands".into());
+        };
+        if a.shape()[p] != a.shape()[q] {
+            return Err(format!("einsum: label '{}' has sizes {} and {}", labels[p], a.shape()[p], a.shape()[q]));
+        }
+        let mut shape = a.shape().to_vec();
+        shape.remove(q);
+        let d = ndarray::ArrayD::from_shape_fn(ndarray::IxDyn(&shape), |i| {
+            let mut full: Vec<usize> = i.as_array_view().to_vec();
+            full.insert(q, full[p]);
+            a[ndarray::IxDyn(&full)]
+        });
+        t = Tensor::F32(d);
+        labels.remove(q);
+    }
+    Ok((t, labels))
 }
 
 fn pos(l: &[char], c: char) -> i64 {
@@ -54,7 +121,10 @@ fn sum_out(t: &Tensor, labels: &[char], keep: impl Fn(char) -> bool) -> KernelRe
 }
 
 pub fn einsum(eq: &str, inputs: &[&Tensor]) -> KernelResult<Tensor> {
-    let (ins, out) = parse(eq, inputs.len())?;
+    let ranks: Vec<usize> = inputs.iter().map(|t| t.shape().len()).collect();
+    let (ins, out) = parse(eq, &ranks)?;
+    let mut diag = Vec::with_capacity(inputs.len());
+    let mut labels = Vec::with_capacity(inputs.len());
     for (k, t) in inputs.iter().enumerate() {
         f32_arg(inputs, k)?;
         if t.shape().len() != ins[k].len() {
@@ -64,6 +134,13 @@ pub fn einsum(eq: &str, inputs: &[&Tensor]) -> KernelResult<Tensor> {
                 ins[k].len()
             ));
         }
+        let (d, l) = diagonals(t, &ins[k])?;
+        diag.push(d);
+        labels.push(l);
+    }
+    let (ins, inputs): (Vec<Vec<char>>, Vec<&Tensor>) = (labels, diag.iter().collect());
+    if inputs.len() > 2 {
+        return Err(format!("einsum '{eq}' of {} operands (one or two are supported)", inputs.len()));
     }
     if inputs.len() == 1 {
         let (t, labels) = sum_out(inputs[0], &ins[0], |c| out.contains(&c))?;
@@ -170,6 +247,12 @@ mod tests {
         assert_eq!(t.shape(), &[3, 2]);
         let r = einsum("ij->i", &[&f(&[2, 3])]).unwrap();
         assert_eq!(r.shape(), &[2]);
-        assert!(einsum("ii->i", &[&f(&[2, 2])]).is_err());
+        // the diagonal, an implicit output (inner product) and an ellipsis
+        let dg = einsum("ii->i", &[&f(&[2, 2])]).unwrap();
+        let Tensor::F32(m) = f(&[2, 2]) else { panic!() };
+        assert_eq!(dg, Tensor::F32(ndarray::arr1(&[m[[0, 0]], m[[1, 1]]]).into_dyn()));
+        let Tensor::F32(ip) = einsum("i,i", &[&f(&[3]), &f(&[3])]).unwrap() else { panic!() };
+        assert_eq!(ip.shape(), &[] as &[usize]);
+        assert_eq!(einsum("...ij,...jk->...ik", &[&f(&[2, 3, 4]), &f(&[2, 4, 5])]).unwrap().shape(), &[2, 3, 5]);
     }
 }

@@ -525,7 +525,9 @@ pub fn depth_to_space(x: &Tensor, b: i64, crd: bool) -> KernelResult<Tensor> {
 }
 
 /// ONNX SpaceToDepth on NCHW: `b × b` pixel blocks become channels (DCR order).
-pub fn space_to_depth(x: &Tensor, b: i64) -> KernelResult<Tensor> {
+/// SpaceToDepth: each b×b block of every channel becomes b² channels — block-major (DCR,
+/// channel `(by·b + bx)·C + c`) or channel-major (CRD, `c·b² + by·b + bx`).
+pub fn space_to_depth(x: &Tensor, b: i64, crd: bool) -> KernelResult<Tensor> {
     let s = x.shape().to_vec();
     let [n, c, h, w] = s[..] else {
         return Err(format!("SpaceToDepth of rank {}", s.len()));
@@ -536,7 +538,8 @@ pub fn space_to_depth(x: &Tensor, b: i64) -> KernelResult<Tensor> {
     }
     let (n, c, h, w) = (n as i64, c as i64, h as i64, w as i64);
     let t = reshape(x, &[n, c, h / b, b, w / b, b], false)?;
-    let t = transpose(&t, &[0, 3, 5, 1, 2, 4])?;
+    let perm: &[i64] = if crd { &[0, 1, 3, 5, 2, 4] } else { &[0, 3, 5, 1, 2, 4] };
+    let t = transpose(&t, perm)?;
     reshape(&t, &[n, c * b * b, h / b, w / b], false)
 }
 

@@ -256,8 +256,8 @@ pub const TABLE: &[(&str, Builder)] = &[
         Ok(one(move |x| layout::depth_to_space(x[0], b, crd)))
     }),
     ("onnx.SpaceToDepth", |d| {
-        let b = d.int_attr("blocksize", 1);
-        Ok(one(move |x| layout::space_to_depth(x[0], b)))
+        let (b, crd) = (d.int_attr("blocksize", 1), d.str_attr("mode") == Some("CRD"));
+        Ok(one(move |x| layout::space_to_depth(x[0], b, crd)))
     }),
     ("onnx.Reshape", |d| {
         let zero_copies = d.int_attr("allowzero", 0) == 0;

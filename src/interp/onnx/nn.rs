@@ -405,11 +405,34 @@ pub(super) fn softmax_op(d: &OpDesc, log: bool) -> Result<Box<dyn Kernel>, Strin
     }))
 }
 
+/// BatchNormalization. In training mode (deterministic, unlike Dropout's) the statistics are
+/// the batch's own — mean and population variance over every axis but the channels — and the
+/// running ones come out updated: `running · momentum + batch · (1 − momentum)`.
 pub(super) fn batch_normalization(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
-    if d.int_attr("training_mode", 0) != 0 {
-        return Err("BatchNormalization with training_mode = 1 is not an inference op".into());
-    }
     let eps = d.f64_attr("epsilon", 1e-5) as f32;
+    if d.int_attr("training_mode", 0) != 0 {
+        let momentum = d.f64_attr("momentum", 0.9) as f32;
+        return Ok(Box::new(FnKernel(move |x: &[&Tensor]| {
+            let a = f32_arg(x, 0)?;
+            let axes: Vec<i64> = (0..a.ndim() as i64).filter(|&i| i != 1).collect();
+            let Tensor::F32(mean) = reduce(x[0], &axes, false, Reduce::Mean)? else {
+                return Err("mean".into());
+            };
+            let mut shape = vec![1usize; a.ndim()];
+            shape[1] = mean.len();
+            let centred = a - &mean.clone().into_shape_with_order(shape.clone()).map_err(|e| e.to_string())?;
+            let Tensor::F32(var) = reduce(&Tensor::F32(centred.mapv(|v| v * v)), &axes, false, Reduce::Mean)? else {
+                return Err("variance".into());
+            };
+            let y = batch_norm(a, f32_arg(x, 1)?, f32_arg(x, 2)?, &mean, &var, eps, 1)?;
+            let blend = |run: &ndarray::ArrayD<f32>, batch: &ndarray::ArrayD<f32>| run * momentum + batch * (1.0 - momentum);
+            Ok(vec![
+                Tensor::F32(y),
+                Tensor::F32(blend(f32_arg(x, 3)?, &mean)),
+                Tensor::F32(blend(f32_arg(x, 4)?, &var)),
+            ])
+        })));
+    }
     Ok(Box::new(FnKernel(move |x: &[&Tensor]| {
         let y = batch_norm(
             f32_arg(x, 0)?,

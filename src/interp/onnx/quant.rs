@@ -72,9 +72,16 @@ pub(super) fn quantize_linear(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     let block = d.int_attr("block_size", 0).max(0) as usize;
     Ok(one(move |x| {
         if block > 0 {
-            let z = x.get(2).filter(|z| !z.is_empty());
-            let out = z.map(|z| z.dtype()).unwrap_or(DType::U8);
-            let st = storage.or_else(|| held_in(out)).unwrap_or(StorageType::Uint8);
+            // the zero point's type, else the declared result type (output_dtype), else uint8
+            let z = x.get(2).filter(|z| !z.is_empty()).map(|z| z.dtype());
+            let st = z.and_then(held_in).or(storage).unwrap_or(StorageType::Uint8);
+            let out = z.unwrap_or(match st {
+                StorageType::Int4 | StorageType::Int8 => DType::I8,
+                StorageType::Uint4 | StorageType::Uint8 => DType::U8,
+                StorageType::Int16 => DType::I16,
+                StorageType::Uint16 => DType::U16,
+                StorageType::Int32 => DType::I32,
+            });
             return quantize_blocked(x, axis, block, st, out);
         }
         let a = f32_arg(x, 0)?;
