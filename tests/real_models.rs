@@ -155,28 +155,23 @@ fn close(got: &ndarray::ArrayD<f32>, want: &ndarray::ArrayD<f32>) -> (f32, f32) 
     (d, 5e-4 * want.iter().fold(1f32, |m, v| m.max(v.abs())))
 }
 
-/// basic-pitch's SavedModel (an audio front end of 26 conv1d, `tf.DivNoNan`, 3 heads): it
-/// reproduces TensorFlow's outputs and every Conv2D quantizes to int8 weights and activations.
+/// basic-pitch's SavedModel (an audio front end of 26 conv1d, `tf.DivNoNan`, 3 heads, strided
+/// slices with an ellipsis and new axes) as an `.onnx`, like the other shipped models.
 #[test]
-fn basic_pitch_savedmodel_runs_and_quantizes() {
+fn basic_pitch_savedmodel_as_shipped() {
+    as_shipped(
+        "basic_pitch_savedmodel",
+        "basic_pitch",
+        "basic_pitch_test_outputs_tf.npz",
+        32,
+    );
+}
+
+/// The same SavedModel kept in the TF dialect: every Conv2D on int8 weights and activations,
+/// and the `.mlir` accepted by mlir-opt.
+#[test]
+fn basic_pitch_savedmodel_quantizes_in_tf_dialect() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.npz");
-    ok(quantir(&[
-        "run",
-        &real("basic_pitch_savedmodel"),
-        "--data",
-        &real("basic_pitch_test.npz"),
-        "-o",
-        &arg(&out),
-    ]));
-    let read = |p: &std::path::Path, k: &str| -> ndarray::ArrayD<f32> {
-        let mut z = ndarray_npy::NpzReader::new(std::fs::File::open(p).unwrap()).unwrap();
-        z.by_name(k).unwrap()
-    };
-    for k in ["contour", "note", "onset"] {
-        let (d, bound) = close(&read(&out, k), &read(&data("real/basic_pitch_test_outputs_tf.npz"), k));
-        assert!(d <= bound, "{k}: max |quantir - TensorFlow| = {d} > {bound}");
-    }
     let o = ok(quantir(&[
         "quantize",
         &real("basic_pitch_savedmodel"),

@@ -419,11 +419,12 @@ fn int16_activations_raise_the_opset_and_move_reduction_axes_to_inputs() {
     assert_eq!(r["top1_agreement_vs_quantir"].as_f64().unwrap(), 1.0, "{r}");
 }
 
-/// The array ops of the lowering: StridedSlice with shrink, reverse and masked bounds, Slice
+/// The array ops of the lowering: StridedSlice with shrink, reverse and masked bounds (and
+/// `x[:, tf.newaxis, ..., 2]`: a new axis, an ellipsis and a shrink in one spec), Slice
 /// to the end, Pack, Gather, Split, SplitV, Tile, BroadcastTo, ClipByValue, ArgMax/ArgMin with
 /// either index type, comparisons and SelectV2.
 const ARRAY_MODULE: &str = r#"module {
-  func.func @main(%x: tensor<1x6x8xf32>) -> (tensor<1x3xf32>, tensor<1x6x4xf32>, tensor<1x2x3x5xf32>, tensor<1x6x3xf32>, tensor<1x4x8xf32>, tensor<1x4x3xf32>, tensor<1x6x8xf32>, tensor<1x6xf32>, tensor<1x6xf32>, tensor<1x6x8xf32>) attributes {tf.entry_function = {inputs = "x", outputs = "ss1,ss2,pk,g,spv,b,c,amax,amin,sel"}} {
+  func.func @main(%x: tensor<1x6x8xf32>) -> (tensor<1x3xf32>, tensor<1x6x4xf32>, tensor<1x2x3x5xf32>, tensor<1x6x3xf32>, tensor<1x4x8xf32>, tensor<1x4x3xf32>, tensor<1x6x8xf32>, tensor<1x6xf32>, tensor<1x6xf32>, tensor<1x6x8xf32>, tensor<1x1x6xf32>) attributes {tf.entry_function = {inputs = "x", outputs = "ss1,ss2,pk,g,spv,b,c,amax,amin,sel,ss3"}} {
     %b1 = "tf.Const"() {value = dense<[0, 2, 1]> : tensor<3xi32>} : () -> tensor<3xi32>
     %e1 = "tf.Const"() {value = dense<[1, 3, 7]> : tensor<3xi32>} : () -> tensor<3xi32>
     %s1 = "tf.Const"() {value = dense<[1, 1, 2]> : tensor<3xi32>} : () -> tensor<3xi32>
@@ -432,6 +433,10 @@ const ARRAY_MODULE: &str = r#"module {
     %e2 = "tf.Const"() {value = dense<[0, 0, 0]> : tensor<3xi32>} : () -> tensor<3xi32>
     %s2 = "tf.Const"() {value = dense<[1, -1, -2]> : tensor<3xi32>} : () -> tensor<3xi32>
     %ss2 = "tf.StridedSlice"(%x, %b2, %e2, %s2) {begin_mask = 5 : i64, ellipsis_mask = 0 : i64, end_mask = 7 : i64, new_axis_mask = 0 : i64, shrink_axis_mask = 0 : i64} : (tensor<1x6x8xf32>, tensor<3xi32>, tensor<3xi32>, tensor<3xi32>) -> tensor<1x6x4xf32>
+    %b3 = "tf.Const"() {value = dense<[0, 0, 0, 2]> : tensor<4xi32>} : () -> tensor<4xi32>
+    %e3 = "tf.Const"() {value = dense<[0, 0, 0, 3]> : tensor<4xi32>} : () -> tensor<4xi32>
+    %s3 = "tf.Const"() {value = dense<1> : tensor<4xi32>} : () -> tensor<4xi32>
+    %ss3 = "tf.StridedSlice"(%x, %b3, %e3, %s3) {begin_mask = 1 : i64, ellipsis_mask = 4 : i64, end_mask = 1 : i64, new_axis_mask = 2 : i64, shrink_axis_mask = 8 : i64} : (tensor<1x6x8xf32>, tensor<4xi32>, tensor<4xi32>, tensor<4xi32>) -> tensor<1x1x6xf32>
     %sb = "tf.Const"() {value = dense<[0, 2, 3]> : tensor<3xi32>} : () -> tensor<3xi32>
     %sz = "tf.Const"() {value = dense<[-1, 3, -1]> : tensor<3xi32>} : () -> tensor<3xi32>
     %sl = "tf.Slice"(%x, %sb, %sz) : (tensor<1x6x8xf32>, tensor<3xi32>, tensor<3xi32>) -> tensor<1x3x5xf32>
@@ -457,7 +462,7 @@ const ARRAY_MODULE: &str = r#"module {
     %zero = "tf.Const"() {value = dense<0.0> : tensor<f32>} : () -> tensor<f32>
     %pos = "tf.Greater"(%x, %zero) : (tensor<1x6x8xf32>, tensor<f32>) -> tensor<1x6x8xi1>
     %sel = "tf.SelectV2"(%pos, %x, %t) : (tensor<1x6x8xi1>, tensor<1x6x8xf32>, tensor<1x6x8xf32>) -> tensor<1x6x8xf32>
-    func.return %ss1, %ss2, %pk, %g, %spv#1, %b, %c, %amf, %anf, %sel : tensor<1x3xf32>, tensor<1x6x4xf32>, tensor<1x2x3x5xf32>, tensor<1x6x3xf32>, tensor<1x4x8xf32>, tensor<1x4x3xf32>, tensor<1x6x8xf32>, tensor<1x6xf32>, tensor<1x6xf32>, tensor<1x6x8xf32>
+    func.return %ss1, %ss2, %pk, %g, %spv#1, %b, %c, %amf, %anf, %sel, %ss3 : tensor<1x3xf32>, tensor<1x6x4xf32>, tensor<1x2x3x5xf32>, tensor<1x6x3xf32>, tensor<1x4x8xf32>, tensor<1x4x3xf32>, tensor<1x6x8xf32>, tensor<1x6xf32>, tensor<1x6xf32>, tensor<1x6x8xf32>, tensor<1x1x6xf32>
   }
 }
 "#;
@@ -475,7 +480,7 @@ fn array_ops_lower_to_their_onnx_forms() {
         .unwrap();
     w.finish().unwrap();
     let ([tf_out, ort_out, onnx_out], _) = three_runs(dir.path(), &model, &x);
-    for name in ["ss1", "ss2", "pk", "g", "spv", "b", "c", "amax", "amin", "sel"] {
+    for name in ["ss1", "ss2", "pk", "g", "spv", "b", "c", "amax", "amin", "sel", "ss3"] {
         let want = read(&tf_out, name);
         // values are moved, never computed: exact
         assert_eq!(

@@ -49,6 +49,7 @@ pub const RULES: &[OpRule] = &[
     same_scale("onnx.Tile", &[1]),
     same_scale("onnx.Gather", &[1]),
     same_scale("onnx.GatherElements", &[1]),
+    same_scale("onnx.GatherND", &[1]),
     // values kept or zeroed (zero is exact in every scheme)
     same_scale("onnx.Trilu", &[1]),
     same_scale("onnx.Resize", &[1, 2, 3]),
@@ -68,6 +69,8 @@ pub const RULES: &[OpRule] = &[
     shape("onnx.CumSum", &[1]),
     shape("onnx.OneHot", &[1]),
     shape("onnx.ConstantOfShape", &[0]),
+    // only the input's shape is read
+    shape("onnx.EyeLike", &[0]),
     shape("onnx.Range", &[0, 1, 2]),
     // the parameters of Q/DQ nodes already in a model
     shape("onnx.QuantizeLinear", &[1, 2]),

@@ -34,7 +34,7 @@ pub(super) const TABLE: &[(&str, Rule)] = &[
     ("tf.Squeeze", Custom(squeeze, &["onnx.Squeeze"])),
     (
         "tf.StridedSlice",
-        Custom(strided_slice, &["onnx.Slice", "onnx.Squeeze"]),
+        Custom(strided_slice, &["onnx.Slice", "onnx.Squeeze", "onnx.Unsqueeze"]),
     ),
     (
         "tf.Tile",
@@ -228,17 +228,19 @@ fn shape<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(
 }
 
 /// `StridedSlice` with constant begin/end/strides as ONNX `Slice`, then `Squeeze` of the
-/// shrunk axes. Masks become ONNX's clamped bounds: a masked begin is the first element in the
-/// step's direction, a masked end runs past the last.
+/// shrunk axes and `Unsqueeze` of the new ones. The spec is first made dense over the input's
+/// dims: an ellipsis stands for every dim the other entries do not name, a new axis names no
+/// input dim but a size-1 dim of the output.
+///
+/// ```text
+/// tf.StridedSlice(x: 2x3x4, begin [0, 1], end [0, 2], strides [1, 1])
+///     {ellipsis_mask = 1, new_axis_mask = 0, shrink_axis_mask = 2}        // x[..., 1]
+///   → onnx.Slice(x, starts [0, 0, 1], ends [MAX, MAX, 2], axes [0, 1, 2]) : 2x3x1
+///   → onnx.Squeeze(axes [2]) : 2x3
+/// ```
 fn strided_slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let a = op_attrs(&op);
     let mask = |k: &str| a.get(k).and_then(AttrValue::as_int).unwrap_or(0);
-    if mask("ellipsis_mask") != 0 || mask("new_axis_mask") != 0 {
-        return Err(err(format!(
-            "{}: ellipsis_mask / new_axis_mask have no ONNX Slice form",
-            label(op)
-        )));
-    }
     let (begin, end, strides) = (const_ints(op, 1)?, const_ints(op, 2)?, const_ints(op, 3)?);
     if begin.len() != end.len() || begin.len() != strides.len() || strides.contains(&0) {
         return Err(err(format!(
@@ -246,16 +248,51 @@ fn strided_slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> 
             label(op)
         )));
     }
-    let (bm, em, sm) = (mask("begin_mask"), mask("end_mask"), mask("shrink_axis_mask"));
-    let (mut starts, mut ends, mut shrink) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..begin.len() {
+    let (bm, em, sm, el, na) = (
+        mask("begin_mask"),
+        mask("end_mask"),
+        mask("shrink_axis_mask"),
+        mask("ellipsis_mask"),
+        mask("new_axis_mask"),
+    );
+    let x = op.operand(0).map_err(err)?;
+    let n = begin.len();
+    let input_rank = rank(x);
+    let (mut starts, mut ends, mut steps) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut shrink, mut new_axes) = (Vec::new(), Vec::new());
+    let (mut dim, mut out_pos, mut seen_ellipsis) = (0i64, 0i64, false);
+    let named = (0..n).filter(|i| (el | na) & (1 << i) == 0).count();
+    for i in 0..n {
         let bit = 1i64 << i;
+        if el & bit != 0 && !seen_ellipsis {
+            // TensorFlow honours the first ellipsis only
+            seen_ellipsis = true;
+            let r = input_rank.ok_or_else(|| err(format!("{}: an ellipsis on an unranked input", label(op))))?;
+            for _ in 0..r.checked_sub(named).ok_or_else(|| err(format!("{}: more slice entries than dims", label(op))))? {
+                starts.push(0);
+                ends.push(i64::MAX);
+                steps.push(1);
+                dim += 1;
+                out_pos += 1;
+            }
+            continue;
+        }
+        if el & bit != 0 {
+            continue;
+        }
+        if na & bit != 0 {
+            new_axes.push(out_pos);
+            out_pos += 1;
+            continue;
+        }
         let up = strides[i] > 0;
         if sm & bit != 0 {
             // one element: [b, b + 1), with b = -1 running to the end
             starts.push(begin[i]);
             ends.push(if begin[i] == -1 { i64::MAX } else { begin[i] + 1 });
-            shrink.push(i as i64);
+            steps.push(1);
+            shrink.push(dim);
+            dim += 1;
             continue;
         }
         starts.push(match (bm & bit != 0, up) {
@@ -268,12 +305,11 @@ fn strided_slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> 
             (true, false) => i64::MIN,
             (false, _) => end[i],
         });
+        steps.push(strides[i]);
+        dim += 1;
+        out_pos += 1;
     }
-    let steps: Vec<i64> = (0..begin.len())
-        .map(|i| if sm & (1 << i) != 0 { 1 } else { strides[i] })
-        .collect();
-    let axes: Vec<i64> = (0..begin.len() as i64).collect();
-    let x = op.operand(0).map_err(err)?;
+    let axes: Vec<i64> = (0..dim).collect();
     let ins = [
         x,
         l.i64s(op, &starts)?,
@@ -283,29 +319,39 @@ fn strided_slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> 
     ];
     let ty = l.result_type(op, 0)?;
     let loc = l.loc(op, "");
-    if shrink.is_empty() {
+    if shrink.is_empty() && new_axes.is_empty() {
         let y = l.build1(op, "onnx.Slice", &ins, &[], ty, loc)?;
         return l.finish(op, 0, y);
     }
-    // the slice keeps the shrunk axes at size 1
-    let r = rank(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?;
+    // the types between: the output without its new axes, then with the shrunk axes at 1
+    let r = input_rank.ok_or_else(|| err(format!("{}: unranked input", label(op))))?;
     let out = dims(op.result(0).map_err(err)?.into()).unwrap_or_default();
-    let mut kept = out.iter();
-    let sliced: Vec<Option<usize>> = (0..r as i64)
-        .map(|i| {
-            if shrink.contains(&i) {
-                Some(1)
-            } else {
-                kept.next().copied().flatten()
-            }
-        })
+    let squeezed: Vec<Option<usize>> = out
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !new_axes.contains(&(*i as i64)))
+        .map(|(_, d)| *d)
         .collect();
-    let mid = ranked(element_of(ty), &sliced);
-    let loc_s = l.loc(op, "slice");
-    let s1 = l.build1(op, "onnx.Slice", &ins, &[], mid, loc_s)?;
-    let ax = l.i64s(op, &shrink)?;
-    let y = l.build1(op, "onnx.Squeeze", &[s1, ax], &[], ty, loc)?;
-    l.finish(op, 0, y)
+    let mut kept = squeezed.iter();
+    let sliced: Vec<Option<usize>> = (0..r as i64)
+        .map(|i| if shrink.contains(&i) { Some(1) } else { kept.next().copied().flatten() })
+        .collect();
+    let elem = element_of(ty);
+    let mut cur = if shrink.is_empty() {
+        let t = if new_axes.is_empty() { ty } else { ranked(elem, &squeezed) };
+        l.build1(op, "onnx.Slice", &ins, &[], t, l.loc(op, "slice"))?
+    } else {
+        let s1 = l.build1(op, "onnx.Slice", &ins, &[], ranked(elem, &sliced), l.loc(op, "slice"))?;
+        let ax = l.i64s(op, &shrink)?;
+        let t = if new_axes.is_empty() { ty } else { ranked(elem, &squeezed) };
+        let at = if new_axes.is_empty() { loc } else { l.loc(op, "squeeze") };
+        l.build1(op, "onnx.Squeeze", &[s1, ax], &[], t, at)?
+    };
+    if !new_axes.is_empty() {
+        let ax = l.i64s(op, &new_axes)?;
+        cur = l.build1(op, "onnx.Unsqueeze", &[cur, ax], &[], ty, loc)?;
+    }
+    l.finish(op, 0, cur)
 }
 
 /// `Slice(x, begin, size)`: ends are `begin + size`, or the end of the axis for `size = -1`.
