@@ -492,6 +492,104 @@ fn array_ops_lower_to_their_onnx_forms() {
     }
 }
 
+/// The TF ops added for the reverse table check (every TF op that runs also lowers): FloorMod
+/// on floats and integers, TF1's Select with a row condition, All/Any, the old Concat and
+/// Gather, Unpack, Fill, ZerosLike/OnesLike, Rank, Size, Range, Einsum and the identities.
+const MORE_MODULE: &str = r#"module {
+  func.func @main(%x0: tensor<1x2x3xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<2xf32>, tensor<1x3xf32>, tensor<4x3xf32>, tensor<2xf32>, tensor<2x2xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<1xf32>, tensor<1xf32>, tensor<2x3xf32>, tensor<3xf32>, tensor<2x2xf32>, tensor<2x3xf32>) attributes {tf.entry_function = {inputs = "x", outputs = "fm,fmi,sel,all,any,cat,up,fill,zl,ol,rk,sz,ga,rg,es,id"}} {
+    %s23 = "tf.Const"() {value = dense<[2, 3]> : tensor<2xi32>} : () -> tensor<2xi32>
+    %x = "tf.Reshape"(%x0, %s23) : (tensor<1x2x3xf32>, tensor<2xi32>) -> tensor<2x3xf32>
+    %c07 = "tf.Const"() {value = dense<0.7> : tensor<f32>} : () -> tensor<f32>
+    %fm = "tf.FloorMod"(%x, %c07) : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
+    %ten = "tf.Const"() {value = dense<10.0> : tensor<f32>} : () -> tensor<f32>
+    %x10 = "tf.Mul"(%x, %ten) : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
+    %xi = "tf.Cast"(%x10) {Truncate = false} : (tensor<2x3xf32>) -> tensor<2x3xi32>
+    %three = "tf.Const"() {value = dense<3> : tensor<i32>} : () -> tensor<i32>
+    %fmi32 = "tf.FloorMod"(%xi, %three) : (tensor<2x3xi32>, tensor<i32>) -> tensor<2x3xi32>
+    %fmi = "tf.Cast"(%fmi32) {Truncate = false} : (tensor<2x3xi32>) -> tensor<2x3xf32>
+    %rows = "tf.Const"() {value = dense<[true, false]> : tensor<2xi1>} : () -> tensor<2xi1>
+    %nx = "tf.Neg"(%x) : (tensor<2x3xf32>) -> tensor<2x3xf32>
+    %sel = "tf.Select"(%rows, %x, %nx) : (tensor<2xi1>, tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+    %zero = "tf.Const"() {value = dense<0.0> : tensor<f32>} : () -> tensor<f32>
+    %pos = "tf.Greater"(%x, %zero) : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xi1>
+    %a1 = "tf.Const"() {value = dense<1> : tensor<1xi32>} : () -> tensor<1xi32>
+    %a0 = "tf.Const"() {value = dense<0> : tensor<1xi32>} : () -> tensor<1xi32>
+    %allb = "tf.All"(%pos, %a1) {keep_dims = false} : (tensor<2x3xi1>, tensor<1xi32>) -> tensor<2xi1>
+    %anyb = "tf.Any"(%pos, %a0) {keep_dims = true} : (tensor<2x3xi1>, tensor<1xi32>) -> tensor<1x3xi1>
+    %all = "tf.Cast"(%allb) {Truncate = false} : (tensor<2xi1>) -> tensor<2xf32>
+    %any = "tf.Cast"(%anyb) {Truncate = false} : (tensor<1x3xi1>) -> tensor<1x3xf32>
+    %ax0 = "tf.Const"() {value = dense<0> : tensor<i32>} : () -> tensor<i32>
+    %cat = "tf.Concat"(%ax0, %x, %x) : (tensor<i32>, tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<4x3xf32>
+    %up:3 = "tf.Unpack"(%x) {axis = 1 : i64} : (tensor<2x3xf32>) -> (tensor<2xf32>, tensor<2xf32>, tensor<2xf32>)
+    %dims = "tf.Const"() {value = dense<2> : tensor<2xi32>} : () -> tensor<2xi32>
+    %v15 = "tf.Const"() {value = dense<1.5> : tensor<f32>} : () -> tensor<f32>
+    %fill = "tf.Fill"(%dims, %v15) : (tensor<2xi32>, tensor<f32>) -> tensor<2x2xf32>
+    %zl = "tf.ZerosLike"(%x) : (tensor<2x3xf32>) -> tensor<2x3xf32>
+    %ol = "tf.OnesLike"(%x) : (tensor<2x3xf32>) -> tensor<2x3xf32>
+    %rki = "tf.Rank"(%x) : (tensor<2x3xf32>) -> tensor<i32>
+    %rkf = "tf.Cast"(%rki) {Truncate = false} : (tensor<i32>) -> tensor<f32>
+    %s1 = "tf.Const"() {value = dense<1> : tensor<1xi32>} : () -> tensor<1xi32>
+    %rk = "tf.Reshape"(%rkf, %s1) : (tensor<f32>, tensor<1xi32>) -> tensor<1xf32>
+    %szi = "tf.Size"(%x) : (tensor<2x3xf32>) -> tensor<i32>
+    %szf = "tf.Cast"(%szi) {Truncate = false} : (tensor<i32>) -> tensor<f32>
+    %sz = "tf.Reshape"(%szf, %s1) : (tensor<f32>, tensor<1xi32>) -> tensor<1xf32>
+    %gi = "tf.Const"() {value = dense<[1, 0]> : tensor<2xi32>} : () -> tensor<2xi32>
+    %ga = "tf.Gather"(%x, %gi) {validate_indices = true} : (tensor<2x3xf32>, tensor<2xi32>) -> tensor<2x3xf32>
+    %r0 = "tf.Const"() {value = dense<0.0> : tensor<f32>} : () -> tensor<f32>
+    %r3 = "tf.Const"() {value = dense<3.0> : tensor<f32>} : () -> tensor<f32>
+    %r1 = "tf.Const"() {value = dense<1.0> : tensor<f32>} : () -> tensor<f32>
+    %rg = "tf.Range"(%r0, %r3, %r1) : (tensor<f32>, tensor<f32>, tensor<f32>) -> tensor<3xf32>
+    %es = "tf.Einsum"(%x, %x) {equation = "ij,kj->ik"} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x2xf32>
+    %pg = "tf.PreventGradient"(%x) {message = ""} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+    %id = "tf.CheckNumerics"(%pg) {message = "x"} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+    func.return %fm, %fmi, %sel, %all, %any, %cat, %up#1, %fill, %zl, %ol, %rk, %sz, %ga, %rg, %es, %id : tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<2xf32>, tensor<1x3xf32>, tensor<4x3xf32>, tensor<2xf32>, tensor<2x2xf32>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<1xf32>, tensor<1xf32>, tensor<2x3xf32>, tensor<3xf32>, tensor<2x2xf32>, tensor<2x3xf32>
+  }
+}
+"#;
+
+#[test]
+fn every_tf_op_that_runs_lowers_and_agrees() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("more.mlir");
+    std::fs::write(&model, MORE_MODULE).unwrap();
+    let x = dir.path().join("x.npz");
+    let v = vec![-1.35f32, -0.2, 0.0, 0.45, 0.7, 2.05];
+    let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(&x).unwrap());
+    w.add_array("x0", &ArrayD::from_shape_vec(vec![1, 2, 3], v).unwrap()).unwrap();
+    w.finish().unwrap();
+    let ([tf_out, ort_out, onnx_out], onnx) = three_runs(dir.path(), &model, &x);
+    let ops = op_types(&onnx);
+    for (name, tol) in [
+        ("fm", 1e-6),
+        ("fmi", 0.0),
+        ("sel", 0.0),
+        ("all", 0.0),
+        ("any", 0.0),
+        ("cat", 0.0),
+        ("up", 0.0),
+        ("fill", 0.0),
+        ("zl", 0.0),
+        ("ol", 0.0),
+        ("rk", 0.0),
+        ("sz", 0.0),
+        ("ga", 0.0),
+        ("rg", 0.0),
+        ("es", 1e-6),
+        ("id", 0.0),
+    ] {
+        // one sample: the runs stack it with or without a leading axis of 1, so compare values
+        let flat = |p: &Path| read(p, name).iter().copied().collect::<Vec<f32>>();
+        let want = ArrayD::from_shape_vec(vec![flat(&tf_out).len()], flat(&tf_out)).unwrap();
+        for (what, got) in [("onnxruntime(lowered)", &ort_out), ("quantir(lowered)", &onnx_out)] {
+            let got = ArrayD::from_shape_vec(vec![flat(got).len()], flat(got)).unwrap();
+            let d = max_abs_diff(&got, &want);
+            assert!(d <= tol, "{name}: {what} vs quantir(TF): {d} ({ops:?})");
+        }
+    }
+    // the float FloorMod is spelled out (ONNX's Mod takes floats only with fmod = 1)
+    assert!(ops.contains(&"Mod".to_string()) && ops.contains(&"Floor".to_string()), "{ops:?}");
+}
+
 #[test]
 fn reduce_range_weights_keep_their_quality_in_onnxruntimes_fused_kernels() {
     let dir = tempfile::tempdir().unwrap();

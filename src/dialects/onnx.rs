@@ -28,6 +28,8 @@ pub const RULES: &[OpRule] = &[
     compute("onnx.ConvTranspose", (1, AxisRule::Fixed(1)), Some(2)),
     compute("onnx.Gemm", (1, AxisRule::Transposed("transB", 1, 0)), Some(2)),
     compute("onnx.MatMul", (1, AxisRule::Last), None),
+    // the operand-1 weight of a TF Einsum keeps its per-tensor rule through the lowering
+    compute("onnx.Einsum", (1, AxisRule::PerTensor), None),
     // a per-channel constant added right after MatMul is its bias
     OpRule {
         bias: true,

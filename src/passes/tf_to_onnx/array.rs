@@ -19,15 +19,22 @@ pub(super) const TABLE: &[(&str, Rule)] = &[
     ),
     ("tf.Cast", Custom(cast, &["onnx.Cast"])),
     ("tf.ClipByValue", Custom(clip_by_value, &["onnx.Clip", "onnx.Squeeze"])),
+    ("tf.Concat", Custom(concat, &["onnx.Concat"])),
     ("tf.ConcatV2", Custom(concat, &["onnx.Concat"])),
     ("tf.ExpandDims", Custom(expand_dims, &["onnx.Unsqueeze"])),
+    ("tf.Fill", Custom(fill, &["onnx.Cast", "onnx.Expand"])),
+    ("tf.Gather", Custom(gather, &["onnx.Gather"])),
     ("tf.GatherV2", Custom(gather, &["onnx.Gather"])),
     ("tf.MirrorPad", Custom(pad, &["onnx.Pad"])),
+    ("tf.OnesLike", Custom(fill_like, &["onnx.Expand", "onnx.Shape"])),
     ("tf.Pack", Custom(pack, &["onnx.Concat", "onnx.Unsqueeze"])),
     ("tf.Pad", Custom(pad, &["onnx.Pad"])),
     ("tf.PadV2", Custom(pad, &["onnx.Pad"])),
+    ("tf.Range", Custom(range, &["onnx.Range"])),
+    ("tf.Rank", Custom(rank_op, &[])),
     ("tf.Reshape", Custom(reshape, &["onnx.Cast", "onnx.Reshape"])),
     ("tf.Shape", Custom(shape, &["onnx.Cast", "onnx.Shape"])),
+    ("tf.Size", Custom(shape, &["onnx.Cast", "onnx.Size"])),
     ("tf.Slice", Custom(slice, &["onnx.Slice"])),
     ("tf.Split", Custom(split, &["onnx.Split"])),
     ("tf.SplitV", Custom(split, &["onnx.Split"])),
@@ -41,6 +48,8 @@ pub(super) const TABLE: &[(&str, Rule)] = &[
         Custom(tile_or_expand, &["onnx.Cast", "onnx.Expand", "onnx.Tile"]),
     ),
     ("tf.Transpose", Custom(transpose, &["onnx.Transpose"])),
+    ("tf.Unpack", Custom(unpack, &["onnx.Split", "onnx.Squeeze"])),
+    ("tf.ZerosLike", Custom(fill_like, &["onnx.Expand", "onnx.Shape"])),
 ];
 
 /// A TF int32 shape operand as the int64 ONNX wants: a constant converted, else a Cast.
@@ -119,10 +128,11 @@ fn concat<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
     if n < 2 {
         return Err(err(format!("{}: no axis operand", label(op))));
     }
-    let values = &ins[..n - 1];
+    // ConcatV2(values..., axis); the older Concat(axis, values...)
+    let (values, axis_at) = if op_name(&op) == "tf.Concat" { (&ins[1..], 0) } else { (&ins[..n - 1], n - 1) };
     let result: Value = op.result(0).map_err(err)?.into();
     let r = rank(result).ok_or_else(|| err(format!("{}: unranked result", label(op))))?;
-    let axis = const_ints(op, n - 1)?;
+    let axis = const_ints(op, axis_at)?;
     let [axis] = axis.as_slice() else {
         return Err(err(format!("{}: axis must be one value", label(op))));
     };
@@ -207,20 +217,25 @@ fn cast<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<()
     l.replace(op, false, "onnx.Cast", &[x], &[("to", to)])
 }
 
-/// `Shape` is int64 in ONNX; TF's int32 form gets a Cast.
+/// `Shape` and `Size` are int64 in ONNX; TF's int32 forms get a Cast.
 fn shape<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
+    let name = one_of(op, "tf.Size", "onnx.Size", "onnx.Shape");
     let x = op.operand(0).map_err(err)?;
-    let r = rank(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?;
+    let dims64: Vec<Option<usize>> = if name == "onnx.Size" {
+        Vec::new()
+    } else {
+        vec![Some(rank(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?)]
+    };
     let ty = l.result_type(op, 0)?;
-    let i64t = ranked(IntegerType::new(l.ctx, 64).into(), &[Some(r)]);
+    let i64t = ranked(IntegerType::new(l.ctx, 64).into(), &dims64);
     let loc = l.loc(op, "");
     let elem = element_of(ty);
     if elem == IntegerType::new(l.ctx, 64).into() {
-        let y = l.build1(op, "onnx.Shape", &[x], &[], ty, loc)?;
+        let y = l.build1(op, name, &[x], &[], ty, loc)?;
         return l.finish(op, 0, y);
     }
     let loc64 = l.loc(op, "i64");
-    let s = l.build1(op, "onnx.Shape", &[x], &[], i64t, loc64)?;
+    let s = l.build1(op, name, &[x], &[], i64t, loc64)?;
     let to = onnx_element(elem).ok_or_else(|| err(format!("{}: {elem} has no ONNX type", label(op))))?;
     let to = l.int(to as i64);
     let y = l.build1(op, "onnx.Cast", &[s], &[("to", to)], ty, loc)?;
@@ -396,7 +411,8 @@ fn gather<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
         return Err(err(format!("{}: batch_dims has no ONNX Gather form", label(op))));
     }
     let (x, idx) = (op.operand(0).map_err(err)?, op.operand(1).map_err(err)?);
-    let axis = const_ints(op, 2)?;
+    // the older Gather has no axis operand: it gathers along 0
+    let axis = if op_name(&op) == "tf.Gather" { vec![0] } else { const_ints(op, 2)? };
     let [axis] = axis.as_slice() else {
         return Err(err(format!("{}: axis must be one value", label(op))));
     };
@@ -492,4 +508,70 @@ fn arg_extreme<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Re
     let to = l.int(to as i64);
     let y = l.build1(op, "onnx.Cast", &[a], &[("to", to)], ty, loc)?;
     l.finish(op, 0, y)
+}
+
+/// `Fill(dims, value)` as `Expand(value, dims)`: a scalar broadcast to the shape.
+fn fill<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
+    let dims = i64_operand(l, op, 0)?;
+    let value = op.operand(1).map_err(err)?;
+    l.replace(op, false, "onnx.Expand", &[value, dims], &[])
+}
+
+/// `ZerosLike(x)` / `OnesLike(x)` as `Expand(0 or 1, Shape(x))`, the scalar of x's type.
+fn fill_like<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
+    let x = op.operand(0).map_err(err)?;
+    let dtype = tensor_type(x.r#type())
+        .and_then(|t| t.dtype)
+        .ok_or_else(|| err(format!("{}: an input of unknown element type", label(op))))?;
+    let one = op_name(&op) == "tf.OnesLike";
+    let v = layout::cast(&Tensor::F64(ndarray::arr0(f64::from(u8::from(one))).into_dyn()), dtype).map_err(err)?;
+    let v = l.constant(op, &v)?;
+    let r = rank(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?;
+    let st = ranked(IntegerType::new(l.ctx, 64).into(), &[Some(r)]);
+    let loc = l.loc(op, "shape");
+    let s = l.build1(op, "onnx.Shape", &[x], &[], st, loc)?;
+    l.replace(op, false, "onnx.Expand", &[v, s], &[])
+}
+
+/// `Range(start, limit, delta)`: ONNX's Range takes the same three scalars.
+fn range<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
+    let ins = operands(op);
+    l.replace(op, false, "onnx.Range", &ins, &[])
+}
+
+/// `Rank(x)`: the input's rank, known from its type, as a constant.
+fn rank_op<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
+    let x = op.operand(0).map_err(err)?;
+    let r = rank(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?;
+    let dtype = tensor_type(l.result_type(op, 0)?).and_then(|t| t.dtype).unwrap_or(crate::tensor::DType::I32);
+    let v = layout::cast(&Tensor::I64(ndarray::arr0(r as i64).into_dyn()), dtype).map_err(err)?;
+    let c = l.constant(op, &v)?;
+    l.finish(op, 0, c)
+}
+
+/// `Unpack(x)` along `axis` as `Split` into unit slices, each then `Squeeze`d.
+fn unpack<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
+    let a = op_attrs(&op);
+    let x = op.operand(0).map_err(err)?;
+    let d = dims(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?;
+    let axis = a.get("axis").and_then(AttrValue::as_int).unwrap_or(0);
+    let ax = norm_axis(axis, d.len()).ok_or_else(|| err(format!("{}: axis {axis} out of rank", label(op))))?;
+    let n = op.result_count();
+    let mut part = d.clone();
+    part[ax] = Some(1);
+    let elem = element_of(x.r#type());
+    let types = vec![ranked(elem, &part); n];
+    let sizes = l.i64s(op, &vec![1; n])?;
+    let at = l.int(ax as i64);
+    let loc = l.loc(op, "split");
+    let s = l.build(op, "onnx.Split", &[x, sizes], &[("axis", at)], &types, loc)?;
+    for i in 0..n {
+        let piece: Value = s.result(i).map_err(err)?.into();
+        let axv = l.i64s(op, &[ax as i64])?;
+        let ty = l.result_type(op, i)?;
+        let loc = l.loc(op, &format!("squeeze_{i}"));
+        let y = l.build1(op, "onnx.Squeeze", &[piece, axv], &[], ty, loc)?;
+        l.finish(op, i, y)?;
+    }
+    Ok(())
 }

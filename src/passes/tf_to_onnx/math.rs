@@ -30,6 +30,10 @@ pub(super) const TABLE: &[(&str, Rule)] = &[
     ("tf.Exp", Elementwise("onnx.Exp")),
     ("tf.Floor", Elementwise("onnx.Floor")),
     ("tf.FloorDiv", Custom(floor_div, &["onnx.Div", "onnx.Floor"])),
+    (
+        "tf.FloorMod",
+        Custom(floor_mod, &["onnx.Div", "onnx.Floor", "onnx.Mod", "onnx.Mul", "onnx.Sub"]),
+    ),
     ("tf.Inv", Elementwise("onnx.Reciprocal")),
     ("tf.LeakyRelu", Custom(leaky_relu, &["onnx.LeakyRelu"])),
     ("tf.Log", Elementwise("onnx.Log")),
@@ -167,4 +171,24 @@ fn div_no_nan<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Res
     let loc = l.loc(op, "");
     let r = l.build1(op, "onnx.Where", &[is_zero, zero, q], &[], ty, loc)?;
     l.finish(op, 0, r)
+}
+
+/// `FloorMod(x, y)`, the remainder with the divisor's sign: ONNX `Mod` (fmod = 0) on integers;
+/// ONNX allows only C's fmod on floats, so there it is `x − ⌊x / y⌋ · y`.
+fn floor_mod<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
+    let [x, y] = operands(op)[..] else {
+        return Err(err(format!("{}: FloorMod takes 2 operands", label(op))));
+    };
+    let ty = l.result_type(op, 0)?;
+    if !tensor_type(ty).and_then(|t| t.dtype).is_some_and(|d| d.is_float()) {
+        let f = l.int(0);
+        return l.replace(op, false, "onnx.Mod", &[x, y], &[("fmod", f)]);
+    }
+    let loc = l.loc(op, "div");
+    let q = l.build1(op, "onnx.Div", &[x, y], &[], ty, loc)?;
+    let loc = l.loc(op, "floor");
+    let f = l.build1(op, "onnx.Floor", &[q], &[], ty, loc)?;
+    let loc = l.loc(op, "mul");
+    let m = l.build1(op, "onnx.Mul", &[f, y], &[], ty, loc)?;
+    l.replace(op, false, "onnx.Sub", &[x, m], &[])
 }

@@ -13,6 +13,7 @@ pub(super) const TABLE: &[(&str, Rule)] = &[
     ("tf.BiasAdd", Custom(bias_add, &["onnx.Add", "onnx.Reshape"])),
     ("tf.Conv2D", Custom(conv, &["onnx.Conv", "onnx.Reshape"])),
     ("tf.DepthwiseConv2dNative", Custom(conv, &["onnx.Conv", "onnx.Reshape"])),
+    ("tf.Einsum", Custom(einsum, &["onnx.Einsum"])),
     ("tf.FusedBatchNorm", Custom(batch_norm, &["onnx.BatchNormalization"])),
     ("tf.FusedBatchNormV2", Custom(batch_norm, &["onnx.BatchNormalization"])),
     ("tf.FusedBatchNormV3", Custom(batch_norm, &["onnx.BatchNormalization"])),
@@ -354,4 +355,13 @@ fn matmul<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
         });
     }
     l.replace(op, false, "onnx.MatMul", &ins, &[])
+}
+
+/// `Einsum`: ONNX's takes the same equation (NumPy's notation on both sides).
+fn einsum<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
+    let a = op_attrs(&op);
+    let eq = attr_str(&a, "equation").ok_or_else(|| err(format!("{}: no equation", label(op))))?;
+    let eq = l.string(eq);
+    let ins = operands(op);
+    l.replace(op, false, "onnx.Einsum", &ins, &[("equation", eq)])
 }
