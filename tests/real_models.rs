@@ -234,6 +234,12 @@ fn as_shipped(model: &str, stem: &str, reference: &str, convs: usize) {
         &arg(&q),
     ]));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // no bias is ever clipped: an int32 overflow enlarges that channel's weight scale
+    let warnings = j["passes"]["quantize-weights"]["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().all(|w| !w.as_str().unwrap_or("").contains("clipped")),
+        "{model}: {warnings:?}"
+    );
     let ops = j["ops"].as_array().unwrap();
     assert_eq!(ops.len(), convs, "{model}: {j:#}");
     for o in ops {
@@ -273,4 +279,26 @@ fn basic_pitch_onnx_as_shipped() {
 #[test]
 fn fer_savedmodel_as_shipped() {
     as_shipped("fer_savedmodel", "fer", "fer_test_outputs_tf.npz", 23);
+}
+
+/// fer's two dead filters (largest weight ≈ 2e-34): quantized at their layer's scale, their
+/// int32 biases fit — no overflow warning at all — and the summary names them.
+#[test]
+fn fer_dead_filters_get_a_safe_scale() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = ok(quantir(&[
+        "quantize",
+        &real("fer_savedmodel"),
+        "--data",
+        &real("fer_calib.npz"),
+        "--no-cache",
+        "--json",
+        "-o",
+        &arg(&dir.path().join("q.onnx")),
+    ]));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let w = &j["passes"]["quantize-weights"];
+    assert_eq!(w["changes"]["dead weight channels given their layer's scale"], 2, "{w}");
+    assert_eq!(w["warnings"].as_array().unwrap().len(), 0, "{w}");
+    assert!(stderr(&o).is_empty() || !stderr(&o).contains("overflow"), "{}", stderr(&o));
 }

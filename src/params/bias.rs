@@ -8,11 +8,12 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum BiasOverflowPolicy {
-    /// Saturate to the int32 range (and report it).
-    #[default]
+    /// Saturate to the int32 range (and report it): the bias is then wrong by the excess.
     Clip,
     /// Enlarge that channel's weight scale just enough for the bias to fit, as onnxruntime's
-    /// newer quantizer does; the caller re-quantizes the weight with the returned scales.
+    /// newer quantizer does; the caller re-quantizes the weight with the returned scales. The
+    /// default: the bias stays exact and only that channel's weights get coarser.
+    #[default]
     EnlargeWeightScale,
 }
 

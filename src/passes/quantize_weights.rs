@@ -37,7 +37,35 @@ use ndarray::{ArrayD, Axis};
 use std::collections::HashMap;
 
 /// Per-channel (or global) symmetric parameters of a weight.
-fn weight_params(w: &ArrayD<f32>, axis: Option<usize>, res: &Resolved) -> Result<QuantParams, PassError> {
+/// A weight channel whose largest |w| is at most this fraction of its layer's largest is dead
+/// (fer's `conv2d_1` has two at 2e-34 beside weights of order 0.1): quantized at its own
+/// scale, its bias would not fit int32 at input scale × weight scale, and its scale is near
+/// f32's underflow. It gets the scale of the layer's largest channel instead, where its
+/// weights are 0 — what they contribute — and its bias fits.
+pub const DEAD_CHANNEL: f64 = 1e-20;
+
+/// Per-channel ranges with the dead channels' replaced by the widest channel's; returns how
+/// many were.
+fn revive_dead_channels(mins: &mut [f64], maxs: &mut [f64]) -> usize {
+    let abs: Vec<f64> = mins.iter().zip(maxs.iter()).map(|(lo, hi)| lo.abs().max(hi.abs())).collect();
+    let Some((widest, &top)) = abs.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)) else {
+        return 0;
+    };
+    if top <= 0.0 {
+        return 0;
+    }
+    let (lo, hi) = (mins[widest], maxs[widest]);
+    let mut n = 0;
+    for c in 0..abs.len() {
+        if abs[c] <= DEAD_CHANNEL * top {
+            (mins[c], maxs[c]) = (lo, hi);
+            n += 1;
+        }
+    }
+    n
+}
+
+fn weight_params(w: &ArrayD<f32>, axis: Option<usize>, res: &Resolved) -> Result<(QuantParams, usize), PassError> {
     let dtype = if res.weights == WeightMode::Int4 {
         StorageType::Int4
     } else {
@@ -55,12 +83,13 @@ fn weight_params(w: &ArrayD<f32>, axis: Option<usize>, res: &Resolved) -> Result
     };
     match axis {
         Some(a) => {
-            let (mins, maxs): (Vec<f64>, Vec<f64>) = w.axis_iter(Axis(a)).map(min_max).unzip();
-            compute_per_axis(res.scheme, dtype, &mins, &maxs, a, &opts).map_err(err)
+            let (mut mins, mut maxs): (Vec<f64>, Vec<f64>) = w.axis_iter(Axis(a)).map(min_max).unzip();
+            let dead = revive_dead_channels(&mut mins, &mut maxs);
+            Ok((compute_per_axis(res.scheme, dtype, &mins, &maxs, a, &opts).map_err(err)?, dead))
         }
         None => {
             let (lo, hi) = min_max(w.view());
-            compute(res.scheme, dtype, lo, hi, &opts).map_err(err)
+            Ok((compute(res.scheme, dtype, lo, hi, &opts).map_err(err)?, 0))
         }
     }
 }
@@ -222,17 +251,32 @@ pub fn run_with_plan<'c, 'a>(
                 None,
             ),
             WeightMode::Int8 | WeightMode::Int4 => {
-                let mut p = weight_params(&wt, axis, &res)?;
+                let (mut p, dead) = weight_params(&wt, axis, &res)?;
+                if dead > 0 {
+                    report.add(Change::DeadChannels, dead);
+                }
                 // the bias after this op, at input scale × weight scale
                 if let Some(bias) = bias_site(op, r, plan) {
                     let (badd, bidx, bdef, bvals, s_in) = bias;
                     let q = quantize_bias(bvals.as_slice().unwrap_or(&[]), s_in, &p.scale, config.bias_overflow)
                         .map_err(err)?;
+                    // how small the channel's weights are, next to the layer's largest
+                    let absmax = |c: Option<usize>| -> f64 {
+                        match (axis, c) {
+                            (Some(a), Some(c)) if c < wt.shape()[a] => {
+                                wt.index_axis(Axis(a), c).iter().fold(0f64, |m, v| m.max(v.abs() as f64))
+                            }
+                            _ => wt.iter().fold(0f64, |m, v| m.max(v.abs() as f64)),
+                        }
+                    };
+                    let top = absmax(None);
                     for o in &q.overflows {
                         report.warnings.push(format!(
-                            "{}: bias of channel {} overflows int32 by a factor of {:.3}{}",
+                            "{}: bias of channel {} (largest |weight| {:.3e}, {:.1e} of the layer's) overflows int32 by a factor of {:.3}{}",
                             location_string(badd.location()),
                             o.channel,
+                            absmax(Some(o.channel)),
+                            absmax(Some(o.channel)) / top.max(f64::MIN_POSITIVE),
                             o.factor,
                             if config.bias_overflow == crate::params::BiasOverflowPolicy::Clip {
                                 " (clipped)"
@@ -316,4 +360,22 @@ fn bias_site<'c, 'a>(
         return None;
     };
     (b.ndim() == 1).then_some((owner, idx, bdef, b, s_in.scale[0]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dead_channels_take_the_widest_channels_range() {
+        // fer's conv2d_1: channels at 2e-34 (and one all zero) beside weights of order 0.1
+        let (mut lo, mut hi) = (vec![-0.3, -2e-34, -0.1, 0.0], vec![0.2, 1e-34, 0.4, 0.0]);
+        assert_eq!(revive_dead_channels(&mut lo, &mut hi), 2);
+        assert_eq!(lo, vec![-0.3, -0.1, -0.1, -0.1]);
+        assert_eq!(hi, vec![0.2, 0.4, 0.4, 0.4]);
+        // small but alive (1e-8 of the layer) keeps its own range
+        let (mut lo, mut hi) = (vec![-1e-9, -1.0], vec![1e-9, 1.0]);
+        assert_eq!(revive_dead_channels(&mut lo, &mut hi), 0);
+        assert_eq!(lo[0], -1e-9);
+    }
 }

@@ -33,6 +33,8 @@ pub enum Change {
     SharedWeightsReused,
     /// quantize-weights: biases stored as int32.
     BiasesQuantized,
+    /// quantize-weights: dead output channels (weights ≈ 0) given their layer's largest scale.
+    DeadChannels,
     /// insert-qdq: qcast → dcast pairs inserted.
     QdqPairsInserted,
     /// pin-keys: ops given their key as a name location.
@@ -48,6 +50,7 @@ impl std::fmt::Display for Change {
             Change::OpsFolded => f.write_str("ops folded"),
             Change::ScalesFolded => f.write_str("scales folded into weights"),
             Change::AddsToBiasAdd => f.write_str("adds turned into BiasAdd"),
+            Change::DeadChannels => f.write_str("dead weight channels given their layer's scale"),
             Change::OnnxScaleShiftFolded => f.write_str("per-channel scale/shift folded into ONNX weights and biases"),
             Change::TfOpsLowered => f.write_str("tf ops lowered"),
             Change::Written(op) => write!(f, "{op} written"),

@@ -111,6 +111,14 @@ impl std::fmt::Display for QuantizeReport {
             self.weights.get(&Change::BiasesQuantized),
             self.qdq.get(&Change::QdqPairsInserted),
         )?;
+        let dead = self.weights.get(&Change::DeadChannels);
+        if dead > 0 {
+            writeln!(
+                f,
+                "dead weight channels: {dead} (largest |weight| ≤ {:e} of their layer's), quantized to 0 at the layer's scale",
+                crate::passes::quantize_weights::DEAD_CHANNEL
+            )?;
+        }
         for o in &self.summary.left_float {
             writeln!(f, "left float: {} {} ({})", o.op, o.key, o.reason)?;
         }

@@ -7,6 +7,7 @@
 //! scheme = "mlir"             # mlir | onnx | torch
 //! method = "minmax"           # calibration method (when quantize calibrates itself)
 //! exclude = ["*Softmax*"]
+//! bias_overflow = "enlarge-weight-scale"  # or "clip": an int32 bias that would not fit
 //!
 //! [[override]]
 //! match = "tf.MatMul"         # glob over op names and tensor keys
@@ -54,6 +55,8 @@ struct RecipeFile {
     symmetric_activations: Option<bool>,
     quantize_outputs: Option<bool>,
     reduce_range: Option<bool>,
+    /// `enlarge-weight-scale` (the default) or `clip`
+    bias_overflow: Option<crate::params::BiasOverflowPolicy>,
     exclude: Vec<String>,
     method: Option<String>,
     percentile: Option<f64>,
@@ -128,6 +131,7 @@ pub fn parse_onto(text: &str, base: QuantConfig) -> Result<QuantConfig, String> 
     c.symmetric_activations = f.symmetric_activations.unwrap_or(c.symmetric_activations);
     c.quantize_outputs = f.quantize_outputs.unwrap_or(c.quantize_outputs);
     c.reduce_range = f.reduce_range.unwrap_or(c.reduce_range);
+    c.bias_overflow = f.bias_overflow.unwrap_or(c.bias_overflow);
     c.exclude = f.exclude;
     c.method = f.method;
     c.percentile = f.percentile;

@@ -60,7 +60,7 @@ impl Default for QuantConfig {
             weights: WeightMode::Int8,
             per_channel: true,
             exclude: Vec::new(),
-            bias_overflow: BiasOverflowPolicy::Clip,
+            bias_overflow: BiasOverflowPolicy::EnlargeWeightScale,
             quantize_outputs: false,
             reduce_range: false,
             method: None,

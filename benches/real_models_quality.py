@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""quantir's int8 quality on the shared real models, per algorithm setting, in onnxruntime.
+
+For each real model of ../shared/models/real (ppocr_cls and ppocr_det as shipped, with their
+dynamic dims; basic_pitch.onnx; basic_pitch's and fer's SavedModels) and each variant (a name
+and the extra `quantir quantize` arguments, e.g. a recipe), this script runs
+
+  quantir quantize MODEL --data M_calib.npz --no-cache [ARGS] -o q.onnx
+
+and scores q.onnx against the float model (the .onnx itself; a SavedModel's float lowering
+`quantir opt --pass prepare --pass tf-to-onnx`) on M_test.npz, one sample per run, 1 thread:
+SQNR = 10·log10(Σf² / Σ(f − q)²) per output over all test samples, at onnxruntime's
+ORT_DISABLE_ALL (the QDQ graph as written) and ORT_ENABLE_ALL (its default, fused int8
+kernels). Prints one JSON object per (model, variant) and a markdown table at the end.
+
+Usage: .venv/bin/python benches/real_models_quality.py --quantir target/release/quantir
+           [--models DIR] [--only NAME] [--variant NAME=ARGS ...]
+       (no --variant: the defaults only; ARGS is split on spaces, e.g.
+        --variant "clip=--config /tmp/clip.toml")
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnxruntime as ort
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# name: (model, calibration/test stem)
+MODELS = {
+    "ppocr_cls": ("ppocr_cls.onnx", "ppocr_cls"),
+    "ppocr_det": ("ppocr_det.onnx", "ppocr_det"),
+    "basic_pitch.onnx": ("basic_pitch.onnx", "basic_pitch"),
+    "basic_pitch_savedmodel": ("basic_pitch_savedmodel", "basic_pitch"),
+    "fer_savedmodel": ("fer_savedmodel", "fer"),
+}
+
+LEVELS = {
+    "DISABLE": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "ENABLE": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+def outputs(path, data, level):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = level
+    s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    name = s.get_inputs()[0].name
+    x = data[name] if name in data.files else data[data.files[0]]
+    runs = [s.run(None, {name: x[i : i + 1].astype(np.float32)}) for i in range(len(x))]
+    return {o.name: np.concatenate([r[j] for r in runs]) for j, o in enumerate(s.get_outputs())}
+
+
+def sqnr(f, q):
+    f, q = f.astype(np.float64), q.astype(np.float64)
+    noise = ((f - q) ** 2).sum()
+    return float("inf") if noise == 0 else float(10 * np.log10((f**2).sum() / noise))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quantir", default=os.path.join(ROOT, "target/release/quantir"))
+    ap.add_argument("--models", default=os.path.join(ROOT, "..", "shared", "models", "real"))
+    ap.add_argument("--only")
+    ap.add_argument("--variant", action="append", default=[])
+    a = ap.parse_args()
+    variants = [("defaults", [])] + [(v.split("=", 1)[0], v.split("=", 1)[1].split()) for v in a.variant]
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        for name, (model, stem) in MODELS.items():
+            if a.only and a.only not in name:
+                continue
+            src = os.path.join(a.models, model)
+            data = np.load(os.path.join(a.models, f"{stem}_test.npz"))
+            float_path = src
+            if os.path.isdir(src):
+                float_path = os.path.join(work, f"{name}_float.onnx")
+                subprocess.run([a.quantir, "opt", src, "--pass", "prepare", "--pass", "tf-to-onnx", "-o", float_path],
+                               check=True, capture_output=True)
+            ref = outputs(float_path, data, LEVELS["DISABLE"])
+            for vname, args in variants:
+                q = os.path.join(work, f"{name}_{vname}.onnx")
+                p = subprocess.run([a.quantir, "quantize", src, "--data", os.path.join(a.models, f"{stem}_calib.npz"),
+                                    "--no-cache", *args, "-o", q], capture_output=True, text=True)
+                if p.returncode != 0:
+                    print(json.dumps({"model": name, "variant": vname, "error": p.stderr.strip()}), flush=True)
+                    continue
+                row = {"model": name, "variant": vname}
+                for lname, level in LEVELS.items():
+                    got = outputs(q, data, level)
+                    row[lname] = {k: round(sqnr(ref[k], got[k]), 2) for k in ref}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    print("\n| model | variant | SQNR dB, ORT_DISABLE_ALL | SQNR dB, ORT_ENABLE_ALL |\n|---|---|---|---|")
+    for r in rows:
+        fmt = lambda d: " / ".join(f"{v:.2f}" for v in d.values())
+        print(f"| {r['model']} | {r['variant']} | {fmt(r['DISABLE'])} | {fmt(r['ENABLE'])} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
