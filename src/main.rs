@@ -364,6 +364,9 @@ fn cmd_quantize(a: &QuantizeArgs, signature: Option<&str>) -> Result<()> {
     for w in report.weights.warnings.iter().chain(&report.qdq.warnings) {
         eprintln!("warning: {w}");
     }
+    for p in &report.unmatched_overrides {
+        eprintln!("warning: recipe override match = \"{p}\" selects no op and no tensor of the model; it changes nothing");
+    }
     if a.json {
         let doc = serde_json::json!({
             "output": a.output,
@@ -494,12 +497,27 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// The error and its causes on one line, each said once: the library's errors already spell
+/// out their source in their own message (`{path}: cannot write: {source}`), so a cause whose
+/// text is there is not repeated.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !msg.contains(&c) {
+            msg.push_str(": ");
+            msg.push_str(&c);
+        }
+    }
+    msg
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("quantir: error: {e:#}");
+            eprintln!("quantir: error: {}", one_line(&e));
             ExitCode::from(if e.is::<UsageError>() { 2 } else { 1 })
         }
     }

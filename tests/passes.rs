@@ -405,21 +405,32 @@ fn bias_overflow_is_reported_per_channel() {
             ("@main/op#9:result#0", -3.0, 5.0),
         ],
     );
-    let r = run(
-        &m,
-        "quantize-weights",
-        &PassOptions {
-            stats: Some(stats),
-            config: QuantConfig::default(),
-        },
-    );
-    assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
-    assert!(
-        r.warnings[0].contains("bias of channel 0 overflows int32 by a factor of")
-            && r.warnings[0].ends_with("(clipped)"),
-        "{:?}",
-        r.warnings
-    );
+    // the default enlarges the channel's weight scale; a recipe may ask for the old clip
+    for (policy, ending) in [
+        (quantir::params::BiasOverflowPolicy::EnlargeWeightScale, "(weight scale enlarged)"),
+        (quantir::params::BiasOverflowPolicy::Clip, "(clipped)"),
+    ] {
+        let m = load(&ctx, &CHAIN.replace("dense<[0.25, -0.5]>", "dense<[1.0e6, -0.5]>"));
+        prepare(&m).unwrap();
+        let r = run(
+            &m,
+            "quantize-weights",
+            &PassOptions {
+                stats: Some(stats.clone()),
+                config: QuantConfig {
+                    bias_overflow: policy,
+                    ..QuantConfig::default()
+                },
+            },
+        );
+        assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+        let w = &r.warnings[0];
+        assert!(
+            w.contains("bias of channel 0 (largest |weight| ") && w.contains("overflows int32 by a factor of") && w.ends_with(ending),
+            "{w}"
+        );
+    }
+    drop(m);
 }
 
 #[test]

@@ -51,9 +51,9 @@ pub(super) fn storage_bounds(scheme: Scheme, t: StorageType, o: &RangeOptions) -
                 (StorageType::Int16, true, _) => (-16384, 16384),
                 (StorageType::Uint4, true, _) => (0, 7),
                 (StorageType::Int4, true, _) => (-4, 3),
-                (StorageType::Uint8, false, true) => (0, 254),
+                // ONNX_INT_TYPE_SYMMETRIC_RANGE (onnxruntime 1.32) has the signed types only:
+                // symmetric uint8/uint16 keep the full range (zero point 128 / 32768)
                 (StorageType::Int8, false, true) => (-127, 127),
-                (StorageType::Uint16, false, true) => (0, 65534),
                 (StorageType::Int16, false, true) => (-32767, 32767),
                 _ => (lo, hi),
             })

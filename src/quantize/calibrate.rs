@@ -79,7 +79,13 @@ struct Observation {
 
 fn observation(module: &Module, opts: &CalibrateOptions) -> Result<Observation, CalibrateError> {
     let hash = model_hash(module);
-    let plan = plan(module, None, &opts.config)?;
+    // every point a quantize option that leaves the graph alone may ask for, the model's
+    // outputs included (--quantize-outputs), so that one stats file serves them all
+    let every_point = crate::recipe::QuantConfig {
+        quantize_outputs: true,
+        ..opts.config.clone()
+    };
+    let plan = plan(module, None, &every_point)?;
     let keys = plan.observed_keys();
     if keys.is_empty() {
         return Err(CalibrateError::NothingToCalibrate);

@@ -14,6 +14,7 @@ pub use calibrate::{calibrate, calibrate_cached, CalibrateOptions, Calibrated};
 use crate::calibration::StatsFile;
 use crate::ir::IrError;
 use crate::passes::{self, Change, PassError, PassOptions, PassReport};
+use melior::ir::operation::OperationLike;
 use melior::ir::Module;
 use serde::Serialize;
 
@@ -99,6 +100,30 @@ pub struct QuantizeReport {
     pub bytes_after: usize,
     /// Seconds per stage, in order.
     pub stages: Vec<(String, f64)>,
+    /// Recipe overrides whose pattern selects nothing in the model (a typo changes nothing).
+    pub unmatched_overrides: Vec<String>,
+}
+
+/// The `match` patterns of `config`'s overrides that select no op (by name or location) and
+/// no tensor key of the main function.
+fn unmatched_overrides(module: &Module, config: &QuantConfig) -> Result<Vec<String>, QuantizeError> {
+    if config.overrides.is_empty() {
+        return Ok(Vec::new());
+    }
+    let func = crate::ir::graph::find_function(module, None)?;
+    let keys = crate::ir::keys::TensorKeys::new(func);
+    let mut names: Vec<String> = Vec::new();
+    for op in crate::ir::graph::body_ops(func) {
+        names.push(crate::ir::graph::op_name(&op));
+        names.extend(crate::ir::keys::location_name(op.location()));
+        names.extend(op.results().filter_map(|r| keys.get(r.into()).map(str::to_string)));
+    }
+    Ok(config
+        .overrides
+        .iter()
+        .map(|o| o.pattern.clone())
+        .filter(|p| !names.iter().any(|n| crate::recipe::glob(p, n)))
+        .collect())
 }
 
 impl std::fmt::Display for QuantizeReport {
@@ -163,6 +188,7 @@ pub fn quantize_module(
         .check_model(&hash)
         .map_err(|e| QuantizeError::Stats(e.to_string()))?;
     lap("prepare", &mut stages);
+    let unmatched_overrides = unmatched_overrides(module, config)?;
     // one plan for both passes: quantize-weights changes weights only, never the activation
     // values the plan points at
     let plan = plan(module, Some(stats), config)?;
@@ -185,5 +211,6 @@ pub fn quantize_module(
         bytes_before,
         bytes_after,
         stages,
+        unmatched_overrides,
     })
 }

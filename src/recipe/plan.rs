@@ -217,7 +217,8 @@ pub fn plan<'c, 'a>(
             }
             let t = stats.tensors.get(&src).ok_or_else(|| {
                 IrError::Invalid(format!(
-                    "no statistics for tensor '{src}' (calibrate this model with the same quantir version)"
+                    "no statistics for tensor '{src}': the statistics were calibrated with settings that leave it float \
+                     (calibrate again with this run's --config / --exclude / --activations)"
                 ))
             })?;
             let opts = RangeOptions {
