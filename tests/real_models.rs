@@ -249,6 +249,19 @@ fn as_shipped(model: &str, stem: &str, reference: &str, convs: usize) {
             "{model}: {o}"
         );
     }
+    // every initializer is read by some node (a weight shared by several convs used to leave
+    // its float copy behind)
+    use prost::Message;
+    let m = quantir::formats::onnx::proto::ModelProto::decode(std::fs::read(&q).unwrap().as_slice()).unwrap();
+    let g = m.graph.unwrap();
+    let read: std::collections::HashSet<&str> = g
+        .node
+        .iter()
+        .flat_map(|n| n.input.iter().map(String::as_str))
+        .chain(g.output.iter().map(|o| o.name.as_str()))
+        .collect();
+    let unused: Vec<&str> = g.initializer.iter().map(|i| i.name.as_str()).filter(|n| !read.contains(n)).collect();
+    assert!(unused.is_empty(), "{model}: unused initializers {unused:?}");
     let r = onnx_ref(&[
         "run",
         &arg(&q),

@@ -242,6 +242,10 @@ pub fn run_with_plan<'c, 'a>(
         if let Some((v, _)) = done.get(&id) {
             set_operand(op, wi, *v);
             report.count(Change::SharedWeightsReused);
+            // the last op to move to the shared quantized copy leaves the float one unused
+            if uses(def.result(0).map_err(err)?.into()).is_empty() && erased.insert(def.to_raw().ptr as usize) {
+                erase_op(def)?;
+            }
             continue;
         }
         let (value, wparams) = match res.weights {
