@@ -5,7 +5,7 @@ mod cli;
 
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
-use cli::args::{
+use cli::args::{MethodArg, 
     name_of, CalibOpts, CalibrateArgs, Cli, Command, EvaluateArgs, ImageArgs, InspectArgs, MergeArgs, OptArgs,
     ParamsArgs, QuantizeArgs, RecipeArgs, RunArgs,
 };
@@ -124,9 +124,11 @@ fn run_calibration(
     o: &CalibOpts,
     config: &quantize::QuantConfig,
     cache: Option<&Path>,
+    method: Option<&MethodArg>,
 ) -> Result<quantir::calibration::StatsFile> {
-    // the command line wins over a recipe's method, which wins over minmax
-    let (name, pct) = match &o.method {
+    // --choose-method's candidate, else the command line, which wins over a recipe's method,
+    // which wins over minmax
+    let (name, pct) = match method.or(o.method.as_ref()) {
         Some(m) => (name_of(m), o.percentile),
         None => (
             config.method.clone().unwrap_or_else(|| "minmax".into()),
@@ -304,10 +306,63 @@ fn cmd_calibrate(a: &CalibrateArgs, signature: Option<&str>) -> Result<()> {
     if a.onnx {
         lower_to_onnx(&module, &a.model)?;
     }
-    let stats = run_calibration(&module, &a.data, &a.opts, &quantize::QuantConfig::default(), None)
+    let stats = run_calibration(&module, &a.data, &a.opts, &quantize::QuantConfig::default(), None, None)
         .with_context(|| a.model.display().to_string())?;
     stats_io::save_stats(&stats, &a.output, &[&a.model, &a.data])?;
     Ok(())
+}
+
+/// Calibration samples `--choose-method` scores each candidate on.
+const CHOOSE_SAMPLES: usize = 16;
+
+/// `quantize --choose-method`: quantizes with each candidate range method and returns the one
+/// whose model is closest to the float model on the first [`CHOOSE_SAMPLES`] calibration
+/// samples — the mean over the outputs of their SQNR in quantir's interpreter (which
+/// reproduces onnxruntime's QDQ semantics). One method for the whole model: per-layer choice
+/// is not made.
+fn choose_method(
+    a: &QuantizeArgs,
+    config: &quantize::QuantConfig,
+    signature: Option<&str>,
+    data: &Path,
+    cache: Option<&Path>,
+) -> Result<MethodArg> {
+    let mut best: Option<(f64, MethodArg)> = None;
+    let mut said = Vec::new();
+    for m in &a.candidates {
+        let ctx = ir::new_context();
+        let (float, module) = (load(&ctx, &a.model, signature)?, load(&ctx, &a.model, signature)?);
+        if formats::model::is_onnx(&a.output) {
+            quantize::lower_to_onnx(&float)?;
+            quantize::lower_to_onnx(&module)?;
+        }
+        let stats = run_calibration(&module, data, &a.opts, config, cache, Some(m))?;
+        quantize::quantize_module(&module, &stats, config).with_context(|| a.model.display().to_string())?;
+        let dataset = a.opts.images.open(data, Some(CHOOSE_SAMPLES))?;
+        let opts = quantir::evaluate::EvalOptions {
+            threads: a.opts.feed.threads,
+            limit: Some(CHOOSE_SAMPLES),
+            labels: None,
+            per_layer: false,
+            histograms: false,
+            overrides: parse_overrides(&a.opts.feed.inputs)?,
+        };
+        let r = quantir::evaluate::evaluate(&float, &module, &dataset, &opts)?;
+        // an exact output counts as 100 dB
+        let db: Vec<f64> = r.outputs.iter().map(|o| o.sqnr_db.unwrap_or(100.0).min(100.0)).collect();
+        let score = db.iter().sum::<f64>() / db.len().max(1) as f64;
+        said.push(format!("{} {score:.2} dB", name_of(m)));
+        if best.as_ref().is_none_or(|(s, _)| score > *s) {
+            best = Some((score, m.clone()));
+        }
+    }
+    let (_, m) = best.ok_or_else(|| usage("--choose-method needs at least one --candidates method"))?;
+    eprintln!(
+        "method: {} (mean output SQNR on {CHOOSE_SAMPLES} calibration samples: {})",
+        name_of(&m),
+        said.join(", ")
+    );
+    Ok(m)
 }
 
 fn cmd_quantize(a: &QuantizeArgs, signature: Option<&str>) -> Result<()> {
@@ -326,7 +381,12 @@ fn cmd_quantize(a: &QuantizeArgs, signature: Option<&str>) -> Result<()> {
             } else {
                 quantize::cache::default_dir()
             };
-            run_calibration(&module, d, &a.opts, &config, cache.as_deref())
+            let method = if a.choose_method {
+                Some(choose_method(a, &config, signature, d, cache.as_deref())?)
+            } else {
+                None
+            };
+            run_calibration(&module, d, &a.opts, &config, cache.as_deref(), method.as_ref())
                 .with_context(|| a.model.display().to_string())?
         }
         (None, None) => {

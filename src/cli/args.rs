@@ -129,6 +129,13 @@ pub struct QuantizeArgs {
     /// Calibrate even when the cache holds statistics for this model, data and method.
     #[arg(long)]
     pub no_cache: bool,
+    /// Quantize with each range method of --candidates and keep the one whose model is
+    /// closest to the float model on the calibration data (mean output SQNR); needs --data.
+    #[arg(long, requires = "data", conflicts_with = "method")]
+    pub choose_method: bool,
+    /// The methods --choose-method tries.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "minmax,percentile,mse")]
+    pub candidates: Vec<MethodArg>,
     #[command(flatten)]
     pub opts: CalibOpts,
     #[command(flatten)]
