@@ -25,6 +25,7 @@ pub mod dialects;
 pub mod evaluate;
 pub mod formats;
 pub mod fsutil;
+pub mod fuzzing;
 pub mod hash;
 pub mod inspect;
 pub mod interp;

@@ -1,0 +1,5 @@
+#![no_main]
+// quantir::fuzzing::recipe_toml under libFuzzer: `cargo +nightly fuzz run recipe_toml` (fuzz/README.md)
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    quantir::fuzzing::recipe_toml(data);
+});

@@ -1,0 +1,5 @@
+#![no_main]
+// quantir::fuzzing::stats_json under libFuzzer: `cargo +nightly fuzz run stats_json` (fuzz/README.md)
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    quantir::fuzzing::stats_json(data);
+});

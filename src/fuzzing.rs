@@ -1,0 +1,127 @@
+//! Fuzz targets: one function per parser of user input, taking arbitrary bytes. Each must
+//! return — an error is fine, a panic, an abort or unbounded memory is a bug. `fuzz/` runs
+//! them under libFuzzer (nightly, `cargo fuzz run NAME`); `tests/fuzz_seeds.rs` runs them
+//! over seed corpora and mutations of them on the stable toolchain, so they stay built and
+//! exercised without nightly.
+//!
+//! Parsers that read files (npy/npz, images, SavedModels) get the bytes through a private
+//! temporary folder. Each target says whether the input was accepted, so that the seed test
+//! can check its seeds are inputs the parser takes (and so reach past the first check).
+
+use crate::formats;
+use std::path::Path;
+
+/// Every target, by name (the `fuzz/fuzz_targets/NAME.rs` files and the seed test use these).
+pub const TARGETS: &[(&str, fn(&[u8]) -> bool)] = &[
+    ("image", image),
+    ("mlir", mlir),
+    ("npy", npy),
+    ("npz", npz),
+    ("onnx_model", onnx_model),
+    ("recipe_toml", recipe_toml),
+    ("saved_model_pb", saved_model_pb),
+    ("stats_json", stats_json),
+    ("variables_index", variables_index),
+];
+
+/// Writes `files` (name, bytes) into a fresh temporary folder and calls `f` on it.
+fn in_folder(files: &[(&str, &[u8])], f: impl FnOnce(&Path) -> bool) -> bool {
+    let Ok(dir) = tempfile::tempdir() else { return false };
+    for (name, bytes) in files {
+        let p = dir.path().join(name);
+        if let Some(parent) = p.parent() {
+            if std::fs::create_dir_all(parent).is_err() {
+                return false;
+            }
+        }
+        if std::fs::write(&p, bytes).is_err() {
+            return false;
+        }
+    }
+    f(dir.path())
+}
+
+/// An `.onnx` model as bytes: import into MLIR.
+pub fn onnx_model(data: &[u8]) -> bool {
+    let ctx = crate::ir::new_context();
+    // bound before `ctx` goes: the module the import returns borrows it
+    let ok = formats::onnx::import::import(&ctx, data, Path::new("fuzz.onnx")).is_ok();
+    ok
+}
+
+/// MLIR text or bytecode.
+pub fn mlir(data: &[u8]) -> bool {
+    let ctx = crate::ir::new_context();
+    // bound before `ctx` goes: the module the parser returns borrows it
+    let ok = crate::ir::io::load_bytes(&ctx, data, Path::new("fuzz.mlir")).is_ok();
+    ok
+}
+
+/// Reads every array of a dataset file, sample by sample.
+fn read_dataset(path: &Path) -> bool {
+    let Ok(d) = formats::data::Dataset::open(path) else { return false };
+    let names: Vec<String> = d.arrays.iter().map(|(n, _)| n.clone()).collect();
+    names.iter().all(|n| matches!(d.load(n), Some(Ok(_))))
+}
+
+pub fn npy(data: &[u8]) -> bool {
+    in_folder(&[("x.npy", data)], |d| read_dataset(&d.join("x.npy")))
+}
+
+pub fn npz(data: &[u8]) -> bool {
+    in_folder(&[("x.npz", data)], |d| read_dataset(&d.join("x.npz")))
+}
+
+/// One image file in a folder, decoded at its own size.
+pub fn image(data: &[u8]) -> bool {
+    in_folder(&[("img/a.png", data)], |d| {
+        let opts = formats::images::ImageOptions::default();
+        let Ok(f) = formats::images::ImageFolder::open(&d.join("img"), &opts) else { return false };
+        match f.shape_for(&[Some(1), Some(8), Some(8), Some(3)]) {
+            Ok(shape) => f.load(0, shape).is_ok(),
+            Err(_) => false,
+        }
+    })
+}
+
+/// A statistics file (`calibrate -o S.json`).
+pub fn stats_json(data: &[u8]) -> bool {
+    in_folder(&[("s.json", data)], |d| crate::stats_io::load_stats(&d.join("s.json")).is_ok())
+}
+
+/// A recipe (`--config R.toml`).
+pub fn recipe_toml(data: &[u8]) -> bool {
+    std::str::from_utf8(data).is_ok_and(|text| crate::recipe::file::parse(text).is_ok())
+}
+
+/// A SavedModel's `saved_model.pb` without variables: parsed and imported.
+pub fn saved_model_pb(data: &[u8]) -> bool {
+    in_folder(&[("m/saved_model.pb", data)], |d| {
+        let ctx = crate::ir::new_context();
+        formats::savedmodel::read(&d.join("m")).is_ok() && {
+            // without its variables the import may stop at the first variable: still parsed
+            let _ = formats::savedmodel::load(&ctx, &d.join("m"), None);
+            true
+        }
+    })
+}
+
+/// A variables bundle's index (its table of tensor entries) next to an empty shard.
+pub fn variables_index(data: &[u8]) -> bool {
+    in_folder(
+        &[
+            ("variables.index", data),
+            ("variables.data-00000-of-00001", &[0u8; 64]),
+        ],
+        |d| {
+            let Ok(b) = formats::savedmodel::bundle::Bundle::open(&d.join("variables")) else {
+                return false;
+            };
+            // the shard is 64 zero bytes: reads past it fail, which is the point
+            for key in b.entries.keys() {
+                let _ = b.read(key);
+            }
+            true
+        },
+    )
+}
