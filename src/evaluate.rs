@@ -23,6 +23,9 @@ pub struct EvalOptions {
     pub overrides: Vec<(String, String)>,
 }
 
+/// Samples per chunk while per-layer values are held (see `evaluate`).
+const WATCHED_CHUNK: usize = 4;
+
 /// An SQNR this many dB below the previous layer's (one bit's worth) marks a sharp drop.
 pub const SHARP_DROP_DB: f64 = 6.02;
 
@@ -292,7 +295,10 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
     let mut outputs = vec![Energy::default(); pf.output_names.len()];
     let mut layers: BTreeMap<String, Energy> = BTreeMap::new();
     let (mut agree, mut fcorrect, mut qcorrect) = (0usize, 0usize, 0usize);
-    let chunk = 16;
+    // samples run together (in parallel); while layers are watched every float activation of a
+    // chunk is held until the quantized run compares it, so those chunks are small — memory
+    // is then about 4 samples' activations, whatever the data set's size
+    let chunk = if float_keys.is_empty() { 16 } else { WATCHED_CHUNK };
     let mut start = 0;
     while start < n {
         let idx: Vec<usize> = (start..(start + chunk).min(n)).collect();
