@@ -59,7 +59,9 @@ pub fn mlir(data: &[u8]) -> bool {
 
 /// Reads every array of a dataset file, sample by sample.
 fn read_dataset(path: &Path) -> bool {
-    let Ok(d) = formats::data::Dataset::open(path) else { return false };
+    let Ok(d) = formats::data::Dataset::open(path) else {
+        return false;
+    };
     let names: Vec<String> = d.arrays.iter().map(|(n, _)| n.clone()).collect();
     names.iter().all(|n| matches!(d.load(n), Some(Ok(_))))
 }
@@ -76,7 +78,9 @@ pub fn npz(data: &[u8]) -> bool {
 pub fn image(data: &[u8]) -> bool {
     in_folder(&[("img/a.png", data)], |d| {
         let opts = formats::images::ImageOptions::default();
-        let Ok(f) = formats::images::ImageFolder::open(&d.join("img"), &opts) else { return false };
+        let Ok(f) = formats::images::ImageFolder::open(&d.join("img"), &opts) else {
+            return false;
+        };
         match f.shape_for(&[Some(1), Some(8), Some(8), Some(3)]) {
             Ok(shape) => f.load(0, shape).is_ok(),
             Err(_) => false,
@@ -86,7 +90,9 @@ pub fn image(data: &[u8]) -> bool {
 
 /// A statistics file (`calibrate -o S.json`).
 pub fn stats_json(data: &[u8]) -> bool {
-    in_folder(&[("s.json", data)], |d| crate::stats_io::load_stats(&d.join("s.json")).is_ok())
+    in_folder(&[("s.json", data)], |d| {
+        crate::stats_io::load_stats(&d.join("s.json")).is_ok()
+    })
 }
 
 /// A recipe (`--config R.toml`).
@@ -109,10 +115,7 @@ pub fn saved_model_pb(data: &[u8]) -> bool {
 /// A variables bundle's index (its table of tensor entries) next to an empty shard.
 pub fn variables_index(data: &[u8]) -> bool {
     in_folder(
-        &[
-            ("variables.index", data),
-            ("variables.data-00000-of-00001", &[0u8; 64]),
-        ],
+        &[("variables.index", data), ("variables.data-00000-of-00001", &[0u8; 64])],
         |d| {
             let Ok(b) = formats::savedmodel::bundle::Bundle::open(&d.join("variables")) else {
                 return false;

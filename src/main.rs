@@ -5,9 +5,9 @@ mod cli;
 
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
-use cli::args::{MethodArg, 
-    name_of, CalibOpts, CalibrateArgs, Cli, Command, EvaluateArgs, ImageArgs, InspectArgs, MergeArgs, OptArgs,
-    ParamsArgs, QuantizeArgs, RecipeArgs, RunArgs,
+use cli::args::{
+    name_of, CalibOpts, CalibrateArgs, Cli, Command, EvaluateArgs, ImageArgs, InspectArgs, MergeArgs, MethodArg,
+    OptArgs, ParamsArgs, QuantizeArgs, RecipeArgs, RunArgs,
 };
 use quantir::params::{self, RangeOptions, Scheme, StorageType};
 use quantir::{formats, inspect, interp, ir, passes, quantize, run, stats_io};
@@ -349,7 +349,11 @@ fn choose_method(
         };
         let r = quantir::evaluate::evaluate(&float, &module, &dataset, &opts)?;
         // an exact output counts as 100 dB
-        let db: Vec<f64> = r.outputs.iter().map(|o| o.sqnr_db.unwrap_or(100.0).min(100.0)).collect();
+        let db: Vec<f64> = r
+            .outputs
+            .iter()
+            .map(|o| o.sqnr_db.unwrap_or(100.0).min(100.0))
+            .collect();
         let score = db.iter().sum::<f64>() / db.len().max(1) as f64;
         said.push(format!("{} {score:.2} dB", name_of(m)));
         if best.as_ref().is_none_or(|(s, _)| score > *s) {
@@ -425,7 +429,9 @@ fn cmd_quantize(a: &QuantizeArgs, signature: Option<&str>) -> Result<()> {
         eprintln!("warning: {w}");
     }
     for p in &report.unmatched_overrides {
-        eprintln!("warning: recipe override match = \"{p}\" selects no op and no tensor of the model; it changes nothing");
+        eprintln!(
+            "warning: recipe override match = \"{p}\" selects no op and no tensor of the model; it changes nothing"
+        );
     }
     if a.json {
         let doc = serde_json::json!({

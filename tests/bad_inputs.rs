@@ -10,7 +10,8 @@ use std::path::Path;
 /// Writes an `.npz` of one f32 array named `input` (the digits MLP's input).
 fn npz(path: &Path, shape: Vec<usize>, values: Vec<f32>) {
     let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(path).unwrap());
-    w.add_array("input", &ndarray::ArrayD::from_shape_vec(shape, values).unwrap()).unwrap();
+    w.add_array("input", &ndarray::ArrayD::from_shape_vec(shape, values).unwrap())
+        .unwrap();
     w.finish().unwrap();
 }
 
@@ -27,14 +28,21 @@ fn every_bad_input_is_one_line_exit_1_and_writes_nothing() {
     std::fs::write(d.join("cut.mlir"), &text[..text.len() / 2]).unwrap();
     let z = std::fs::read(data("digits_mlp_calib.npz")).unwrap();
     std::fs::write(d.join("cut.npz"), &z[..z.len() / 2]).unwrap();
-    npz(&d.join("nan.npz"), vec![2, 64], (0..128).map(|i| if i == 70 { f32::NAN } else { 0.5 }).collect());
+    npz(
+        &d.join("nan.npz"),
+        vec![2, 64],
+        (0..128).map(|i| if i == 70 { f32::NAN } else { 0.5 }).collect(),
+    );
     npz(&d.join("shape.npz"), vec![2, 7], vec![0.5; 14]);
     {
         let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(d.join("ints.npz")).unwrap());
-        w.add_array("input", &ndarray::ArrayD::<i64>::zeros(ndarray::IxDyn(&[2, 64]))).unwrap();
+        w.add_array("input", &ndarray::ArrayD::<i64>::zeros(ndarray::IxDyn(&[2, 64])))
+            .unwrap();
         w.finish().unwrap();
     }
-    ndarray_npy::NpzWriter::new(std::fs::File::create(d.join("empty.npz")).unwrap()).finish().unwrap();
+    ndarray_npy::NpzWriter::new(std::fs::File::create(d.join("empty.npz")).unwrap())
+        .finish()
+        .unwrap();
     std::fs::write(d.join("bad.toml"), "weights = \"int8\"\nweigths = \"int4\"\n").unwrap();
     std::fs::write(d.join("stats.json"), "{\"not\": \"stats\"}").unwrap();
     let p = |name: &str| arg(&d.join(name));
@@ -43,49 +51,105 @@ fn every_bad_input_is_one_line_exit_1_and_writes_nothing() {
     let cases: Vec<(&str, Vec<String>, String, Vec<&str>)> = vec![
         (
             "missing model",
-            vec!["run".into(), p("nope.onnx"), "--data".into(), calib.clone(), "-o".into(), out("a.npz")],
+            vec![
+                "run".into(),
+                p("nope.onnx"),
+                "--data".into(),
+                calib.clone(),
+                "-o".into(),
+                out("a.npz"),
+            ],
             out("a.npz"),
             vec!["nope.onnx"],
         ),
         (
             "truncated .onnx",
-            vec!["run".into(), p("cut.onnx"), "--data".into(), calib.clone(), "-o".into(), out("b.npz")],
+            vec![
+                "run".into(),
+                p("cut.onnx"),
+                "--data".into(),
+                calib.clone(),
+                "-o".into(),
+                out("b.npz"),
+            ],
             out("b.npz"),
             vec!["cut.onnx"],
         ),
         (
             "truncated .mlir",
-            vec!["run".into(), p("cut.mlir"), "--data".into(), calib.clone(), "-o".into(), out("c.npz")],
+            vec![
+                "run".into(),
+                p("cut.mlir"),
+                "--data".into(),
+                calib.clone(),
+                "-o".into(),
+                out("c.npz"),
+            ],
             out("c.npz"),
             vec!["cut.mlir:"],
         ),
         (
             "truncated .npz",
-            vec!["run".into(), mlp.clone(), "--data".into(), p("cut.npz"), "-o".into(), out("d.npz")],
+            vec![
+                "run".into(),
+                mlp.clone(),
+                "--data".into(),
+                p("cut.npz"),
+                "-o".into(),
+                out("d.npz"),
+            ],
             out("d.npz"),
             vec!["cut.npz"],
         ),
         (
             "NaN in calibration data",
-            vec!["calibrate".into(), mlp.clone(), "--data".into(), p("nan.npz"), "-o".into(), out("e.json")],
+            vec![
+                "calibrate".into(),
+                mlp.clone(),
+                "--data".into(),
+                p("nan.npz"),
+                "-o".into(),
+                out("e.json"),
+            ],
             out("e.json"),
             vec!["nan.npz", "NaN"],
         ),
         (
             "data of the wrong shape",
-            vec!["run".into(), mlp.clone(), "--data".into(), p("shape.npz"), "-o".into(), out("f.npz")],
+            vec![
+                "run".into(),
+                mlp.clone(),
+                "--data".into(),
+                p("shape.npz"),
+                "-o".into(),
+                out("f.npz"),
+            ],
             out("f.npz"),
             vec!["shape.npz", "'input'", "64"],
         ),
         (
             "integer data for a float input",
-            vec!["run".into(), mlp.clone(), "--data".into(), p("ints.npz"), "-o".into(), out("g.npz")],
+            vec![
+                "run".into(),
+                mlp.clone(),
+                "--data".into(),
+                p("ints.npz"),
+                "-o".into(),
+                out("g.npz"),
+            ],
             out("g.npz"),
             vec!["ints.npz", "'input'", "i64"],
         ),
         (
             "data with no arrays",
-            vec!["calibrate".into(), mlp.clone(), "--data".into(), p("empty.npz"), "-o".into(), out("h.json")],
+            vec![
+                "calibrate".into(),
+                mlp.clone(),
+                "--data".into(),
+                p("empty.npz"),
+                "-o".into(),
+                out("h.json"),
+            ],
             out("h.json"),
             vec!["empty.npz", "no arrays"],
         ),
@@ -106,7 +170,14 @@ fn every_bad_input_is_one_line_exit_1_and_writes_nothing() {
         ),
         (
             "a stats file that is not one",
-            vec!["quantize".into(), mlp.clone(), "--stats".into(), p("stats.json"), "-o".into(), out("j.mlir")],
+            vec![
+                "quantize".into(),
+                mlp.clone(),
+                "--stats".into(),
+                p("stats.json"),
+                "-o".into(),
+                out("j.mlir"),
+            ],
             out("j.mlir"),
             vec!["stats.json"],
         ),
@@ -131,7 +202,14 @@ fn every_bad_input_is_one_line_exit_1_and_writes_nothing() {
         ),
         (
             "an output of an unknown format",
-            vec!["quantize".into(), mlp.clone(), "--data".into(), calib.clone(), "-o".into(), out("k.txt")],
+            vec![
+                "quantize".into(),
+                mlp.clone(),
+                "--data".into(),
+                calib.clone(),
+                "-o".into(),
+                out("k.txt"),
+            ],
             out("k.txt"),
             vec!["k.txt", ".onnx"],
         ),
@@ -153,5 +231,8 @@ fn every_bad_input_is_one_line_exit_1_and_writes_nothing() {
     }
     assert!(bad.is_empty(), "{}", bad.join("\n---\n"));
     // the truncated input was left as it was
-    assert_eq!(std::fs::read_to_string(d.join("cut.mlir")).unwrap(), text[..text.len() / 2]);
+    assert_eq!(
+        std::fs::read_to_string(d.join("cut.mlir")).unwrap(),
+        text[..text.len() / 2]
+    );
 }

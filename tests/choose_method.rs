@@ -23,7 +23,10 @@ fn the_chosen_method_scores_best_and_writes_what_that_method_writes() {
         &arg(&chosen),
     ]));
     let e = stderr(&o);
-    let line = e.lines().find(|l| l.starts_with("method: ")).unwrap_or_else(|| panic!("{e}"));
+    let line = e
+        .lines()
+        .find(|l| l.starts_with("method: "))
+        .unwrap_or_else(|| panic!("{e}"));
     // "method: NAME (mean output SQNR on 16 calibration samples: minmax A dB, entropy B dB, mse C dB)"
     let name = line["method: ".len()..].split_whitespace().next().unwrap().to_string();
     let scores: Vec<(String, f64)> = line
@@ -42,10 +45,28 @@ fn the_chosen_method_scores_best_and_writes_what_that_method_writes() {
     assert_eq!(best.0, name, "{line}");
     let direct = dir.path().join("direct.mlir");
     ok(quantir(&[
-        "quantize", &model, "--data", &data, "--no-cache", "--method", &name, "-o", &arg(&direct),
+        "quantize",
+        &model,
+        "--data",
+        &data,
+        "--no-cache",
+        "--method",
+        &name,
+        "-o",
+        &arg(&direct),
     ]));
     assert_eq!(std::fs::read(&chosen).unwrap(), std::fs::read(&direct).unwrap());
     // it needs data, and it is not --method
-    let o = quantir(&["quantize", &model, "--choose-method", "--method", "mse", "--data", &data, "-o", &arg(&direct)]);
+    let o = quantir(&[
+        "quantize",
+        &model,
+        "--choose-method",
+        "--method",
+        "mse",
+        "--data",
+        &data,
+        "-o",
+        &arg(&direct),
+    ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }

@@ -107,9 +107,15 @@ fn corpora(dir: &std::path::Path) -> HashMap<&'static str, Vec<Vec<u8>>> {
         ("mlir", vec![read(data("digits_mlp.mlir")), read(bytecode)]),
         ("npy", vec![npy_bytes(dir)]),
         ("npz", vec![npz_bytes(dir)]),
-        ("onnx_model", vec![read(data("digits_mlp.onnx")), read(data("digits_cnn.onnx"))]),
+        (
+            "onnx_model",
+            vec![read(data("digits_mlp.onnx")), read(data("digits_cnn.onnx"))],
+        ),
         ("recipe_toml", vec![recipe]),
-        ("saved_model_pb", vec![read(data("digits_mlp_savedmodel/saved_model.pb"))]),
+        (
+            "saved_model_pb",
+            vec![read(data("digits_mlp_savedmodel/saved_model.pb"))],
+        ),
         ("stats_json", vec![read(stats)]),
         (
             "variables_index",
@@ -124,7 +130,9 @@ fn every_fuzz_target_survives_its_seeds_and_their_mutations() {
     let corpora = corpora(dir.path());
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     for (name, target) in TARGETS {
-        let seeds = corpora.get(name).unwrap_or_else(|| panic!("no seed corpus for fuzz target {name}"));
+        let seeds = corpora
+            .get(name)
+            .unwrap_or_else(|| panic!("no seed corpus for fuzz target {name}"));
         for (i, seed) in seeds.iter().enumerate() {
             // a seed the parser refuses would test only its first check
             assert!(target(seed), "fuzz target {name}: seed {i} is not accepted");
@@ -135,7 +143,10 @@ fn every_fuzz_target_survives_its_seeds_and_their_mutations() {
     }
     // every seed corpus belongs to a target
     for name in corpora.keys() {
-        assert!(TARGETS.iter().any(|(t, _)| t == name), "seeds for unknown target {name}");
+        assert!(
+            TARGETS.iter().any(|(t, _)| t == name),
+            "seeds for unknown target {name}"
+        );
     }
 }
 
@@ -148,9 +159,20 @@ fn the_libfuzzer_targets_match_the_table() {
     for (name, _) in TARGETS {
         let path = root.join(format!("fuzz_targets/{name}.rs"));
         let src = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        assert!(src.contains(&format!("quantir::fuzzing::{name}(data)")), "{}", path.display());
-        assert!(manifest.contains(&format!("name = \"{name}\"")), "fuzz/Cargo.toml lacks {name}");
+        assert!(
+            src.contains(&format!("quantir::fuzzing::{name}(data)")),
+            "{}",
+            path.display()
+        );
+        assert!(
+            manifest.contains(&format!("name = \"{name}\"")),
+            "fuzz/Cargo.toml lacks {name}"
+        );
     }
     let files = std::fs::read_dir(root.join("fuzz_targets")).unwrap().count();
-    assert_eq!(files, TARGETS.len(), "fuzz/fuzz_targets has targets quantir::fuzzing does not list");
+    assert_eq!(
+        files,
+        TARGETS.len(),
+        "fuzz/fuzz_targets has targets quantir::fuzzing does not list"
+    );
 }

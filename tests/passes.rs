@@ -407,7 +407,10 @@ fn bias_overflow_is_reported_per_channel() {
     );
     // the default enlarges the channel's weight scale; a recipe may ask for the old clip
     for (policy, ending) in [
-        (quantir::params::BiasOverflowPolicy::EnlargeWeightScale, "(weight scale enlarged)"),
+        (
+            quantir::params::BiasOverflowPolicy::EnlargeWeightScale,
+            "(weight scale enlarged)",
+        ),
         (quantir::params::BiasOverflowPolicy::Clip, "(clipped)"),
     ] {
         let m = load(&ctx, &CHAIN.replace("dense<[0.25, -0.5]>", "dense<[1.0e6, -0.5]>"));
@@ -426,7 +429,9 @@ fn bias_overflow_is_reported_per_channel() {
         assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
         let w = &r.warnings[0];
         assert!(
-            w.contains("bias of channel 0 (largest |weight| ") && w.contains("overflows int32 by a factor of") && w.ends_with(ending),
+            w.contains("bias of channel 0 (largest |weight| ")
+                && w.contains("overflows int32 by a factor of")
+                && w.ends_with(ending),
             "{w}"
         );
     }

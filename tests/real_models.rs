@@ -260,7 +260,12 @@ fn as_shipped(model: &str, stem: &str, reference: &str, convs: usize) {
         .flat_map(|n| n.input.iter().map(String::as_str))
         .chain(g.output.iter().map(|o| o.name.as_str()))
         .collect();
-    let unused: Vec<&str> = g.initializer.iter().map(|i| i.name.as_str()).filter(|n| !read.contains(n)).collect();
+    let unused: Vec<&str> = g
+        .initializer
+        .iter()
+        .map(|i| i.name.as_str())
+        .filter(|n| !read.contains(n))
+        .collect();
     assert!(unused.is_empty(), "{model}: unused initializers {unused:?}");
     let r = onnx_ref(&[
         "run",
@@ -313,5 +318,9 @@ fn fer_dead_filters_get_a_safe_scale() {
     let w = &j["passes"]["quantize-weights"];
     assert_eq!(w["changes"]["dead weight channels given their layer's scale"], 2, "{w}");
     assert_eq!(w["warnings"].as_array().unwrap().len(), 0, "{w}");
-    assert!(stderr(&o).is_empty() || !stderr(&o).contains("overflow"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).is_empty() || !stderr(&o).contains("overflow"),
+        "{}",
+        stderr(&o)
+    );
 }

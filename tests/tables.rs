@@ -82,7 +82,10 @@ fn every_tf_op_that_runs_lowers_to_onnx() {
         .map(|(n, _)| *n)
         .filter(|n| !lowered.contains(n))
         .collect();
-    assert!(missing.is_empty(), "TF ops that run but have no ONNX lowering: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "TF ops that run but have no ONNX lowering: {missing:?}"
+    );
 }
 
 #[test]

@@ -556,7 +556,8 @@ fn every_tf_op_that_runs_lowers_and_agrees() {
     let x = dir.path().join("x.npz");
     let v = vec![-1.35f32, -0.2, 0.0, 0.45, 0.7, 2.05];
     let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(&x).unwrap());
-    w.add_array("x0", &ArrayD::from_shape_vec(vec![1, 2, 3], v).unwrap()).unwrap();
+    w.add_array("x0", &ArrayD::from_shape_vec(vec![1, 2, 3], v).unwrap())
+        .unwrap();
     w.finish().unwrap();
     let ([tf_out, ort_out, onnx_out], onnx) = three_runs(dir.path(), &model, &x);
     let ops = op_types(&onnx);
@@ -588,7 +589,10 @@ fn every_tf_op_that_runs_lowers_and_agrees() {
         }
     }
     // the float FloorMod is spelled out (ONNX's Mod takes floats only with fmod = 1)
-    assert!(ops.contains(&"Mod".to_string()) && ops.contains(&"Floor".to_string()), "{ops:?}");
+    assert!(
+        ops.contains(&"Mod".to_string()) && ops.contains(&"Floor".to_string()),
+        "{ops:?}"
+    );
 }
 
 #[test]

@@ -291,9 +291,18 @@ fn resize_op(d: &OpDesc, nearest: bool) -> Result<Box<dyn Kernel>, String> {
                 "resize of {sh:?} to [{h}, {w}]: expected NHWC images and a positive size"
             ));
         }
-        let axes: Vec<AxisResize> = [(sh[0], 1.0), (h as usize, h as f64 / sh[1] as f64), (w as usize, w as f64 / sh[2] as f64), (sh[3], 1.0)]
-            .map(|(len_out, scale)| AxisResize { scale, len_out, roi: (0.0, 1.0) })
-            .to_vec();
+        let axes: Vec<AxisResize> = [
+            (sh[0], 1.0),
+            (h as usize, h as f64 / sh[1] as f64),
+            (w as usize, w as f64 / sh[2] as f64),
+            (sh[3], 1.0),
+        ]
+        .map(|(len_out, scale)| AxisResize {
+            scale,
+            len_out,
+            roi: (0.0, 1.0),
+        })
+        .to_vec();
         // bilinear always yields f32, nearest keeps the input's type
         let src = if nearest {
             x[0].clone()

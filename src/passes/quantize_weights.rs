@@ -47,7 +47,11 @@ pub const DEAD_CHANNEL: f64 = 1e-20;
 /// Per-channel ranges with the dead channels' replaced by the widest channel's; returns how
 /// many were.
 fn revive_dead_channels(mins: &mut [f64], maxs: &mut [f64]) -> usize {
-    let abs: Vec<f64> = mins.iter().zip(maxs.iter()).map(|(lo, hi)| lo.abs().max(hi.abs())).collect();
+    let abs: Vec<f64> = mins
+        .iter()
+        .zip(maxs.iter())
+        .map(|(lo, hi)| lo.abs().max(hi.abs()))
+        .collect();
     let Some((widest, &top)) = abs.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)) else {
         return 0;
     };
@@ -85,7 +89,10 @@ fn weight_params(w: &ArrayD<f32>, axis: Option<usize>, res: &Resolved) -> Result
         Some(a) => {
             let (mut mins, mut maxs): (Vec<f64>, Vec<f64>) = w.axis_iter(Axis(a)).map(min_max).unzip();
             let dead = revive_dead_channels(&mut mins, &mut maxs);
-            Ok((compute_per_axis(res.scheme, dtype, &mins, &maxs, a, &opts).map_err(err)?, dead))
+            Ok((
+                compute_per_axis(res.scheme, dtype, &mins, &maxs, a, &opts).map_err(err)?,
+                dead,
+            ))
         }
         None => {
             let (lo, hi) = min_max(w.view());
@@ -267,9 +274,10 @@ pub fn run_with_plan<'c, 'a>(
                     // how small the channel's weights are, next to the layer's largest
                     let absmax = |c: Option<usize>| -> f64 {
                         match (axis, c) {
-                            (Some(a), Some(c)) if c < wt.shape()[a] => {
-                                wt.index_axis(Axis(a), c).iter().fold(0f64, |m, v| m.max(v.abs() as f64))
-                            }
+                            (Some(a), Some(c)) if c < wt.shape()[a] => wt
+                                .index_axis(Axis(a), c)
+                                .iter()
+                                .fold(0f64, |m, v| m.max(v.abs() as f64)),
                             _ => wt.iter().fold(0f64, |m, v| m.max(v.abs() as f64)),
                         }
                     };

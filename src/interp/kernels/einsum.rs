@@ -7,8 +7,8 @@ use super::layout::{reshape, transpose};
 use super::matmul::batch_matmul;
 use super::reduce::{reduce, Reduce};
 use super::{f32_arg, KernelResult};
-use ndarray::Dimension;
 use crate::tensor::Tensor;
+use ndarray::Dimension;
 
 /// The operands' labels and the output's, with `...` expanded to fresh labels (the same ones
 /// for every operand, right-aligned, so that batch dims line up) and an implicit output (no
@@ -21,7 +21,11 @@ fn parse(eq: &str, ranks: &[usize]) -> KernelResult<(Vec<Vec<char>>, Vec<char>)>
     };
     let raw: Vec<&str> = lhs.split(',').collect();
     if raw.len() != ranks.len() {
-        return Err(format!("einsum '{eq}' names {} operands, got {}", raw.len(), ranks.len()));
+        return Err(format!(
+            "einsum '{eq}' names {} operands, got {}",
+            raw.len(),
+            ranks.len()
+        ));
     }
     let fresh: Vec<char> = ('A'..='Z').chain('a'..='z').filter(|c| !eq.contains(*c)).collect();
     let mut widest = 0;
@@ -34,7 +38,9 @@ fn parse(eq: &str, ranks: &[usize]) -> KernelResult<(Vec<Vec<char>>, Vec<char>)>
         ins.push(match ellipsis {
             None => part.chars().collect::<Vec<char>>(),
             Some((a, b)) => {
-                let n = ranks[k].checked_sub(named).ok_or_else(|| format!("einsum '{eq}': operand #{k} has rank {}", ranks[k]))?;
+                let n = ranks[k]
+                    .checked_sub(named)
+                    .ok_or_else(|| format!("einsum '{eq}': operand #{k} has rank {}", ranks[k]))?;
                 if n > fresh.len() {
                     return Err(format!("einsum '{eq}': too many dims under '...'"));
                 }
@@ -86,7 +92,12 @@ fn diagonals(t: &Tensor, labels: &[char]) -> KernelResult<(Tensor, Vec<char>)> {
             return Err("einsum takes f32 operands".into());
         };
         if a.shape()[p] != a.shape()[q] {
-            return Err(format!("einsum: label '{}' has sizes {} and {}", labels[p], a.shape()[p], a.shape()[q]));
+            return Err(format!(
+                "einsum: label '{}' has sizes {} and {}",
+                labels[p],
+                a.shape()[p],
+                a.shape()[q]
+            ));
         }
         let mut shape = a.shape().to_vec();
         shape.remove(q);
@@ -140,7 +151,10 @@ pub fn einsum(eq: &str, inputs: &[&Tensor]) -> KernelResult<Tensor> {
     }
     let (ins, inputs): (Vec<Vec<char>>, Vec<&Tensor>) = (labels, diag.iter().collect());
     if inputs.len() > 2 {
-        return Err(format!("einsum '{eq}' of {} operands (one or two are supported)", inputs.len()));
+        return Err(format!(
+            "einsum '{eq}' of {} operands (one or two are supported)",
+            inputs.len()
+        ));
     }
     if inputs.len() == 1 {
         let (t, labels) = sum_out(inputs[0], &ins[0], |c| out.contains(&c))?;
@@ -251,8 +265,15 @@ mod tests {
         let dg = einsum("ii->i", &[&f(&[2, 2])]).unwrap();
         let Tensor::F32(m) = f(&[2, 2]) else { panic!() };
         assert_eq!(dg, Tensor::F32(ndarray::arr1(&[m[[0, 0]], m[[1, 1]]]).into_dyn()));
-        let Tensor::F32(ip) = einsum("i,i", &[&f(&[3]), &f(&[3])]).unwrap() else { panic!() };
+        let Tensor::F32(ip) = einsum("i,i", &[&f(&[3]), &f(&[3])]).unwrap() else {
+            panic!()
+        };
         assert_eq!(ip.shape(), &[] as &[usize]);
-        assert_eq!(einsum("...ij,...jk->...ik", &[&f(&[2, 3, 4]), &f(&[2, 4, 5])]).unwrap().shape(), &[2, 3, 5]);
+        assert_eq!(
+            einsum("...ij,...jk->...ik", &[&f(&[2, 3, 4]), &f(&[2, 4, 5])])
+                .unwrap()
+                .shape(),
+            &[2, 3, 5]
+        );
     }
 }

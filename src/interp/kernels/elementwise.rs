@@ -158,8 +158,20 @@ macro_rules! float_ops {
                 BinOp::Sub => |a, b| a - b,
                 BinOp::Mul => |a, b| a * b,
                 BinOp::Div => |a, b| a / b,
-                BinOp::Max => |a: $t, b: $t| if a.is_nan() || b.is_nan() { $t::NAN } else { a.max(b) },
-                BinOp::Min => |a: $t, b: $t| if a.is_nan() || b.is_nan() { $t::NAN } else { a.min(b) },
+                BinOp::Max => |a: $t, b: $t| {
+                    if a.is_nan() || b.is_nan() {
+                        $t::NAN
+                    } else {
+                        a.max(b)
+                    }
+                },
+                BinOp::Min => |a: $t, b: $t| {
+                    if a.is_nan() || b.is_nan() {
+                        $t::NAN
+                    } else {
+                        a.min(b)
+                    }
+                },
                 BinOp::SquaredDifference => |a, b| (a - b) * (a - b),
                 BinOp::Pow => $t::powf,
                 BinOp::FloorDiv => |a: $t, b: $t| (a / b).floor(),

@@ -10,17 +10,38 @@ use ndarray::{ArrayD, IxDyn};
 /// NumPy matmul of integer arrays (rank ≥ 1, leading dims broadcast).
 pub fn matmul_i64(a: &ArrayD<i64>, b: &ArrayD<i64>) -> KernelResult<ArrayD<i64>> {
     let (a1, b1) = (a.ndim() == 1, b.ndim() == 1);
-    let a = if a1 { a.clone().insert_axis(ndarray::Axis(0)) } else { a.clone() };
-    let b = if b1 { b.clone().insert_axis(ndarray::Axis(1)) } else { b.clone() };
+    let a = if a1 {
+        a.clone().insert_axis(ndarray::Axis(0))
+    } else {
+        a.clone()
+    };
+    let b = if b1 {
+        b.clone().insert_axis(ndarray::Axis(1))
+    } else {
+        b.clone()
+    };
     let (ra, rb) = (a.ndim(), b.ndim());
-    let (m, k, k2, n) = (a.shape()[ra - 2], a.shape()[ra - 1], b.shape()[rb - 2], b.shape()[rb - 1]);
+    let (m, k, k2, n) = (
+        a.shape()[ra - 2],
+        a.shape()[ra - 1],
+        b.shape()[rb - 2],
+        b.shape()[rb - 1],
+    );
     if k != k2 {
         return Err(format!("MatMul of {:?} and {:?}", a.shape(), b.shape()));
     }
     let batch = broadcast_shape(&a.shape()[..ra - 2], &b.shape()[..rb - 2])?;
     let full = |s: &[usize], t: usize| [&batch[..], &s[t - 2..]].concat();
-    let av = a.broadcast(IxDyn(&full(a.shape(), ra))).ok_or("broadcast")?.as_standard_layout().into_owned();
-    let bv = b.broadcast(IxDyn(&full(b.shape(), rb))).ok_or("broadcast")?.as_standard_layout().into_owned();
+    let av = a
+        .broadcast(IxDyn(&full(a.shape(), ra)))
+        .ok_or("broadcast")?
+        .as_standard_layout()
+        .into_owned();
+    let bv = b
+        .broadcast(IxDyn(&full(b.shape(), rb)))
+        .ok_or("broadcast")?
+        .as_standard_layout()
+        .into_owned();
     let (x, y) = (av.as_slice().ok_or("layout")?, bv.as_slice().ok_or("layout")?);
     let nb: usize = batch.iter().product();
     let mut out = vec![0i64; nb * m * n];
@@ -64,7 +85,10 @@ pub fn conv2d_i64(x: &ArrayD<i64>, w: &ArrayD<i64>, g: &ConvGeometry) -> KernelR
     let (n, c, h, wd) = (xs[0], xs[1], xs[2], xs[3]);
     let (m, cg, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
     if g.group == 0 || c != cg * g.group || m % g.group != 0 {
-        return Err(format!("input has {c} channels, the filter expects {cg} per group × {} groups", g.group));
+        return Err(format!(
+            "input has {c} channels, the filter expects {cg} per group × {} groups",
+            g.group
+        ));
     }
     let dim = |i: usize, len: usize, k: usize| -> KernelResult<usize> {
         let span = (k - 1) * g.dilations[i] + 1;
@@ -125,7 +149,12 @@ mod tests {
         // a 1×1×3×3 input of ones, a 2×2 filter of ones, pad 1: corners see 1, edges 2, centre 4
         let x = ArrayD::from_elem(IxDyn(&[1, 1, 3, 3]), 1i64);
         let w = ArrayD::from_elem(IxDyn(&[1, 1, 2, 2]), 1i64);
-        let g = ConvGeometry { strides: [2, 2], dilations: [1, 1], pads: [(1, 1), (1, 1)], group: 1 };
+        let g = ConvGeometry {
+            strides: [2, 2],
+            dilations: [1, 1],
+            pads: [(1, 1), (1, 1)],
+            group: 1,
+        };
         let y = conv2d_i64(&x, &w, &g).unwrap();
         assert_eq!(y.iter().copied().collect::<Vec<_>>(), vec![1, 2, 2, 4]);
     }

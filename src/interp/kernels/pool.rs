@@ -98,11 +98,15 @@ impl PoolNd {
     /// and, for max pooling, the flat input index each maximum came from (row-major over the
     /// whole input, as ONNX's Indices output counts).
     pub fn run(&self, x: &[f64], shape: &[usize]) -> KernelResult<(Vec<f64>, Vec<usize>, Vec<i64>)> {
-        let sp = shape.len().checked_sub(2).filter(|&r| r == self.kernel.len()).ok_or_else(|| {
-            format!("a {}-D pool of an input of shape {shape:?}", self.kernel.len())
-        })?;
+        let sp = shape
+            .len()
+            .checked_sub(2)
+            .filter(|&r| r == self.kernel.len())
+            .ok_or_else(|| format!("a {}-D pool of an input of shape {shape:?}", self.kernel.len()))?;
         let in_sp = &shape[2..];
-        let out_sp: Vec<usize> = (0..sp).map(|i| self.out_dim(i, in_sp[i])).collect::<KernelResult<_>>()?;
+        let out_sp: Vec<usize> = (0..sp)
+            .map(|i| self.out_dim(i, in_sp[i]))
+            .collect::<KernelResult<_>>()?;
         let taps: usize = self.kernel.iter().product();
         let planes = shape[0] * shape[1];
         let in_plane: usize = in_sp.iter().product();
@@ -120,7 +124,8 @@ impl PoolNd {
         for p in 0..planes {
             let base = p * in_plane;
             for o in 0..out_plane {
-                let (mut best, mut best_at, mut sum, mut real, mut padded) = (f64::NEG_INFINITY, None, 0.0, 0usize, 0usize);
+                let (mut best, mut best_at, mut sum, mut real, mut padded) =
+                    (f64::NEG_INFINITY, None, 0.0, 0usize, 0usize);
                 'tap: for t in 0..taps {
                     let (mut at, mut reported) = (0usize, 0usize);
                     let mut inside_pads = true;
@@ -202,7 +207,10 @@ mod tests {
         assert_eq!((y, s, i), (vec![11.0], vec![1, 1, 1, 1], vec![10]));
         p.ceil = true;
         let (y, s, i) = p.run(&x, &[1, 1, 4, 4]).unwrap();
-        assert_eq!((y, s, i), (vec![11.0, 12.0, 15.0, 16.0], vec![1, 1, 2, 2], vec![10, 11, 14, 15]));
+        assert_eq!(
+            (y, s, i),
+            (vec![11.0, 12.0, 15.0, 16.0], vec![1, 1, 2, 2], vec![10, 11, 14, 15])
+        );
         // averages of the partial windows divide by their real taps
         p.max = false;
         let (y, _, _) = p.run(&x, &[1, 1, 4, 4]).unwrap();

@@ -122,7 +122,10 @@ fn cubic(x: f64, a: f64) -> f64 {
 fn coefficients(mode: Mode, ratio: f64, scale: f64, antialias: bool) -> Vec<f64> {
     match (mode, antialias) {
         (Mode::Linear, false) => vec![1.0 - ratio, ratio],
-        (Mode::Cubic(a), false) => [ratio + 1.0, ratio, 1.0 - ratio, 2.0 - ratio].iter().map(|&d| cubic(d, a)).collect(),
+        (Mode::Cubic(a), false) => [ratio + 1.0, ratio, 1.0 - ratio, 2.0 - ratio]
+            .iter()
+            .map(|&d| cubic(d, a))
+            .collect(),
         (Mode::Linear, true) => {
             let s = scale.min(1.0);
             let start = (-1.0 / s).floor() as i64 + 1;

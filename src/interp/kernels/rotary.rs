@@ -70,7 +70,11 @@ pub fn rotary_embedding(x: &ArrayD<f32>, r: &Rotary) -> KernelResult<ArrayD<f32>
             let row = row_of(bi, ti)?;
             for hi in 0..heads {
                 for i in 0..half {
-                    let (p, q) = if r.interleaved { (2 * i, 2 * i + 1) } else { (i, i + half) };
+                    let (p, q) = if r.interleaved {
+                        (2 * i, 2 * i + 1)
+                    } else {
+                        (i, i + half)
+                    };
                     let (c, sn) = (cv[row * half + i], sv[row * half + i]);
                     let (x1, x2) = (xs[at(bi, ti, hi, p)], xs[at(bi, ti, hi, q)]);
                     y[at(bi, ti, hi, p)] = c * x1 - sn * x2;

@@ -115,7 +115,9 @@ pub fn gather_nd(data: &Tensor, idx: &Tensor, batch_dims: usize) -> KernelResult
     let (ds, is) = (data.shape(), idx.shape());
     let k = *is.last().ok_or("GatherND indices must have a rank of at least 1")?;
     if batch_dims >= is.len() || batch_dims + k > ds.len() || ds[..batch_dims] != is[..batch_dims] {
-        return Err(format!("GatherND of {ds:?} by indices {is:?} with batch_dims = {batch_dims}"));
+        return Err(format!(
+            "GatherND of {ds:?} by indices {is:?} with batch_dims = {batch_dims}"
+        ));
     }
     let iv = indices(idx)?;
     let st = strides_of(ds);
@@ -124,8 +126,16 @@ pub fn gather_nd(data: &Tensor, idx: &Tensor, batch_dims: usize) -> KernelResult
     let per_batch = iv.len() / k.max(1) / batch.max(1);
     let mut src = Vec::new();
     for (t, tuple) in iv.chunks(k.max(1)).enumerate() {
-        let b = if batch_dims == 0 { 0 } else { (t / per_batch.max(1)) * st[batch_dims - 1] };
-        let at = if k == 0 { b } else { tuple_offset(ds, &st, batch_dims, b, tuple)? };
+        let b = if batch_dims == 0 {
+            0
+        } else {
+            (t / per_batch.max(1)) * st[batch_dims - 1]
+        };
+        let at = if k == 0 {
+            b
+        } else {
+            tuple_offset(ds, &st, batch_dims, b, tuple)?
+        };
         src.extend(at..at + slice);
     }
     let shape = [&is[..is.len() - 1], &ds[batch_dims + k..]].concat();
@@ -156,7 +166,13 @@ pub fn scatter_nd(data: &Tensor, idx: &Tensor, updates: &Tensor, r: Reduction) -
 
 /// ScatterElements: element `p` of `updates` goes to `p` with its `axis` coordinate replaced
 /// by `idx[p]`.
-pub fn scatter_elements(data: &Tensor, idx: &Tensor, updates: &Tensor, axis: i64, r: Reduction) -> KernelResult<Tensor> {
+pub fn scatter_elements(
+    data: &Tensor,
+    idx: &Tensor,
+    updates: &Tensor,
+    axis: i64,
+    r: Reduction,
+) -> KernelResult<Tensor> {
     let ds = data.shape();
     let ax = norm_axis(axis, ds.len())?;
     let is = idx.shape();
@@ -172,7 +188,11 @@ pub fn scatter_elements(data: &Tensor, idx: &Tensor, updates: &Tensor, axis: i64
         let mut dst = 0;
         for d in 0..ds.len() {
             let c = (p / idx_st[d]) % is[d];
-            let c = if d == ax { wrap(i, ds[ax], "ScatterElements")? } else { c };
+            let c = if d == ax {
+                wrap(i, ds[ax], "ScatterElements")?
+            } else {
+                c
+            };
             if c >= ds[d] {
                 return Err(format!("ScatterElements indices {is:?} exceed the data's {ds:?}"));
             }
@@ -192,7 +212,10 @@ mod tests {
     fn gather_nd_reads_tuples_and_scatter_nd_writes_them_back() {
         let data = Tensor::I32(arr2(&[[0, 1], [2, 3]]).into_dyn());
         let idx = Tensor::I64(arr2(&[[1, 0], [0, 1]]).into_dyn());
-        assert_eq!(gather_nd(&data, &idx, 0).unwrap(), Tensor::I32(arr1(&[2, 1]).into_dyn()));
+        assert_eq!(
+            gather_nd(&data, &idx, 0).unwrap(),
+            Tensor::I32(arr1(&[2, 1]).into_dyn())
+        );
         let upd = Tensor::I32(arr1(&[20, 10]).into_dyn());
         let out = scatter_nd(&data, &idx, &upd, Reduction::Add).unwrap();
         assert_eq!(out, Tensor::I32(arr2(&[[0, 11], [22, 3]]).into_dyn()));

@@ -16,7 +16,10 @@ pub struct FloatWidening(pub Box<dyn Kernel>);
 
 /// The first operand type that is a float other than f32, if any.
 fn other_float(inputs: &[&Tensor]) -> Option<DType> {
-    inputs.iter().map(|t| t.dtype()).find(|d| d.is_float() && *d != DType::F32)
+    inputs
+        .iter()
+        .map(|t| t.dtype())
+        .find(|d| d.is_float() && *d != DType::F32)
 }
 
 impl FloatWidening {
@@ -84,7 +87,8 @@ mod tests {
         let k = FloatWidening(f32_only());
         let x = Tensor::F16(arr1(&[f16::from_f32(0.1), f16::from_f32(-2.5)]).into_dyn());
         let y = k.run(&[&x]).unwrap();
-        let want: ArrayD<f16> = arr1(&[f16::from_f32(f16::from_f32(0.1).to_f32() * 3.0), f16::from_f32(-7.5)]).into_dyn();
+        let want: ArrayD<f16> =
+            arr1(&[f16::from_f32(f16::from_f32(0.1).to_f32() * 3.0), f16::from_f32(-7.5)]).into_dyn();
         assert_eq!(y, vec![Tensor::F16(want)]);
     }
 

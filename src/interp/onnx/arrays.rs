@@ -195,7 +195,10 @@ pub(super) fn scatter_nd_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
 }
 
 pub(super) fn scatter_elements_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
-    let (axis, r) = (d.int_attr("axis", 0), Reduction::parse(d.str_attr("reduction").unwrap_or("none"))?);
+    let (axis, r) = (
+        d.int_attr("axis", 0),
+        Reduction::parse(d.str_attr("reduction").unwrap_or("none"))?,
+    );
     Ok(one(move |x| scatter_elements(x[0], x[1], x[2], axis, r)))
 }
 
@@ -214,7 +217,13 @@ fn index_pad(t: &Tensor, pads: &[i64], wrap: bool) -> KernelResult<Tensor> {
             return Err(format!("cannot pad a dim of {n} by ({b}, {e})"));
         }
         let idx: Vec<i64> = (0..len)
-            .map(|i| if wrap { (i - b).rem_euclid(n) } else { (i - b).clamp(0, n - 1) })
+            .map(|i| {
+                if wrap {
+                    (i - b).rem_euclid(n)
+                } else {
+                    (i - b).clamp(0, n - 1)
+                }
+            })
             .collect();
         cur = layout::gather(&cur, &idx, &[len as usize], axis as i64)?;
     }

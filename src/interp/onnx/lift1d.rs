@@ -24,8 +24,14 @@ const SPATIAL: &[(&str, i64)] = &[
 /// True when `d` describes a 1-D op: a rank-3 input or weight, or 1-entry spatial attributes.
 pub(super) fn is_1d(d: &OpDesc) -> bool {
     let rank3 = |i: usize| {
-        d.operand_types.get(i).and_then(|t| t.as_ref()).is_some_and(|t| t.dims.len() == 3)
-            || d.consts.get(i).and_then(|c| c.as_ref()).is_some_and(|c| c.shape().len() == 3)
+        d.operand_types
+            .get(i)
+            .and_then(|t| t.as_ref())
+            .is_some_and(|t| t.dims.len() == 3)
+            || d.consts
+                .get(i)
+                .and_then(|c| c.as_ref())
+                .is_some_and(|c| c.shape().len() == 3)
     };
     rank3(0) || rank3(1) || d.ints_attr("kernel_shape").is_some_and(|k| k.len() == 1)
 }
@@ -44,7 +50,8 @@ fn lifted(d: &OpDesc) -> KernelResult<OpDesc> {
     let mut l = d.clone();
     for (name, unit) in SPATIAL {
         if let Some(v) = d.ints_attr(name) {
-            l.attrs.insert(name.to_string(), AttrValue::Ints([vec![*unit], v].concat()));
+            l.attrs
+                .insert(name.to_string(), AttrValue::Ints([vec![*unit], v].concat()));
         }
     }
     if let Some(p) = d.ints_attr("pads") {
@@ -73,13 +80,25 @@ pub(super) fn lift(d: &OpDesc, build: Builder) -> Result<Box<dyn Kernel>, String
     Ok(Box::new(FnKernel(move |x: &[&Tensor]| {
         let up: Vec<Tensor> = x
             .iter()
-            .map(|t| if t.shape().len() == 3 { unsqueeze(t, &[2]) } else { Ok((*t).clone()) })
+            .map(|t| {
+                if t.shape().len() == 3 {
+                    unsqueeze(t, &[2])
+                } else {
+                    Ok((*t).clone())
+                }
+            })
             .collect::<KernelResult<_>>()?;
         let refs: Vec<&Tensor> = up.iter().collect();
         inner
             .run(&refs)?
             .into_iter()
-            .map(|t| if t.shape().len() == 4 { layout::squeeze(&t, &[2]) } else { Ok(t) })
+            .map(|t| {
+                if t.shape().len() == 4 {
+                    layout::squeeze(&t, &[2])
+                } else {
+                    Ok(t)
+                }
+            })
             .collect()
     })))
 }

@@ -23,11 +23,11 @@ use super::kernels::indexing::{gather_elements, hardmax, one_hot, top_k, trilu};
 use super::kernels::layout;
 use super::kernels::matmul::{matmul, numpy_matmul};
 use super::kernels::norm::{batch_norm, group_normalize, lrn, normalize, softmax};
-use super::kernels::rotary::{rotary_embedding, Rotary};
-use super::kernels::scatter::{gather_nd, scatter_elements, scatter_nd, Reduction};
 use super::kernels::pool::{pool2d, PoolNd};
 use super::kernels::reduce::{cumsum, reduce, Reduce};
 use super::kernels::resize::{resize, AxisResize, Coordinates, Filter, Mode, Nearest};
+use super::kernels::rotary::{rotary_embedding, Rotary};
+use super::kernels::scatter::{gather_nd, scatter_elements, scatter_nd, Reduction};
 use super::kernels::{f32_arg, int_arg, ints_of, norm_axis, one, FnKernel, Kernel, KernelResult};
 use super::tf::Builder;
 use crate::params::{dequantize, quantize, QuantParams, Rounding, Scheme, StorageType};
@@ -77,7 +77,11 @@ pub const TABLE: &[(&str, Builder)] = &[
             if base.dtype().is_float() {
                 return arith(BinOp::Pow, base, &layout::cast(exp, base.dtype())?);
             }
-            let wide = arith(BinOp::Pow, &layout::cast(base, DType::F64)?, &layout::cast(exp, DType::F64)?)?;
+            let wide = arith(
+                BinOp::Pow,
+                &layout::cast(base, DType::F64)?,
+                &layout::cast(exp, DType::F64)?,
+            )?;
             layout::cast(&wide, base.dtype())
         }))
     }),

@@ -104,7 +104,11 @@ pub(super) fn conv_transpose(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
                 let full = strides[i] * (hw[i] - 1) + extra[i] + (k[i] - 1) * dilations[i] + 1;
                 let total = full as i64 - want[i] as i64;
                 let half = total.div_euclid(2);
-                let (b, e) = if auto == "SAME_UPPER" { (half, total - half) } else { (total - half, half) };
+                let (b, e) = if auto == "SAME_UPPER" {
+                    (half, total - half)
+                } else {
+                    (total - half, half)
+                };
                 g.pads[i] = (b.max(0) as usize, e.max(0) as usize);
                 grow[i] = ((-b).max(0) as usize, (-e).max(0) as usize);
             }
@@ -131,7 +135,11 @@ pub(super) fn conv_transpose(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
 
 pub(super) fn resize_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     let nearest = match d
-        .choice("nearest_mode", &["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"], "round_prefer_floor")?
+        .choice(
+            "nearest_mode",
+            &["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"],
+            "round_prefer_floor",
+        )?
         .as_str()
     {
         "round_prefer_ceil" => Nearest::RoundPreferCeil,
@@ -179,10 +187,18 @@ pub(super) fn resize_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
         exclude_outside: d.int_attr("exclude_outside", 0) != 0,
         extrapolation: d.f64_attr("extrapolation_value", 0.0),
     };
-    let policy = d.choice("keep_aspect_ratio_policy", &["stretch", "not_larger", "not_smaller"], "stretch")?;
+    let policy = d.choice(
+        "keep_aspect_ratio_policy",
+        &["stretch", "not_larger", "not_smaller"],
+        "stretch",
+    )?;
     let axes_attr = d.ints_attr("axes");
     // opset 10: (X, scales); later: (X, roi, scales, sizes)
-    let (roi_at, scales_at) = if d.operand_types.len() == 2 { (None, 1) } else { (Some(1), 2) };
+    let (roi_at, scales_at) = if d.operand_types.len() == 2 {
+        (None, 1)
+    } else {
+        (Some(1), 2)
+    };
     Ok(one(move |x| {
         let floats = |t: &Tensor| -> KernelResult<Vec<f64>> {
             match layout::cast(t, DType::F64)? {
@@ -196,8 +212,14 @@ pub(super) fn resize_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
             None => (0..rank).collect(),
             Some(a) => a.iter().map(|&v| norm_axis(v, rank)).collect::<KernelResult<_>>()?,
         };
-        let mut plan: Vec<AxisResize> =
-            in_shape.iter().map(|&n| AxisResize { scale: 1.0, len_out: n, roi: (0.0, 1.0) }).collect();
+        let mut plan: Vec<AxisResize> = in_shape
+            .iter()
+            .map(|&n| AxisResize {
+                scale: 1.0,
+                len_out: n,
+                roi: (0.0, 1.0),
+            })
+            .collect();
         let given = |i: usize| -> Option<&Tensor> { x.get(i).copied().filter(|t| !t.is_empty()) };
         match (given(scales_at), given(3)) {
             (Some(s), _) => {
@@ -243,7 +265,11 @@ pub(super) fn resize_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
                 .ok_or("tf_crop_and_resize needs a region of interest (input 1)")?;
             let roi = floats(roi)?;
             if roi.len() != 2 * axes.len() {
-                return Err(format!("a region of interest of {} values for {} axes", roi.len(), axes.len()));
+                return Err(format!(
+                    "a region of interest of {} values for {} axes",
+                    roi.len(),
+                    axes.len()
+                ));
             }
             for (i, &ax) in axes.iter().enumerate() {
                 plan[ax].roi = (roi[i], roi[axes.len() + i]);
@@ -308,8 +334,11 @@ pub(super) fn pool(d: &OpDesc, max: bool) -> Result<Box<dyn Kernel>, String> {
                 let span = (p.kernel[i] - 1) * p.dilations[i] + 1;
                 let total = ((n.div_ceil(s).max(1) - 1) * s + span).saturating_sub(n);
                 let small = total / 2;
-                (p.pads_begin[i], p.pads_end[i]) =
-                    if auto == "SAME_UPPER" { (small, total - small) } else { (total - small, small) };
+                (p.pads_begin[i], p.pads_end[i]) = if auto == "SAME_UPPER" {
+                    (small, total - small)
+                } else {
+                    (total - small, small)
+                };
             }
         }
         let Tensor::F64(v) = layout::cast(x[0], DType::F64)? else {
@@ -317,7 +346,10 @@ pub(super) fn pool(d: &OpDesc, max: bool) -> Result<Box<dyn Kernel>, String> {
         };
         let flat: Vec<f64> = v.iter().copied().collect();
         let (y, out_shape, idx) = p.run(&flat, shape)?;
-        let y = layout::cast(&Tensor::F64(super::super::kernels::from_vec(&out_shape, y)?), x[0].dtype())?;
+        let y = layout::cast(
+            &Tensor::F64(super::super::kernels::from_vec(&out_shape, y)?),
+            x[0].dtype(),
+        )?;
         let mut out = vec![y];
         if indices {
             out.push(Tensor::I64(super::super::kernels::from_vec(&out_shape, idx)?));
@@ -420,12 +452,16 @@ pub(super) fn batch_normalization(d: &OpDesc) -> Result<Box<dyn Kernel>, String>
             };
             let mut shape = vec![1usize; a.ndim()];
             shape[1] = mean.len();
-            let centred = a - &mean.clone().into_shape_with_order(shape.clone()).map_err(|e| e.to_string())?;
+            let centred = a - &mean
+                .clone()
+                .into_shape_with_order(shape.clone())
+                .map_err(|e| e.to_string())?;
             let Tensor::F32(var) = reduce(&Tensor::F32(centred.mapv(|v| v * v)), &axes, false, Reduce::Mean)? else {
                 return Err("variance".into());
             };
             let y = batch_norm(a, f32_arg(x, 1)?, f32_arg(x, 2)?, &mean, &var, eps, 1)?;
-            let blend = |run: &ndarray::ArrayD<f32>, batch: &ndarray::ArrayD<f32>| run * momentum + batch * (1.0 - momentum);
+            let blend =
+                |run: &ndarray::ArrayD<f32>, batch: &ndarray::ArrayD<f32>| run * momentum + batch * (1.0 - momentum);
             Ok(vec![
                 Tensor::F32(y),
                 Tensor::F32(blend(f32_arg(x, 3)?, &mean)),
@@ -546,8 +582,14 @@ pub(super) fn lrn_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     if size < 1 {
         return Err(format!("LRN size = {size}"));
     }
-    let (alpha, beta, bias) = (d.f64_attr("alpha", 1e-4) as f32, d.f64_attr("beta", 0.75) as f32, d.f64_attr("bias", 1.0) as f32);
-    Ok(one(move |x| Ok(Tensor::F32(lrn(f32_arg(x, 0)?, size as usize, alpha, beta, bias)?))))
+    let (alpha, beta, bias) = (
+        d.f64_attr("alpha", 1e-4) as f32,
+        d.f64_attr("beta", 0.75) as f32,
+        d.f64_attr("bias", 1.0) as f32,
+    );
+    Ok(one(move |x| {
+        Ok(Tensor::F32(lrn(f32_arg(x, 0)?, size as usize, alpha, beta, bias)?))
+    }))
 }
 
 /// GroupNormalization: normalized per group, then scaled and shifted per channel (opset 21)
@@ -573,7 +615,11 @@ pub(super) fn group_norm(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
             shape[1] = c as i64;
             layout::reshape(&Tensor::F32(super::super::kernels::from_vec(&[c], v)?), &shape, false)
         };
-        arith(BinOp::Add, &arith(BinOp::Mul, &Tensor::F32(y), &per_channel(1)?)?, &per_channel(2)?)
+        arith(
+            BinOp::Add,
+            &arith(BinOp::Mul, &Tensor::F32(y), &per_channel(1)?)?,
+            &per_channel(2)?,
+        )
     }))
 }
 
@@ -597,7 +643,10 @@ pub(super) fn mvn(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
 /// RotaryEmbedding (X, cos_cache, sin_cache, position_ids?).
 pub(super) fn rotary_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     let interleaved = d.int_attr("interleaved", 0) != 0;
-    let (rotary_dim, num_heads) = (d.int_attr("rotary_embedding_dim", 0).max(0) as usize, d.int_attr("num_heads", 0).max(0) as usize);
+    let (rotary_dim, num_heads) = (
+        d.int_attr("rotary_embedding_dim", 0).max(0) as usize,
+        d.int_attr("num_heads", 0).max(0) as usize,
+    );
     Ok(one(move |x| {
         let positions = match x.get(3).filter(|t| !t.is_empty()) {
             Some(_) => Some(int_arg(x, 3)?),

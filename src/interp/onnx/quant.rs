@@ -159,7 +159,11 @@ fn filter_zero_point(t: &Tensor) -> KernelResult<Tensor> {
 
 /// The integer convolution of an ONNX ConvInteger/QLinearConv, its geometry read once.
 fn integer_conv(d: &OpDesc) -> Result<impl Fn(&ArrayD<i64>, &ArrayD<i64>) -> KernelResult<ArrayD<i64>>, String> {
-    let (strides, dilations, pads) = (nn::pair(d, "strides", 1)?, nn::pair(d, "dilations", 1)?, nn::pads_of(d)?);
+    let (strides, dilations, pads) = (
+        nn::pair(d, "strides", 1)?,
+        nn::pair(d, "dilations", 1)?,
+        nn::pads_of(d)?,
+    );
     let group = d.int_attr("group", 1).max(1) as usize;
     Ok(move |x: &ArrayD<i64>, w: &ArrayD<i64>| {
         let (xs, ws) = (x.shape(), w.shape());
@@ -169,7 +173,16 @@ fn integer_conv(d: &OpDesc) -> Result<impl Fn(&ArrayD<i64>, &ArrayD<i64>) -> Ker
         let Padding::Explicit(p) = pads.resolve([xs[2], xs[3]], [ws[2], ws[3]], strides, dilations) else {
             return Err("padding".into());
         };
-        conv2d_i64(x, w, &ConvGeometry { strides, dilations, pads: p, group })
+        conv2d_i64(
+            x,
+            w,
+            &ConvGeometry {
+                strides,
+                dilations,
+                pads: p,
+                group,
+            },
+        )
     })
 }
 
@@ -215,7 +228,10 @@ fn requantize(acc: ArrayD<i64>, mult: &Tensor, y_zp: Option<&&Tensor>, fallback:
     let Tensor::F64(v) = scaled else {
         return Err("requantize".into());
     };
-    layout::cast(&Tensor::F64(v.mapv(|r| r.clamp(lo as f64, hi as f64).round_ties_even())), out)
+    layout::cast(
+        &Tensor::F64(v.mapv(|r| r.clamp(lo as f64, hi as f64).round_ties_even())),
+        out,
+    )
 }
 
 /// QLinearConv: the integer convolution of (x − x_zp) and (w − w_zp) plus the int32 bias,
@@ -228,7 +244,12 @@ pub(super) fn qlinear_conv(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
         let wi = minus_zero_point(x[3], wz.as_ref().as_ref(), "QLinearConv filter")?;
         let mut acc = conv(&xi, &wi)?;
         if let Some(b) = x.get(8).filter(|b| !b.is_empty()) {
-            let Tensor::I64(s) = arith(BinOp::Add, &Tensor::I64(acc), &per_channel(&Tensor::I64(ints64(b, "bias")?))?)? else {
+            let Tensor::I64(s) = arith(
+                BinOp::Add,
+                &Tensor::I64(acc),
+                &per_channel(&Tensor::I64(ints64(b, "bias")?))?,
+            )?
+            else {
                 return Err("bias".into());
             };
             acc = s;
@@ -308,6 +329,10 @@ fn dequantize_blocked(x: &[&Tensor], axis: i64, block: usize) -> KernelResult<Te
         Some(z) => arith(BinOp::Sub, &q, &unblocked(&layout::cast(z, DType::F32)?, ax, block, n)?)?,
         None => q,
     };
-    let y = arith(BinOp::Mul, &q, &unblocked(&layout::cast(x[1], DType::F32)?, ax, block, n)?)?;
+    let y = arith(
+        BinOp::Mul,
+        &q,
+        &unblocked(&layout::cast(x[1], DType::F32)?, ax, block, n)?,
+    )?;
     layout::cast(&y, x[1].dtype())
 }

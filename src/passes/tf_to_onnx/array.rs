@@ -129,7 +129,11 @@ fn concat<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
         return Err(err(format!("{}: no axis operand", label(op))));
     }
     // ConcatV2(values..., axis); the older Concat(axis, values...)
-    let (values, axis_at) = if op_name(&op) == "tf.Concat" { (&ins[1..], 0) } else { (&ins[..n - 1], n - 1) };
+    let (values, axis_at) = if op_name(&op) == "tf.Concat" {
+        (&ins[1..], 0)
+    } else {
+        (&ins[..n - 1], n - 1)
+    };
     let result: Value = op.result(0).map_err(err)?.into();
     let r = rank(result).ok_or_else(|| err(format!("{}: unranked result", label(op))))?;
     let axis = const_ints(op, axis_at)?;
@@ -224,7 +228,9 @@ fn shape<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(
     let dims64: Vec<Option<usize>> = if name == "onnx.Size" {
         Vec::new()
     } else {
-        vec![Some(rank(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?)]
+        vec![Some(
+            rank(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?,
+        )]
     };
     let ty = l.result_type(op, 0)?;
     let i64t = ranked(IntegerType::new(l.ctx, 64).into(), &dims64);
@@ -283,7 +289,10 @@ fn strided_slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> 
             // TensorFlow honours the first ellipsis only
             seen_ellipsis = true;
             let r = input_rank.ok_or_else(|| err(format!("{}: an ellipsis on an unranked input", label(op))))?;
-            for _ in 0..r.checked_sub(named).ok_or_else(|| err(format!("{}: more slice entries than dims", label(op))))? {
+            for _ in 0..r
+                .checked_sub(named)
+                .ok_or_else(|| err(format!("{}: more slice entries than dims", label(op))))?
+            {
                 starts.push(0);
                 ends.push(i64::MAX);
                 steps.push(1);
@@ -349,16 +358,30 @@ fn strided_slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> 
         .collect();
     let mut kept = squeezed.iter();
     let sliced: Vec<Option<usize>> = (0..r as i64)
-        .map(|i| if shrink.contains(&i) { Some(1) } else { kept.next().copied().flatten() })
+        .map(|i| {
+            if shrink.contains(&i) {
+                Some(1)
+            } else {
+                kept.next().copied().flatten()
+            }
+        })
         .collect();
     let elem = element_of(ty);
     let mut cur = if shrink.is_empty() {
-        let t = if new_axes.is_empty() { ty } else { ranked(elem, &squeezed) };
+        let t = if new_axes.is_empty() {
+            ty
+        } else {
+            ranked(elem, &squeezed)
+        };
         l.build1(op, "onnx.Slice", &ins, &[], t, l.loc(op, "slice"))?
     } else {
         let s1 = l.build1(op, "onnx.Slice", &ins, &[], ranked(elem, &sliced), l.loc(op, "slice"))?;
         let ax = l.i64s(op, &shrink)?;
-        let t = if new_axes.is_empty() { ty } else { ranked(elem, &squeezed) };
+        let t = if new_axes.is_empty() {
+            ty
+        } else {
+            ranked(elem, &squeezed)
+        };
         let at = if new_axes.is_empty() { loc } else { l.loc(op, "squeeze") };
         l.build1(op, "onnx.Squeeze", &[s1, ax], &[], t, at)?
     };
@@ -412,7 +435,11 @@ fn gather<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
     }
     let (x, idx) = (op.operand(0).map_err(err)?, op.operand(1).map_err(err)?);
     // the older Gather has no axis operand: it gathers along 0
-    let axis = if op_name(&op) == "tf.Gather" { vec![0] } else { const_ints(op, 2)? };
+    let axis = if op_name(&op) == "tf.Gather" {
+        vec![0]
+    } else {
+        const_ints(op, 2)?
+    };
     let [axis] = axis.as_slice() else {
         return Err(err(format!("{}: axis must be one value", label(op))));
     };
@@ -543,7 +570,9 @@ fn range<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(
 fn rank_op<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<(), PassError> {
     let x = op.operand(0).map_err(err)?;
     let r = rank(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?;
-    let dtype = tensor_type(l.result_type(op, 0)?).and_then(|t| t.dtype).unwrap_or(crate::tensor::DType::I32);
+    let dtype = tensor_type(l.result_type(op, 0)?)
+        .and_then(|t| t.dtype)
+        .unwrap_or(crate::tensor::DType::I32);
     let v = layout::cast(&Tensor::I64(ndarray::arr0(r as i64).into_dyn()), dtype).map_err(err)?;
     let c = l.constant(op, &v)?;
     l.finish(op, 0, c)

@@ -4,8 +4,14 @@ use super::*;
 
 /// The TF ops of this family, sorted by name.
 pub(super) const TABLE: &[(&str, Rule)] = &[
-    ("tf.All", Custom(all_any, &["onnx.Cast", "onnx.ReduceMax", "onnx.ReduceMin"])),
-    ("tf.Any", Custom(all_any, &["onnx.Cast", "onnx.ReduceMax", "onnx.ReduceMin"])),
+    (
+        "tf.All",
+        Custom(all_any, &["onnx.Cast", "onnx.ReduceMax", "onnx.ReduceMin"]),
+    ),
+    (
+        "tf.Any",
+        Custom(all_any, &["onnx.Cast", "onnx.ReduceMax", "onnx.ReduceMin"]),
+    ),
     // a debugging check (fails on NaN/Inf in TensorFlow); inference passes the value on
     ("tf.CheckNumerics", Custom(identity, &[])),
     ("tf.Equal", Elementwise("onnx.Equal")),
@@ -45,7 +51,10 @@ fn select<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
     let [c, t, e] = operands(op)[..] else {
         return Err(err(format!("{}: Select takes 3 operands", label(op))));
     };
-    let (rc, rt) = (rank(c), rank(t).ok_or_else(|| err(format!("{}: unranked values", label(op))))?);
+    let (rc, rt) = (
+        rank(c),
+        rank(t).ok_or_else(|| err(format!("{}: unranked values", label(op))))?,
+    );
     let cond = match rc {
         Some(1) if rt > 1 => {
             let axes: Vec<i64> = (1..rt as i64).collect();
@@ -57,7 +66,12 @@ fn select<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
             l.build1(op, "onnx.Unsqueeze", &[c, ax], &[], ty, loc)?
         }
         Some(r) if r == rt => c,
-        _ => return Err(err(format!("{}: a condition of rank {rc:?} for values of rank {rt}", label(op)))),
+        _ => {
+            return Err(err(format!(
+                "{}: a condition of rank {rc:?} for values of rank {rt}",
+                label(op)
+            )))
+        }
     };
     l.replace(op, false, "onnx.Where", &[cond, t, e], &[])
 }
@@ -72,7 +86,11 @@ fn all_any<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result
     let r = d.len();
     let axes: Vec<i64> = const_ints(op, 1)?
         .iter()
-        .map(|&v| norm_axis(v, r).map(|a| a as i64).ok_or_else(|| err(format!("{}: axis {v} out of rank {r}", label(op)))))
+        .map(|&v| {
+            norm_axis(v, r)
+                .map(|a| a as i64)
+                .ok_or_else(|| err(format!("{}: axis {v} out of rank {r}", label(op))))
+        })
         .collect::<Result<_, _>>()?;
     let i32t: Type = IntegerType::new(l.ctx, 32).into();
     let to32 = l.int(dt::INT32 as i64);
@@ -82,7 +100,14 @@ fn all_any<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result
     let name = one_of(op, "tf.All", "onnx.ReduceMin", "onnx.ReduceMax");
     let (ax, kd) = (l.ints(&axes), l.int(keep as i64));
     let loc = l.loc(op, "reduce");
-    let red = l.build1(op, name, &[xi], &[("axes", ax), ("keepdims", kd)], ranked(i32t, &out), loc)?;
+    let red = l.build1(
+        op,
+        name,
+        &[xi],
+        &[("axes", ax), ("keepdims", kd)],
+        ranked(i32t, &out),
+        loc,
+    )?;
     let to_bool = l.int(dt::BOOL as i64);
     let ty = l.result_type(op, 0)?;
     let loc = l.loc(op, "");

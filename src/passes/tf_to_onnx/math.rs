@@ -32,7 +32,10 @@ pub(super) const TABLE: &[(&str, Rule)] = &[
     ("tf.FloorDiv", Custom(floor_div, &["onnx.Div", "onnx.Floor"])),
     (
         "tf.FloorMod",
-        Custom(floor_mod, &["onnx.Div", "onnx.Floor", "onnx.Mod", "onnx.Mul", "onnx.Sub"]),
+        Custom(
+            floor_mod,
+            &["onnx.Div", "onnx.Floor", "onnx.Mod", "onnx.Mul", "onnx.Sub"],
+        ),
     ),
     ("tf.Inv", Elementwise("onnx.Reciprocal")),
     ("tf.LeakyRelu", Custom(leaky_relu, &["onnx.LeakyRelu"])),
