@@ -17,24 +17,28 @@ pub enum Pads {
     SameLower,
 }
 
+/// ONNX's SAME_UPPER (`upper`) / SAME_LOWER padding of one axis of `n` for a window of `k`
+/// taps at stride `s` and dilation `d`: the output is ⌈n / s⌉ long, and the odd pixel goes
+/// to the end (upper) or the start.
+pub fn same_pads(n: usize, k: usize, s: usize, d: usize, upper: bool) -> (usize, usize) {
+    let o = n.div_ceil(s).max(1);
+    let eff = (k - 1) * d + 1;
+    let total = ((o - 1) * s + eff).saturating_sub(n);
+    let small = total / 2;
+    if upper {
+        (small, total - small)
+    } else {
+        (total - small, small)
+    }
+}
+
 impl Pads {
     pub fn resolve(&self, hw: [usize; 2], k: [usize; 2], s: [usize; 2], dil: [usize; 2]) -> Padding {
         match self {
             Pads::Explicit(p) => Padding::Explicit(*p),
             Pads::SameUpper | Pads::SameLower => {
-                let mut out = [(0, 0); 2];
-                for i in 0..2 {
-                    let o = hw[i].div_ceil(s[i]);
-                    let eff = (k[i] - 1) * dil[i] + 1;
-                    let total = ((o - 1) * s[i] + eff).saturating_sub(hw[i]);
-                    let small = total / 2;
-                    out[i] = if matches!(self, Pads::SameUpper) {
-                        (small, total - small)
-                    } else {
-                        (total - small, small)
-                    };
-                }
-                Padding::Explicit(out)
+                let upper = matches!(self, Pads::SameUpper);
+                Padding::Explicit([0, 1].map(|i| same_pads(hw[i], k[i], s[i], dil[i], upper)))
             }
         }
     }

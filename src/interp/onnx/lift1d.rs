@@ -1,4 +1,5 @@
-//! 1-D convolutions and pools on the 2-D kernels: an `[N, C, L]` input is run as
+//! 1-D convolutions (Conv, ConvTranspose, ConvInteger, QLinearConv) on the 2-D kernels (pools
+//! of any rank have a kernel of their own). An `[N, C, L]` input is run as
 //! `[N, C, 1, L]`, with every spatial attribute given a leading unit entry (kernel 1, stride 1,
 //! dilation 1, no padding along the new axis) — the same arithmetic, so the result is exact.
 //!

@@ -14,7 +14,7 @@ use quant::*;
 
 use super::desc::OpDesc;
 use super::kernels::conv::Padding;
-use super::kernels::conv_nchw::{nchw_to_nhwc, nhwc_to_nchw, oihw_to_hwio, OnnxConv, Pads};
+use super::kernels::conv_nchw::{nchw_to_nhwc, nhwc_to_nchw, oihw_to_hwio, same_pads, OnnxConv, Pads};
 use super::kernels::conv_transpose::{conv_transpose2d, Transposed2d};
 use super::kernels::elementwise::{
     arith, bitwise, compare, logical, select, BinOp, BinaryKernel, CmpOp, UnOp, UnaryKernel,

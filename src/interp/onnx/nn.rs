@@ -330,15 +330,9 @@ pub(super) fn pool(d: &OpDesc, max: bool) -> Result<Box<dyn Kernel>, String> {
         let mut p = general.clone();
         if auto.starts_with("SAME") {
             for i in 0..r {
-                let (n, s) = (shape.get(i + 2).copied().unwrap_or(0), p.strides[i]);
-                let span = (p.kernel[i] - 1) * p.dilations[i] + 1;
-                let total = ((n.div_ceil(s).max(1) - 1) * s + span).saturating_sub(n);
-                let small = total / 2;
-                (p.pads_begin[i], p.pads_end[i]) = if auto == "SAME_UPPER" {
-                    (small, total - small)
-                } else {
-                    (total - small, small)
-                };
+                let n = shape.get(i + 2).copied().unwrap_or(0);
+                (p.pads_begin[i], p.pads_end[i]) =
+                    same_pads(n, p.kernel[i], p.strides[i], p.dilations[i], auto == "SAME_UPPER");
             }
         }
         let Tensor::F64(v) = layout::cast(x[0], DType::F64)? else {

@@ -139,23 +139,18 @@ fn minus_zero_point(x: &Tensor, zp: Option<&&Tensor>, what: &str) -> KernelResul
     }
 }
 
-/// A per-output-channel operand of a conv ([M]) shaped to broadcast over NCHW ([1, M, 1, 1]).
-fn per_channel(t: &Tensor) -> KernelResult<Tensor> {
+/// A per-output-channel operand of a conv ([M]) reshaped to broadcast against the output
+/// (NCHW: [1, -1, 1, 1]) or the OIHW filter ([-1, 1, 1, 1]); a scalar stays as it is.
+fn per_channel(t: &Tensor, shape: &[i64; 4]) -> KernelResult<Tensor> {
     if t.shape().len() == 1 && t.len() > 1 {
-        layout::reshape(t, &[1, -1, 1, 1], false)
+        layout::reshape(t, shape, false)
     } else {
         Ok(t.clone())
     }
 }
 
-/// The filter zero point as OIHW broadcasts it ([M] → [M, 1, 1, 1]).
-fn filter_zero_point(t: &Tensor) -> KernelResult<Tensor> {
-    if t.shape().len() == 1 && t.len() > 1 {
-        layout::reshape(t, &[-1, 1, 1, 1], false)
-    } else {
-        Ok(t.clone())
-    }
-}
+const OUTPUT_CHANNELS: [i64; 4] = [1, -1, 1, 1];
+const FILTER_CHANNELS: [i64; 4] = [-1, 1, 1, 1];
 
 /// The integer convolution of an ONNX ConvInteger/QLinearConv, its geometry read once.
 fn integer_conv(d: &OpDesc) -> Result<impl Fn(&ArrayD<i64>, &ArrayD<i64>) -> KernelResult<ArrayD<i64>>, String> {
@@ -191,7 +186,7 @@ pub(super) fn conv_integer(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     let conv = integer_conv(d)?;
     Ok(one(move |x| {
         let xi = minus_zero_point(x[0], x.get(2), "ConvInteger input")?;
-        let wz = x.get(3).map(|z| filter_zero_point(z)).transpose()?;
+        let wz = x.get(3).map(|z| per_channel(z, &FILTER_CHANNELS)).transpose()?;
         let wi = minus_zero_point(x[1], wz.as_ref().as_ref(), "ConvInteger filter")?;
         layout::cast(&Tensor::I64(conv(&xi, &wi)?), DType::I32)
     }))
@@ -240,21 +235,21 @@ pub(super) fn qlinear_conv(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     let conv = integer_conv(d)?;
     Ok(one(move |x| {
         let xi = minus_zero_point(x[0], x.get(2), "QLinearConv input")?;
-        let wz = x.get(5).map(|z| filter_zero_point(z)).transpose()?;
+        let wz = x.get(5).map(|z| per_channel(z, &FILTER_CHANNELS)).transpose()?;
         let wi = minus_zero_point(x[3], wz.as_ref().as_ref(), "QLinearConv filter")?;
         let mut acc = conv(&xi, &wi)?;
         if let Some(b) = x.get(8).filter(|b| !b.is_empty()) {
             let Tensor::I64(s) = arith(
                 BinOp::Add,
                 &Tensor::I64(acc),
-                &per_channel(&Tensor::I64(ints64(b, "bias")?))?,
+                &per_channel(&Tensor::I64(ints64(b, "bias")?), &OUTPUT_CHANNELS)?,
             )?
             else {
                 return Err("bias".into());
             };
             acc = s;
         }
-        let mult = multiplier(x[1], &per_channel(x[4])?, x[6])?;
+        let mult = multiplier(x[1], &per_channel(x[4], &OUTPUT_CHANNELS)?, x[6])?;
         requantize(acc, &mult, x.get(7), x[0].dtype())
     }))
 }

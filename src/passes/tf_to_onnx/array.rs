@@ -367,23 +367,19 @@ fn strided_slice<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> 
         })
         .collect();
     let elem = element_of(ty);
+    // the type once the shrunk axes are gone: the result's, unless new axes come after
+    let squeezed_ty = if new_axes.is_empty() {
+        ty
+    } else {
+        ranked(elem, &squeezed)
+    };
     let mut cur = if shrink.is_empty() {
-        let t = if new_axes.is_empty() {
-            ty
-        } else {
-            ranked(elem, &squeezed)
-        };
-        l.build1(op, "onnx.Slice", &ins, &[], t, l.loc(op, "slice"))?
+        l.build1(op, "onnx.Slice", &ins, &[], squeezed_ty, l.loc(op, "slice"))?
     } else {
         let s1 = l.build1(op, "onnx.Slice", &ins, &[], ranked(elem, &sliced), l.loc(op, "slice"))?;
         let ax = l.i64s(op, &shrink)?;
-        let t = if new_axes.is_empty() {
-            ty
-        } else {
-            ranked(elem, &squeezed)
-        };
         let at = if new_axes.is_empty() { loc } else { l.loc(op, "squeeze") };
-        l.build1(op, "onnx.Squeeze", &[s1, ax], &[], t, at)?
+        l.build1(op, "onnx.Squeeze", &[s1, ax], &[], squeezed_ty, at)?
     };
     if !new_axes.is_empty() {
         let ax = l.i64s(op, &new_axes)?;

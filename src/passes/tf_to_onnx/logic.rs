@@ -84,14 +84,7 @@ fn all_any<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result
     let x = op.operand(0).map_err(err)?;
     let d = dims(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?;
     let r = d.len();
-    let axes: Vec<i64> = const_ints(op, 1)?
-        .iter()
-        .map(|&v| {
-            norm_axis(v, r)
-                .map(|a| a as i64)
-                .ok_or_else(|| err(format!("{}: axis {v} out of rank {r}", label(op))))
-        })
-        .collect::<Result<_, _>>()?;
+    let axes: Vec<i64> = const_axes(op, 1, r)?.into_iter().map(|a| a as i64).collect();
     let i32t: Type = IntegerType::new(l.ctx, 32).into();
     let to32 = l.int(dt::INT32 as i64);
     let loc = l.loc(op, "i32");

@@ -117,10 +117,7 @@ fn reduce<'c, 'a>(l: &mut Lowering<'c, 'a>, op: OperationRef<'c, 'a>) -> Result<
     let keep = a.get("keep_dims").and_then(AttrValue::as_bool).unwrap_or(false);
     let x = op.operand(0).map_err(err)?;
     let r = rank(x).ok_or_else(|| err(format!("{}: unranked input", label(op))))?;
-    let axes: Vec<usize> = const_ints(op, 1)?
-        .iter()
-        .map(|&v| norm_axis(v, r).ok_or_else(|| err(format!("{}: axis {v} out of rank {r}", label(op)))))
-        .collect::<Result<_, _>>()?;
+    let axes = const_axes(op, 1, r)?;
     let name = match op_name(&op).as_str() {
         "tf.Mean" => "onnx.ReduceMean",
         "tf.Sum" => "onnx.ReduceSum",

@@ -174,6 +174,14 @@ fn const_ints(op: OperationRef, i: usize) -> Result<Vec<i64>, PassError> {
         .ok_or_else(|| err(format!("{}: operand {i} must be an integer constant", label(op))))
 }
 
+/// Operand `i` as constant axes of a rank-`r` value, negative ones counted from the end.
+fn const_axes(op: OperationRef, i: usize, r: usize) -> Result<Vec<usize>, PassError> {
+    const_ints(op, i)?
+        .iter()
+        .map(|&v| norm_axis(v, r).ok_or_else(|| err(format!("{}: axis {v} out of rank {r}", label(op)))))
+        .collect()
+}
+
 /// How an op is named in errors: its node name, else its op name.
 fn label(op: OperationRef) -> String {
     match location_name(op.location()) {
