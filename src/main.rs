@@ -315,38 +315,42 @@ fn cmd_calibrate(a: &CalibrateArgs, signature: Option<&str>) -> Result<()> {
 /// Calibration samples `--choose-method` scores each candidate on.
 const CHOOSE_SAMPLES: usize = 16;
 
-/// `quantize --choose-method`: quantizes with each candidate range method and returns the one
-/// whose model is closest to the float model on the first [`CHOOSE_SAMPLES`] calibration
-/// samples — the mean over the outputs of their SQNR in quantir's interpreter (which
-/// reproduces onnxruntime's QDQ semantics). One method for the whole model: per-layer choice
-/// is not made.
+/// `quantize --choose-method`: quantizes with each candidate range method and returns the
+/// statistics of the one whose model is closest to the float model on the first
+/// [`CHOOSE_SAMPLES`] calibration samples — the mean over the outputs of their SQNR in
+/// quantir's interpreter (which reproduces onnxruntime's QDQ semantics). One method for the
+/// whole model: per-layer choice is not made.
 fn choose_method(
     a: &QuantizeArgs,
     config: &quantize::QuantConfig,
     signature: Option<&str>,
     data: &Path,
     cache: Option<&Path>,
-) -> Result<MethodArg> {
-    let mut best: Option<(f64, MethodArg)> = None;
+) -> Result<quantir::calibration::StatsFile> {
+    // the float model, the samples and the options every candidate is scored with
+    let ctx = ir::new_context();
+    let float = load(&ctx, &a.model, signature)?;
+    if formats::model::is_onnx(&a.output) {
+        quantize::lower_to_onnx(&float)?;
+    }
+    let dataset = a.opts.images.open(data, Some(CHOOSE_SAMPLES))?;
+    let opts = quantir::evaluate::EvalOptions {
+        threads: a.opts.feed.threads,
+        limit: Some(CHOOSE_SAMPLES),
+        labels: None,
+        per_layer: false,
+        histograms: false,
+        overrides: parse_overrides(&a.opts.feed.inputs)?,
+    };
+    let mut best: Option<(f64, MethodArg, quantir::calibration::StatsFile)> = None;
     let mut said = Vec::new();
     for m in &a.candidates {
-        let ctx = ir::new_context();
-        let (float, module) = (load(&ctx, &a.model, signature)?, load(&ctx, &a.model, signature)?);
+        let module = load(&ctx, &a.model, signature)?;
         if formats::model::is_onnx(&a.output) {
-            quantize::lower_to_onnx(&float)?;
             quantize::lower_to_onnx(&module)?;
         }
         let stats = run_calibration(&module, data, &a.opts, config, cache, Some(m))?;
         quantize::quantize_module(&module, &stats, config).with_context(|| a.model.display().to_string())?;
-        let dataset = a.opts.images.open(data, Some(CHOOSE_SAMPLES))?;
-        let opts = quantir::evaluate::EvalOptions {
-            threads: a.opts.feed.threads,
-            limit: Some(CHOOSE_SAMPLES),
-            labels: None,
-            per_layer: false,
-            histograms: false,
-            overrides: parse_overrides(&a.opts.feed.inputs)?,
-        };
         let r = quantir::evaluate::evaluate(&float, &module, &dataset, &opts)?;
         // an exact output counts as 100 dB
         let db: Vec<f64> = r
@@ -356,17 +360,17 @@ fn choose_method(
             .collect();
         let score = db.iter().sum::<f64>() / db.len().max(1) as f64;
         said.push(format!("{} {score:.2} dB", name_of(m)));
-        if best.as_ref().is_none_or(|(s, _)| score > *s) {
-            best = Some((score, m.clone()));
+        if best.as_ref().is_none_or(|(s, _, _)| score > *s) {
+            best = Some((score, m.clone(), stats));
         }
     }
-    let (_, m) = best.ok_or_else(|| usage("--choose-method needs at least one --candidates method"))?;
+    let (_, m, stats) = best.ok_or_else(|| usage("--choose-method needs at least one --candidates method"))?;
     eprintln!(
         "method: {} (mean output SQNR on {CHOOSE_SAMPLES} calibration samples: {})",
         name_of(&m),
         said.join(", ")
     );
-    Ok(m)
+    Ok(stats)
 }
 
 fn cmd_quantize(a: &QuantizeArgs, signature: Option<&str>) -> Result<()> {
@@ -385,13 +389,13 @@ fn cmd_quantize(a: &QuantizeArgs, signature: Option<&str>) -> Result<()> {
             } else {
                 quantize::cache::default_dir()
             };
-            let method = if a.choose_method {
-                Some(choose_method(a, &config, signature, d, cache.as_deref())?)
+            // --choose-method calibrated the module's twin already: its statistics serve
+            if a.choose_method {
+                choose_method(a, &config, signature, d, cache.as_deref())
             } else {
-                None
-            };
-            run_calibration(&module, d, &a.opts, &config, cache.as_deref(), method.as_ref())
-                .with_context(|| a.model.display().to_string())?
+                run_calibration(&module, d, &a.opts, &config, cache.as_deref(), None)
+            }
+            .with_context(|| a.model.display().to_string())?
         }
         (None, None) => {
             if config.activations.is_some() {
