@@ -11,18 +11,19 @@ fn real(name: &str) -> String {
     arg(&data(&format!("real/{name}")))
 }
 
-fn quantize_json(model: &str, out: &std::path::Path) -> serde_json::Value {
+/// `quantize MODEL --data CALIB --no-cache --json -o OUT`: its summary and its stderr.
+fn quantize_json(model: &str, calib: &str, out: &std::path::Path) -> (serde_json::Value, String) {
     let o = ok(quantir(&[
         "quantize",
         model,
         "--data",
-        &real("ppocr_cls_calib.npz"),
+        calib,
         "--no-cache",
         "--json",
         "-o",
         &arg(out),
     ]));
-    serde_json::from_slice(&o.stdout).unwrap()
+    (serde_json::from_slice(&o.stdout).unwrap(), stderr(&o))
 }
 
 /// ppocr_cls.onnx declares its input `[?, 3, ?, ?]`: the importer's guess of 1 for the dynamic
@@ -32,10 +33,11 @@ fn quantize_json(model: &str, out: &std::path::Path) -> serde_json::Value {
 #[test]
 fn ppocr_cls_as_shipped_quantizes_like_its_static_copy() {
     let dir = tempfile::tempdir().unwrap();
-    let shipped = quantize_json(&real("ppocr_cls.onnx"), &dir.path().join("dynamic.onnx"));
+    let calib = real("ppocr_cls_calib.npz");
+    let (shipped, _) = quantize_json(&real("ppocr_cls.onnx"), &calib, &dir.path().join("dynamic.onnx"));
     let fixed = dir.path().join("static.onnx");
     onnx_ref(&["fix_dims", &real("ppocr_cls.onnx"), &arg(&fixed), "1,3,48,192"]);
-    let static_copy = quantize_json(&arg(&fixed), &dir.path().join("static.int8.onnx"));
+    let (static_copy, _) = quantize_json(&arg(&fixed), &calib, &dir.path().join("static.int8.onnx"));
     let ops = shipped["ops"].as_array().unwrap();
     let convs = ops.iter().filter(|o| o["op"] == "onnx.Conv").count();
     assert_eq!(convs, 53);
@@ -172,17 +174,11 @@ fn basic_pitch_savedmodel_as_shipped() {
 #[test]
 fn basic_pitch_savedmodel_quantizes_in_tf_dialect() {
     let dir = tempfile::tempdir().unwrap();
-    let o = ok(quantir(&[
-        "quantize",
+    let (j, _) = quantize_json(
         &real("basic_pitch_savedmodel"),
-        "--data",
         &real("basic_pitch_calib.npz"),
-        "--no-cache",
-        "--json",
-        "-o",
-        &arg(&dir.path().join("q.mlir")),
-    ]));
-    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        &dir.path().join("q.mlir"),
+    );
     let ops = j["ops"].as_array().unwrap();
     assert_eq!(ops.iter().filter(|o| o["op"] == "tf.Conv2D").count(), 32, "{j:#}");
     for o in ops {
@@ -223,17 +219,7 @@ fn as_shipped(model: &str, stem: &str, reference: &str, convs: usize) {
         assert!(d <= bound, "{model} {name}: max |quantir - reference| = {d} > {bound}");
     }
     let q = dir.path().join("q.onnx");
-    let o = ok(quantir(&[
-        "quantize",
-        &real(model),
-        "--data",
-        &real(&format!("{stem}_calib.npz")),
-        "--no-cache",
-        "--json",
-        "-o",
-        &arg(&q),
-    ]));
-    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (j, _) = quantize_json(&real(model), &real(&format!("{stem}_calib.npz")), &q);
     // no bias is ever clipped: an int32 overflow enlarges that channel's weight scale
     let warnings = j["passes"]["quantize-weights"]["warnings"].as_array().unwrap();
     assert!(
@@ -304,23 +290,13 @@ fn fer_savedmodel_as_shipped() {
 #[test]
 fn fer_dead_filters_get_a_safe_scale() {
     let dir = tempfile::tempdir().unwrap();
-    let o = ok(quantir(&[
-        "quantize",
+    let (j, err) = quantize_json(
         &real("fer_savedmodel"),
-        "--data",
         &real("fer_calib.npz"),
-        "--no-cache",
-        "--json",
-        "-o",
-        &arg(&dir.path().join("q.onnx")),
-    ]));
-    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        &dir.path().join("q.onnx"),
+    );
     let w = &j["passes"]["quantize-weights"];
     assert_eq!(w["changes"]["dead weight channels given their layer's scale"], 2, "{w}");
     assert_eq!(w["warnings"].as_array().unwrap().len(), 0, "{w}");
-    assert!(
-        stderr(&o).is_empty() || !stderr(&o).contains("overflow"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(!err.contains("overflow"), "{err}");
 }

@@ -49,19 +49,21 @@ pub fn tensor_value(t: &TensorProto) -> Result<Tensor, String> {
         }
     }
     let mut bytes = Vec::with_capacity(n * dtype.size_bytes());
+    // the repeated values of one `*_val` field, filled out and laid down little-endian
+    macro_rules! le {
+        ($field:expr, $zero:expr) => {
+            fill(&$field, n, $zero)?
+                .iter()
+                .for_each(|x| bytes.extend(x.to_le_bytes()))
+        };
+    }
     match dtype {
-        DType::F32 => fill(&t.float_val, n, 0.0)?
-            .iter()
-            .for_each(|x| bytes.extend(x.to_le_bytes())),
-        DType::F64 => fill(&t.double_val, n, 0.0)?
-            .iter()
-            .for_each(|x| bytes.extend(x.to_le_bytes())),
-        DType::I64 => fill(&t.int64_val, n, 0)?
-            .iter()
-            .for_each(|x| bytes.extend(x.to_le_bytes())),
-        DType::I32 => fill(&t.int_val, n, 0)?
-            .iter()
-            .for_each(|x| bytes.extend(x.to_le_bytes())),
+        DType::F32 => le!(t.float_val, 0.0),
+        DType::F64 => le!(t.double_val, 0.0),
+        DType::I64 => le!(t.int64_val, 0),
+        DType::I32 => le!(t.int_val, 0),
+        DType::U32 => le!(t.uint32_val, 0),
+        DType::U64 => le!(t.uint64_val, 0),
         DType::I16 | DType::U16 | DType::F16 | DType::BF16 => {
             let v = if matches!(dtype, DType::F16 | DType::BF16) {
                 &t.half_val
@@ -72,12 +74,6 @@ pub fn tensor_value(t: &TensorProto) -> Result<Tensor, String> {
                 .iter()
                 .for_each(|&x| bytes.extend((x as u16).to_le_bytes()))
         }
-        DType::U32 => fill(&t.uint32_val, n, 0)?
-            .iter()
-            .for_each(|x| bytes.extend(x.to_le_bytes())),
-        DType::U64 => fill(&t.uint64_val, n, 0)?
-            .iter()
-            .for_each(|x| bytes.extend(x.to_le_bytes())),
         DType::I8 | DType::U8 => fill(&t.int_val, n, 0)?.iter().for_each(|&x| bytes.push(x as u8)),
         DType::I1 => fill(&t.bool_val, n, false)?.iter().for_each(|&x| bytes.push(x as u8)),
     }
