@@ -1,5 +1,6 @@
-//! Running a compiled program over a data set: samples in parallel (each on one thread, so
-//! results never depend on the thread count), outputs in sample order.
+//! Running a compiled program over samples — a bound data set or a stream read in order (a
+//! Python generator): samples in parallel (each on one thread, so results never depend on the
+//! thread count), outputs in sample order.
 
 use crate::formats::data::{Binding, DataError};
 use crate::interp::{InterpError, Program, Watch};
@@ -18,6 +19,59 @@ pub enum RunError {
     Threads { threads: usize, reason: String },
     #[error("{0}")]
     Output(String),
+    /// The caller's [`Tick`] stopped the run (Ctrl-C in Python).
+    #[error("{0}")]
+    Stopped(String),
+}
+
+/// Where a run's samples come from.
+pub enum Feed<'a> {
+    /// Samples `indices` of a bound data set, read by the worker that runs them (in sample
+    /// order on this thread when the data streams from a file).
+    Indexed { data: &'a Binding, indices: &'a [usize] },
+    /// Samples read in order on this thread, each with its index (its position in the
+    /// caller's sequence); the run ends with the stream.
+    Stream(&'a mut dyn Iterator<Item = Result<(usize, Vec<Tensor>), DataError>>),
+}
+
+impl Feed<'_> {
+    /// The number of samples, when known before the run.
+    fn len(&self) -> Option<usize> {
+        match self {
+            Feed::Indexed { indices, .. } => Some(indices.len()),
+            Feed::Stream(_) => None,
+        }
+    }
+}
+
+/// A hook called on the calling thread after every chunk of samples with the number run so far
+/// and the total (`None` for a stream); an `Err` stops the run with [`RunError::Stopped`].
+/// Bindings use it for Ctrl-C and progress callbacks.
+pub type Tick = dyn FnMut(usize, Option<usize>) -> Result<(), String> + Send;
+
+thread_local! {
+    static TICK: std::cell::RefCell<Option<Box<Tick>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `work` with `tick` called after every chunk of every run `work` makes on this thread
+/// (calibration, evaluation, `run`), then restores the hook that was there.
+pub fn with_tick<R>(tick: Box<Tick>, work: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Box<Tick>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let old = self.0.take();
+            TICK.with(|t| *t.borrow_mut() = old);
+        }
+    }
+    let _restore = Restore(TICK.with(|t| t.borrow_mut().replace(tick)));
+    work()
+}
+
+fn tick(done: usize, total: Option<usize>) -> Result<(), RunError> {
+    TICK.with(|t| match t.borrow_mut().as_mut() {
+        Some(f) => f(done, total).map_err(RunError::Stopped),
+        None => Ok(()),
+    })
 }
 
 /// A progress bar on a terminal, nothing when stderr is not one.
@@ -27,6 +81,16 @@ pub fn progress(len: usize, what: &str) -> indicatif::ProgressBar {
         indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} samples, {per_sec}, eta {eta}")
     {
         pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message(what.to_string());
+    pb
+}
+
+/// A counter for a run of unknown length (a stream), nothing when stderr is not a terminal.
+pub fn progress_stream(what: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::no_length();
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{msg} {pos} samples, {per_sec}") {
+        pb.set_style(style);
     }
     pb.set_message(what.to_string());
     pb
@@ -43,12 +107,59 @@ pub fn pool(threads: usize) -> Result<rayon::ThreadPool, RunError> {
         })
 }
 
-/// The samples of one chunk; when the data are read from a stream (lazy `.npz` rows), their
-/// inputs are read here, in sample order, so that the decoder never goes back.
-#[allow(clippy::type_complexity)]
-fn chunk_jobs(data: &Binding, indices: &[usize]) -> Vec<(usize, Option<Result<Vec<Tensor>, DataError>>)> {
-    let stream = data.streams();
-    indices.iter().map(|&i| (i, stream.then(|| data.sample(i)))).collect()
+/// A sample of a chunk, by its index: its inputs read on this thread, or a row the worker that
+/// runs it reads.
+enum Job<'d> {
+    Read(usize, Result<Vec<Tensor>, DataError>),
+    Row(usize, &'d Binding),
+}
+
+impl Job<'_> {
+    fn index(&self) -> usize {
+        match self {
+            Job::Read(i, _) | Job::Row(i, _) => *i,
+        }
+    }
+    fn inputs(self) -> Result<Vec<Tensor>, DataError> {
+        match self {
+            Job::Read(_, r) => r,
+            Job::Row(i, data) => data.sample(i),
+        }
+    }
+}
+
+/// The next chunk of at most `n` samples from `feed`, `pos` samples in. A bound data set read
+/// from a stream (lazy `.npz` rows) and a [`Feed::Stream`] are read here, in sample order, so
+/// that the decoder never goes back.
+fn next_jobs<'d>(feed: &mut Feed<'d>, pos: usize, n: usize) -> Vec<Job<'d>> {
+    match feed {
+        Feed::Indexed { data, indices } => {
+            let data: &'d Binding = data;
+            let stream = data.streams();
+            let end = (pos + n).min(indices.len());
+            indices[pos.min(end)..end]
+                .iter()
+                .map(|&i| match stream {
+                    true => Job::Read(i, data.sample(i)),
+                    false => Job::Row(i, data),
+                })
+                .collect()
+        }
+        Feed::Stream(items) => {
+            let mut jobs = Vec::with_capacity(n);
+            for item in items.take(n) {
+                match item {
+                    Ok((i, inputs)) => jobs.push(Job::Read(i, Ok(inputs))),
+                    Err(e) => {
+                        // the samples before it run; the error ends the run at its place
+                        jobs.push(Job::Read(pos + jobs.len(), Err(e)));
+                        break;
+                    }
+                }
+            }
+            jobs
+        }
+    }
 }
 
 /// Runs the samples `indices`, `threads` at a time. For every chunk of samples the
@@ -69,8 +180,7 @@ pub fn run_samples(
     let mut outputs = Vec::new();
     run_chunks(
         program,
-        data,
-        indices,
+        Feed::Indexed { data, indices },
         threads,
         watch,
         &Vec::new,
@@ -102,27 +212,25 @@ fn observer_error(sample: usize, key: &str, message: String) -> RunError {
     }
 }
 
-/// Like [`run_samples`] for reductions: each worker folds the watched values of one sample
-/// into a fresh `S` (`init`, `fold`) as they are computed, and `combine` receives the samples'
-/// states in sample order. Memory holds one state per sample in flight instead of every
-/// watched tensor, and the result is independent of the thread count when `combine` is an
-/// exact merge.
+/// Like [`run_samples`] for reductions, over any [`Feed`]: each worker folds the watched values
+/// of one sample into a fresh `S` (`init`, `fold`) as they are computed, and `combine`
+/// receives the samples' states in sample order. Memory holds one state per sample in flight
+/// instead of every watched tensor, and the result is independent of the thread count when
+/// `combine` is an exact merge. Returns the number of samples run.
 #[allow(clippy::too_many_arguments)]
 pub fn run_samples_fold<S: Send>(
     program: &Program,
-    data: &Binding,
-    indices: &[usize],
+    feed: Feed,
     threads: usize,
     watch: &Watch,
     init: &(dyn Fn() -> S + Sync),
     fold: &(dyn Fn(&mut S, usize, &str, &Tensor) -> Result<(), String> + Sync),
     combine: &mut dyn FnMut(usize, S) -> Result<(), String>,
     what: &str,
-) -> Result<(), RunError> {
+) -> Result<usize, RunError> {
     run_chunks(
         program,
-        data,
-        indices,
+        feed,
         threads,
         watch,
         init,
@@ -132,52 +240,90 @@ pub fn run_samples_fold<S: Send>(
     )
 }
 
+/// Like [`run_samples`] over any [`Feed`], without keeping outputs; returns the number of
+/// samples run.
+pub fn run_feed(
+    program: &Program,
+    feed: Feed,
+    threads: usize,
+    watch: &Watch,
+    observe: &mut dyn FnMut(usize, &str, &Tensor) -> Result<(), String>,
+    what: &str,
+) -> Result<usize, RunError> {
+    run_chunks(
+        program,
+        feed,
+        threads,
+        watch,
+        &Vec::new,
+        &|seen: &mut Vec<(String, Tensor)>, _, k, v| {
+            seen.push((k.to_string(), v.clone()));
+            Ok(())
+        },
+        &mut |i, _, seen| {
+            for (k, v) in &seen {
+                observe(i, k, v).map_err(|m| observer_error(i, k, m))?;
+            }
+            Ok(())
+        },
+        what,
+    )
+}
+
 /// The loop under both: chunks of 2 × threads samples run in parallel, each folding its watched
 /// values into its own state; `combine` then sees (sample, outputs, state) in sample order.
+/// Returns the number of samples run.
 #[allow(clippy::too_many_arguments)]
 fn run_chunks<S: Send>(
     program: &Program,
-    data: &Binding,
-    indices: &[usize],
+    mut feed: Feed,
     threads: usize,
     watch: &Watch,
     init: &(dyn Fn() -> S + Sync),
     fold: &(dyn Fn(&mut S, usize, &str, &Tensor) -> Result<(), String> + Sync),
     combine: &mut dyn FnMut(usize, Vec<Tensor>, S) -> Result<(), RunError>,
     what: &str,
-) -> Result<(), RunError> {
-    let n = indices.len();
+) -> Result<usize, RunError> {
+    let total = feed.len();
     let pool = pool(threads)?;
     let chunk = pool.current_num_threads().max(1) * 2;
-    let pb = progress(n, what);
-    let mut start = 0;
-    while start < n {
-        let end = (start + chunk).min(n);
-        let jobs = chunk_jobs(data, &indices[start..end]);
-        let results: Vec<Result<(Vec<Tensor>, S), RunError>> = pool.install(|| {
+    let pb = match total {
+        Some(n) => progress(n, what),
+        None => progress_stream(what),
+    };
+    let mut done = 0;
+    loop {
+        let jobs = next_jobs(&mut feed, done, chunk);
+        if jobs.is_empty() {
+            break;
+        }
+        let n = jobs.len();
+        let results: Vec<(usize, Result<(Vec<Tensor>, S), RunError>)> = pool.install(|| {
             jobs.into_par_iter()
-                .map(|(i, pre)| {
-                    let inputs = match pre {
-                        Some(r) => r?,
-                        None => data.sample(i)?,
+                .map(|job| {
+                    let i = job.index();
+                    let run = || {
+                        let inputs = job.inputs()?;
+                        let mut state = init();
+                        let out = program
+                            .run_observed(&inputs, watch, &mut |k, v| fold(&mut state, i, k, v))
+                            .map_err(|error| RunError::Interp { sample: i, error })?;
+                        Ok((out, state))
                     };
-                    let mut state = init();
-                    let out = program
-                        .run_observed(&inputs, watch, &mut |k, v| fold(&mut state, i, k, v))
-                        .map_err(|error| RunError::Interp { sample: i, error })?;
-                    Ok((out, state))
+                    (i, run())
                 })
                 .collect()
         });
-        for (&i, r) in indices[start..end].iter().zip(results) {
+        for (i, r) in results {
             let (out, state) = r?;
             combine(i, out, state)?;
         }
-        pb.inc((end - start) as u64);
-        start = end;
+        done += n;
+        pb.inc(n as u64);
+        tick(done, total)?;
     }
     pb.finish_and_clear();
-    Ok(())
+    Ok(done)
 }
 
 /// Stacks per-sample outputs along a new first axis; when the inputs had a batch dim of 1 added,

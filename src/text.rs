@@ -14,3 +14,20 @@ pub fn counts<K: std::fmt::Display, V: std::fmt::Display>(map: impl IntoIterator
     let items: Vec<String> = map.into_iter().map(|(k, v)| format!("{v} {k}")).collect();
     list_or(&items, none)
 }
+
+/// An error and its causes on one line, each said once: quantir's errors already spell out
+/// their source in their own message (`{path}: cannot write: {source}`), so a cause whose text
+/// is there is not repeated.
+pub fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut msg = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+        cause = c.source();
+    }
+    msg
+}

@@ -506,3 +506,48 @@ impl Binding {
             .collect()
     }
 }
+
+impl Dataset {
+    /// A data set of arrays in memory (a Python dict of NumPy arrays), called `label` in
+    /// messages; the first axis of every array indexes samples, as in an `.npz`.
+    pub fn from_arrays(label: &str, arrays: Vec<(String, Tensor)>) -> Result<Dataset, DataError> {
+        let path = PathBuf::from(label);
+        if arrays.is_empty() {
+            return Err(DataError::Empty { path });
+        }
+        if let Some((n, _)) = arrays.iter().find(|(_, t)| t.shape().is_empty()) {
+            return Err(DataError::Scalar { path, array: n.clone() });
+        }
+        Ok(Dataset {
+            path,
+            arrays: arrays
+                .into_iter()
+                .map(|(n, t)| (n, Arc::new(Array::Loaded(t))))
+                .collect(),
+            images: None,
+        })
+    }
+}
+
+/// The samples of one item of a stream (a dict of arrays a Python generator or an
+/// onnxruntime `CalibrationDataReader` gives), called `label` in messages: one sample when its
+/// arrays fit the inputs as they are, or without their batch dim (a feed, as onnxruntime's
+/// readers give); otherwise a batch whose first axis indexes samples, bound as an `.npz` is.
+/// Either way each sample is the tensor list [`Binding::sample`] gives for the same sample of
+/// an `.npz`.
+pub fn item_samples(
+    label: &str,
+    arrays: Vec<(String, Tensor)>,
+    inputs: &[InputSpec],
+    overrides: &[(String, String)],
+) -> Result<Vec<Vec<Tensor>>, DataError> {
+    let one: Vec<(String, Tensor)> = arrays
+        .iter()
+        .map(|(n, t)| (n.clone(), crate::map_tensor!(t, a => a.clone().insert_axis(Axis(0)))))
+        .collect();
+    if let Ok(b) = bind(&Dataset::from_arrays(label, one)?, inputs, overrides) {
+        return Ok(vec![b.sample(0)?]);
+    }
+    let b = bind(&Dataset::from_arrays(label, arrays)?, inputs, overrides)?;
+    (0..b.samples).map(|i| b.sample(i)).collect()
+}

@@ -4,9 +4,9 @@
 use super::cache::{self, hash_data, Fnv};
 use super::{model_hash, plan, prepare, QuantConfig};
 use crate::calibration::{Method, NonFinitePolicy, StatsFile};
-use crate::formats::data::Binding;
+use crate::formats::data::{Binding, DataError};
 use crate::interp::Program;
-use crate::run::{run_samples, run_samples_fold, RunError};
+use crate::run::{run_feed, run_samples_fold, Feed, RunError};
 use crate::tensor::Tensor;
 use melior::ir::Module;
 use std::collections::BTreeMap;
@@ -54,6 +54,8 @@ pub enum CalibrateError {
     Shard(usize, usize),
     #[error("the model has no tensor to calibrate (no quantizable op the dialect tables know)")]
     NothingToCalibrate,
+    #[error("no samples to calibrate on")]
+    NoSamples,
 }
 
 /// The sample indices of a run: the first `limit` samples, then every n-th from i.
@@ -121,15 +123,19 @@ pub fn resolve_from(
     let Some(super::SampleTypes { shapes, outcome }) = resolved else {
         return Ok((None, None));
     };
-    let warning = (outcome.unknown > 0).then(|| {
+    Ok((Some(shapes), unresolved_warning(&outcome)))
+}
+
+/// Says how many values stay untyped (float) after resolving from the first sample, and why.
+fn unresolved_warning(outcome: &crate::interp::infer_types::Inferred) -> Option<String> {
+    (outcome.unknown > 0).then(|| {
         format!(
             "types of {} values unknown after running the model on zeros shaped like the first sample ({}): \
              they stay float",
             outcome.unknown,
             outcome.failure.as_deref().unwrap_or("not reached")
         )
-    });
-    Ok((Some(shapes), warning))
+    })
 }
 
 /// Statistics and where they came from.
@@ -155,8 +161,13 @@ pub fn calibrate_cached(
     let (shapes, type_warning) = resolve_from(module, data)?;
     prepare(module)?;
     let obs = observation(module, opts)?;
+    let indices = sample_indices(data.samples, opts.limit, opts.shard)?;
+    let feed = Feed::Indexed {
+        data,
+        indices: &indices,
+    };
     let Some(dir) = cache_dir else {
-        let mut stats = run_observation(module, data, opts, obs)?;
+        let mut stats = run_observation(module, feed, opts, obs)?;
         stats.input_shapes = shapes;
         return Ok(Calibrated {
             stats,
@@ -189,7 +200,7 @@ pub fn calibrate_cached(
             type_warning,
         });
     }
-    let mut stats = run_observation(module, data, opts, obs)?;
+    let mut stats = run_observation(module, feed, opts, obs)?;
     stats.input_shapes = shapes;
     let cache_warning = cache::store(dir, &key, &stats).err();
     Ok(Calibrated {
@@ -200,9 +211,51 @@ pub fn calibrate_cached(
     })
 }
 
+/// [`calibrate`] on samples read in order from a stream (a Python generator): the same
+/// statistics as [`calibrate`] on a data set holding the same samples, with `opts.limit` and
+/// `opts.shard` counted over the stream. The first sample resolves untyped results, as the
+/// data set's first would; no cache (a stream has no file to key it by).
+pub fn calibrate_stream(
+    module: &Module,
+    samples: &mut dyn Iterator<Item = Result<Vec<Tensor>, DataError>>,
+    opts: &CalibrateOptions,
+) -> Result<Calibrated, CalibrateError> {
+    if let Some((i, k)) = opts.shard.filter(|&(i, k)| k == 0 || i >= k) {
+        return Err(CalibrateError::Shard(i, k));
+    }
+    let Some(first) = samples.next().transpose().map_err(RunError::Data)? else {
+        return Err(CalibrateError::NoSamples);
+    };
+    let mut type_warning = None;
+    let mut shapes = None;
+    if super::untyped_results(module) > 0 {
+        let s: Vec<Vec<usize>> = first.iter().map(|t| t.shape().to_vec()).collect();
+        let outcome = super::resolve_types(module, &s);
+        type_warning = unresolved_warning(&outcome);
+        shapes = Some(s);
+    }
+    prepare(module)?;
+    let obs = observation(module, opts)?;
+    let (i0, every) = opts.shard.unwrap_or((0, 1));
+    let mut picked = std::iter::once(Ok(first))
+        .chain(samples)
+        .take(opts.limit.unwrap_or(usize::MAX))
+        .enumerate()
+        .filter(|(i, _)| i % every == i0)
+        .map(|(i, r)| r.map(|inputs| (i, inputs)));
+    let mut stats = run_observation(module, Feed::Stream(&mut picked), opts, obs)?;
+    stats.input_shapes = shapes;
+    Ok(Calibrated {
+        stats,
+        from_cache: None,
+        cache_warning: None,
+        type_warning,
+    })
+}
+
 fn run_observation(
     module: &Module,
-    data: &Binding,
+    feed: Feed,
     opts: &CalibrateOptions,
     obs: Observation,
 ) -> Result<StatsFile, CalibrateError> {
@@ -210,7 +263,6 @@ fn run_observation(
     let watch = program.watch(&obs.keys)?;
     let mut stats = StatsFile::new(obs.hash, opts.method, opts.bins, opts.non_finite);
     stats.method_overrides = obs.methods;
-    let indices = sample_indices(data.samples, opts.limit, opts.shard)?;
     let mut first_error = None;
     let mergeable = |m: &Method| !matches!(m, Method::EmaMinMax { .. });
     let ran = if mergeable(&opts.method) && stats.method_overrides.values().all(mergeable) {
@@ -223,8 +275,7 @@ fn run_observation(
         let empty = stats.clone();
         run_samples_fold(
             &program,
-            data,
-            &indices,
+            feed,
             opts.threads,
             &watch,
             &|| Partial {
@@ -251,13 +302,11 @@ fn run_observation(
         )
     } else {
         // order-dependent observers (exponential moving averages) see every value in order
-        run_samples(
+        run_feed(
             &program,
-            data,
-            &indices,
+            feed,
             opts.threads,
             &watch,
-            false,
             &mut |sample, key, value: &Tensor| {
                 let Tensor::F32(a) = value else { return Ok(()) };
                 if let Err(e) = stats.observe(key, sample, &a.view(), None) {
@@ -269,13 +318,15 @@ fn run_observation(
             },
             "calibrate",
         )
-        .map(|_| ())
     };
-    ran.map_err(|e| match first_error.take() {
+    let ran = ran.map_err(|e| match first_error.take() {
         Some(c) => CalibrateError::Calib(c),
         None => CalibrateError::Run(e),
     })?;
-    stats.num_samples = indices.len() as u64;
+    if ran == 0 {
+        return Err(CalibrateError::NoSamples);
+    }
+    stats.num_samples = ran as u64;
     stats.finalize()?;
     Ok(stats)
 }
