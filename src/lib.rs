@@ -17,6 +17,7 @@
 //! | tools | [`inspect`], [`run`], [`stats_io`] | what a module holds, running samples, statistics files |
 //! | pipeline | [`quantize`] | prepare, calibrate (with its cache), quantize, the summary |
 //! | results | [`evaluate`], [`report`] | float vs quantized, layer by layer; the HTML page |
+//! | jobs | [`jobs`] | the front ends' jobs (CLI, Python): settings from flags, calibration from files, arrays or streams, quantize |
 //!
 //! The statistics observers are the `quantir-calibration` crate, re-exported as
 //! [`calibration`] (ndarray and serde only, no MLIR).
@@ -30,6 +31,7 @@ pub mod hash;
 pub mod inspect;
 pub mod interp;
 pub mod ir;
+pub mod jobs;
 pub mod params;
 pub mod passes;
 pub mod quantize;

@@ -6,8 +6,8 @@ mod cli;
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
 use cli::args::{
-    name_of, CalibOpts, CalibrateArgs, Cli, Command, EvaluateArgs, ImageArgs, InspectArgs, MergeArgs, MethodArg,
-    OptArgs, ParamsArgs, QuantizeArgs, RecipeArgs, RunArgs,
+    name_of, CalibOpts, CalibrateArgs, Cli, Command, EvaluateArgs, ImageArgs, InspectArgs, MergeArgs, OptArgs,
+    ParamsArgs, QuantizeArgs, RecipeArgs, RunArgs,
 };
 use quantir::params::{self, RangeOptions, Scheme, StorageType};
 use quantir::{formats, inspect, interp, ir, passes, quantize, run, stats_io};
@@ -71,131 +71,80 @@ impl ImageArgs {
     }
 }
 
-fn parse_shard(s: &str) -> Result<(usize, usize)> {
-    let bad = || usage(format!("--shard takes I/N with 0 <= I < N, got '{s}'"));
-    let (i, n) = s.split_once('/').ok_or_else(bad)?;
-    let (i, n) = (
-        i.trim().parse::<usize>().map_err(|_| bad())?,
-        n.trim().parse::<usize>().map_err(|_| bad())?,
-    );
-    if n == 0 || i >= n {
-        return Err(bad());
-    }
-    Ok((i, n))
-}
-
 impl RecipeArgs {
-    /// The settings; `target` is the output model, whose format picks the default scheme
-    /// (ONNX's parameter arithmetic for an .onnx output, MLIR/TF's otherwise).
+    /// The flags as the library's jobs take them.
+    fn flags(&self) -> quantir::jobs::RecipeFlags {
+        quantir::jobs::RecipeFlags {
+            recipe: self.config.clone().map(quantir::jobs::RecipeSource::File),
+            scheme: self.scheme.as_ref().map(name_of),
+            weights: self.weights.as_ref().map(name_of),
+            activations: self.activations.as_ref().map(name_of),
+            per_tensor: self.per_tensor,
+            symmetric_activations: self.symmetric_activations,
+            quantize_outputs: self.quantize_outputs,
+            reduce_range: self.reduce_range,
+            exclude: self.exclude.clone(),
+        }
+    }
+
+    /// The settings; `target` is the output model, whose format picks the default scheme.
     fn config(&self, target: Option<&Path>) -> Result<quantize::QuantConfig> {
-        let mut base = quantize::QuantConfig::default();
-        if target.is_some_and(formats::model::is_onnx) {
-            base.scheme = Scheme::Onnx;
-        }
-        let mut c = match &self.config {
-            Some(p) => quantize::recipe::load_onto(p, base)?,
-            None => base,
-        };
-        if let Some(s) = &self.scheme {
-            c.scheme = name_of(s).parse().map_err(usage)?;
-        }
-        if let Some(w) = &self.weights {
-            c.weights = name_of(w)
-                .parse()
-                .map_err(|e: String| usage(format!("--weights: {e}")))?;
-        }
-        if let Some(a) = &self.activations {
-            c.activations =
-                quantize::parse_activations(&name_of(a)).map_err(|e| usage(format!("--activations: {e}")))?;
-        }
-        c.per_channel &= !self.per_tensor;
-        c.symmetric_activations |= self.symmetric_activations;
-        c.quantize_outputs |= self.quantize_outputs;
-        c.reduce_range |= self.reduce_range;
-        c.exclude.extend(self.exclude.iter().cloned());
-        Ok(c)
+        Ok(quantir::jobs::config(&self.flags(), target).map_err(job)?)
     }
 }
 
-/// Loads the data, binds it to the prepared model's inputs and calibrates.
+impl CalibOpts {
+    /// The flags as the library's jobs take them.
+    fn flags(&self) -> Result<quantir::jobs::CalibFlags> {
+        Ok(quantir::jobs::CalibFlags {
+            method: self.method.as_ref().map(name_of),
+            percentile: self.percentile,
+            bins: self.bins,
+            shard: self
+                .shard
+                .as_deref()
+                .map(quantir::jobs::parse_shard)
+                .transpose()
+                .map_err(job)?,
+            skip_non_finite: self.skip_non_finite,
+            threads: self.feed.threads,
+            limit: self.feed.limit,
+            overrides: parse_overrides(&self.feed.inputs)?,
+        })
+    }
+}
+
+/// A job's error, with a request that asks for something that does not exist as a usage error.
+fn job(e: quantir::jobs::JobError) -> anyhow::Error {
+    match e.root() {
+        quantir::jobs::JobError::Usage(_) => usage(e),
+        _ => e.into(),
+    }
+}
+
+/// Loads the data, binds it to the module's inputs and calibrates (preparing it in place).
 fn run_calibration(
     module: &melior::ir::Module,
     data: &Path,
     o: &CalibOpts,
     config: &quantize::QuantConfig,
-    cache: Option<&Path>,
-    method: Option<&MethodArg>,
 ) -> Result<quantir::calibration::StatsFile> {
-    // --choose-method's candidate, else the command line, which wins over a recipe's method,
-    // which wins over minmax
-    let (name, pct) = match method.or(o.method.as_ref()) {
-        Some(m) => (name_of(m), o.percentile),
-        None => (
-            config.method.clone().unwrap_or_else(|| "minmax".into()),
-            o.percentile.or(config.percentile),
-        ),
-    };
-    let method = quantir::calibration::Method::from_name(&name, pct).map_err(usage)?;
-    let shard = o.shard.as_deref().map(parse_shard).transpose()?;
-    let overrides = parse_overrides(&o.feed.inputs)?;
-    let program = interp::Program::compile(module, None)?;
+    let flags = o.flags()?;
+    let opts = quantir::jobs::calibrate_options(&flags, config, None).map_err(job)?;
     let dataset = o.images.open(data, o.feed.limit)?;
-    let binding = formats::data::bind(&dataset, &program.inputs, &overrides)?;
-    let opts = quantize::CalibrateOptions {
-        method,
-        bins: o.bins,
-        threads: o.feed.threads,
-        limit: o.feed.limit,
-        shard,
-        non_finite: if o.skip_non_finite {
-            quantir::calibration::NonFinitePolicy::Skip
-        } else {
-            quantir::calibration::NonFinitePolicy::Error
-        },
-        config: config.clone(),
-    };
     let t0 = std::time::Instant::now();
-    let done = quantize::calibrate_cached(module, &binding, &opts, cache)?;
-    if let Some(w) = &done.cache_warning {
-        eprintln!("warning: calibration cache: {w}");
-    }
+    let done =
+        quantir::jobs::calibrate(module, quantir::jobs::Samples::Data(&dataset), &flags, &opts, None).map_err(job)?;
     if let Some(w) = &done.type_warning {
         eprintln!("warning: {}: {w}", data.display());
     }
-    let stats = done.stats;
-    if let Some(key) = &done.from_cache {
-        eprintln!(
-            "statistics of {} tensors on {} samples from cache ({key}; --no-cache to recalibrate)",
-            stats.tensors.len(),
-            stats.num_samples
-        );
-        return Ok(stats);
-    }
-    eprintln!(
-        "calibrated {} tensors on {} samples in {:.2} s ({:?})",
-        stats.tensors.len(),
-        stats.num_samples,
-        t0.elapsed().as_secs_f64(),
-        stats.method
-    );
-    Ok(stats)
-}
-
-/// Lowers a TF model to ONNX ops for an .onnx output, saying so; false when it had none.
-fn lower_to_onnx(module: &melior::ir::Module, model: &Path) -> Result<bool> {
-    let Some(report) = quantize::lower_to_onnx(module).with_context(|| model.display().to_string())? else {
-        return Ok(false);
-    };
-    let lowered = report.get(&passes::Change::TfOpsLowered);
-    let transposes = report.get(&passes::Change::Written("onnx.Transpose".into()));
-    eprintln!("lowered {lowered} TF ops to ONNX ({transposes} layout transposes)");
-    Ok(true)
+    eprintln!("{}", quantir::jobs::calibrated_line(&done, t0.elapsed().as_secs_f64()));
+    Ok(done.stats)
 }
 
 /// Loads a model; `--signature` names a signature of whichever model is a SavedModel.
 fn load<'c>(ctx: &'c melior::Context, path: &Path, signature: Option<&str>) -> Result<melior::ir::Module<'c>> {
-    let sig = signature.filter(|_| formats::savedmodel::is_saved_model(path));
-    Ok(formats::model::load_signature(ctx, path, sig)?)
+    quantir::jobs::load(ctx, path, signature).map_err(job)
 }
 
 fn cmd_inspect(a: &InspectArgs, signature: Option<&str>) -> Result<()> {
@@ -304,161 +253,45 @@ fn cmd_calibrate(a: &CalibrateArgs, signature: Option<&str>) -> Result<()> {
     let ctx = ir::new_context();
     let module = load(&ctx, &a.model, signature)?;
     if a.onnx {
-        lower_to_onnx(&module, &a.model)?;
+        if let Some(line) = quantir::jobs::lower_to_onnx(&module, &a.model).map_err(job)? {
+            eprintln!("{line}");
+        }
     }
-    let stats = run_calibration(&module, &a.data, &a.opts, &quantize::QuantConfig::default(), None, None)
+    let stats = run_calibration(&module, &a.data, &a.opts, &quantize::QuantConfig::default())
         .with_context(|| a.model.display().to_string())?;
     stats_io::save_stats(&stats, &a.output, &[&a.model, &a.data])?;
     Ok(())
 }
 
-/// Calibration samples `--choose-method` scores each candidate on.
-const CHOOSE_SAMPLES: usize = 16;
-
-/// `quantize --choose-method`: quantizes with each candidate range method and returns the
-/// statistics of the one whose model is closest to the float model on the first
-/// [`CHOOSE_SAMPLES`] calibration samples — the mean over the outputs of their SQNR in
-/// quantir's interpreter (which reproduces onnxruntime's QDQ semantics). One method for the
-/// whole model: per-layer choice is not made.
-fn choose_method(
-    a: &QuantizeArgs,
-    config: &quantize::QuantConfig,
-    signature: Option<&str>,
-    data: &Path,
-    cache: Option<&Path>,
-) -> Result<quantir::calibration::StatsFile> {
-    // the float model, the samples and the options every candidate is scored with
-    let ctx = ir::new_context();
-    let float = load(&ctx, &a.model, signature)?;
-    if formats::model::is_onnx(&a.output) {
-        quantize::lower_to_onnx(&float)?;
-    }
-    let dataset = a.opts.images.open(data, Some(CHOOSE_SAMPLES))?;
-    let opts = quantir::evaluate::EvalOptions {
-        threads: a.opts.feed.threads,
-        limit: Some(CHOOSE_SAMPLES),
-        labels: None,
-        per_layer: false,
-        histograms: false,
-        overrides: parse_overrides(&a.opts.feed.inputs)?,
-    };
-    let mut best: Option<(f64, MethodArg, quantir::calibration::StatsFile)> = None;
-    let mut said = Vec::new();
-    for m in &a.candidates {
-        let module = load(&ctx, &a.model, signature)?;
-        if formats::model::is_onnx(&a.output) {
-            quantize::lower_to_onnx(&module)?;
-        }
-        let stats = run_calibration(&module, data, &a.opts, config, cache, Some(m))?;
-        quantize::quantize_module(&module, &stats, config).with_context(|| a.model.display().to_string())?;
-        let r = quantir::evaluate::evaluate(&float, &module, &dataset, &opts)?;
-        // an exact output counts as 100 dB
-        let db: Vec<f64> = r
-            .outputs
-            .iter()
-            .map(|o| o.sqnr_db.unwrap_or(100.0).min(100.0))
-            .collect();
-        let score = db.iter().sum::<f64>() / db.len().max(1) as f64;
-        said.push(format!("{} {score:.2} dB", name_of(m)));
-        if best.as_ref().is_none_or(|(s, _, _)| score > *s) {
-            best = Some((score, m.clone(), stats));
-        }
-    }
-    let (_, m, stats) = best.ok_or_else(|| usage("--choose-method needs at least one --candidates method"))?;
-    eprintln!(
-        "method: {} (mean output SQNR on {CHOOSE_SAMPLES} calibration samples: {})",
-        name_of(&m),
-        said.join(", ")
-    );
-    Ok(stats)
-}
-
 fn cmd_quantize(a: &QuantizeArgs, signature: Option<&str>) -> Result<()> {
-    formats::model::check_output(&a.output)?;
-    let config = a.recipe.config(Some(&a.output))?;
-    let t0 = std::time::Instant::now();
-    let ctx = ir::new_context();
-    let module = load(&ctx, &a.model, signature)?;
-    let lowered = formats::model::is_onnx(&a.output) && lower_to_onnx(&module, &a.model)?;
-    let stats = match (a.stats.as_deref(), a.data.as_deref()) {
-        (Some(p), _) => stats_io::load_stats(p)?,
-        (None, Some(d)) => {
-            // calibration prepares the module in place, as quantize_module would
-            let cache = if a.no_cache {
+    let flags = a.opts.flags()?;
+    let dataset = a
+        .data
+        .as_deref()
+        .map(|d| a.opts.images.open(d, a.opts.feed.limit))
+        .transpose()?;
+    let candidates: Vec<String> = a.candidates.iter().map(name_of).collect();
+    let stats = match (a.stats.as_deref(), &dataset) {
+        (Some(p), _) => quantir::jobs::StatsSource::File(p),
+        (None, Some(d)) => quantir::jobs::StatsSource::Calibrate {
+            samples: quantir::jobs::Samples::Data(d),
+            flags: &flags,
+            cache: if a.no_cache {
                 None
             } else {
                 quantize::cache::default_dir()
-            };
-            // --choose-method calibrated the module's twin already: its statistics serve
-            if a.choose_method {
-                choose_method(a, &config, signature, d, cache.as_deref())
-            } else {
-                run_calibration(&module, d, &a.opts, &config, cache.as_deref(), None)
-            }
-            .with_context(|| a.model.display().to_string())?
-        }
-        (None, None) => {
-            if config.activations.is_some() {
-                return Err(usage(
-                    "quantize needs --stats or --data (or --activations none for weight-only)",
-                ));
-            }
-            quantize::prepare(&module)?;
-            quantir::calibration::StatsFile::new(
-                quantize::model_hash(&module),
-                quantir::calibration::Method::MinMax,
-                0,
-                Default::default(),
-            )
-        }
-    };
-    let t_calib = t0.elapsed();
-    let mut report = quantize::quantize_module(&module, &stats, &config).with_context(|| {
-        if lowered && a.stats.is_some() {
-            // the usual cause: statistics of the TF form for its ONNX form
-            format!("{} (for an .onnx output, calibrate with --onnx)", a.model.display())
-        } else {
-            a.model.display().to_string()
-        }
-    })?;
-    let mut inputs: Vec<&Path> = vec![&a.model];
-    inputs.extend(a.stats.as_deref());
-    let t_save = std::time::Instant::now();
-    formats::model::save(&module, &a.output, &inputs)?;
-    report
-        .stages
-        .insert(0, ("load + calibrate".into(), t_calib.as_secs_f64()));
-    report.stages.push(("save".into(), t_save.elapsed().as_secs_f64()));
-    for w in report.weights.warnings.iter().chain(&report.qdq.warnings) {
-        eprintln!("warning: {w}");
-    }
-    for p in &report.unmatched_overrides {
-        eprintln!(
-            "warning: recipe override match = \"{p}\" selects no op and no tensor of the model; it changes nothing"
-        );
-    }
-    if a.json {
-        let doc = serde_json::json!({
-            "output": a.output,
-            "weights": format!("{:?}", config.weights).to_lowercase(),
-            "activations": config.activations.map_or("float".to_string(), |s| s.to_string()),
-            "scheme": config.scheme.to_string(),
-            "ops": report.summary.ops,
-            "totals": {
-                "macs": report.summary.totals.macs,
-                "int8_macs": report.summary.totals.int8_macs,
-                "int8_mac_share": report.summary.totals.int8_mac_share,
-                "ops_without_macs": report.summary.totals.ops_without_macs,
-                "constant_bytes_before": report.bytes_before,
-                "constant_bytes_after": report.bytes_after,
-                "activation_points": report.activations,
             },
-            "quantized_ops": report.summary.quantized_ops,
-            "left_float": report.summary.left_float,
-            "unknown_ops": report.summary.unknown_ops,
-            "passes": {"quantize-weights": report.weights, "insert-qdq": report.qdq},
-            "stages": report.stages.iter().map(|(k, s)| serde_json::json!({"stage": k, "seconds": s})).collect::<Vec<_>>(),
-        });
+            candidates: a.choose_method.then_some(candidates.as_slice()),
+        },
+        (None, None) => quantir::jobs::StatsSource::None,
+    };
+    let done = quantir::jobs::quantize(&a.model, signature, &a.output, &a.recipe.flags(), stats, &mut |line| {
+        eprintln!("{line}")
+    })
+    .map_err(job)?;
+    let (config, report) = (&done.config, &done.report);
+    if a.json {
+        let doc = quantir::jobs::quantize_summary(&a.output, config, report);
         return out(&format!("{}\n", serde_json::to_string_pretty(&doc)?));
     }
     eprintln!("{report}");
@@ -567,27 +400,12 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-/// The error and its causes on one line, each said once: the library's errors already spell
-/// out their source in their own message (`{path}: cannot write: {source}`), so a cause whose
-/// text is there is not repeated.
-fn one_line(e: &anyhow::Error) -> String {
-    let mut msg = e.to_string();
-    for cause in e.chain().skip(1) {
-        let c = cause.to_string();
-        if !msg.contains(&c) {
-            msg.push_str(": ");
-            msg.push_str(&c);
-        }
-    }
-    msg
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("quantir: error: {}", one_line(&e));
+            eprintln!("quantir: error: {}", quantir::text::one_line(e.as_ref()));
             ExitCode::from(if e.is::<UsageError>() { 2 } else { 1 })
         }
     }

@@ -24,6 +24,7 @@ const LAYERS: &[&[&str]] = &[
     &["quantize"],
     &["evaluate"],
     &["report"],
+    &["jobs"],
     &["fuzzing"],
     &["lib", "main", "cli"],
 ];

@@ -1,0 +1,535 @@
+//! quantir's jobs as its front ends run them — the command line and the Python package: the
+//! settings from flags, calibration from a file, arrays in memory or a stream, quantizing and
+//! the `--json` summary. Both front ends call these, so that the same request gives
+//! byte-identical files whichever way it is made; they only parse their arguments and print.
+
+use crate::calibration::{Method, NonFinitePolicy, StatsFile};
+use crate::formats::data::{self, DataError, Dataset};
+use crate::quantize::{self, CalibrateOptions, Calibrated, QuantConfig, QuantizeReport};
+use crate::tensor::Tensor;
+use crate::{evaluate, formats, interp, ir, stats_io};
+use melior::ir::Module;
+use std::path::{Path, PathBuf};
+
+/// Why a job failed. [`JobError::Usage`] is a request that asks for something that does not
+/// exist (exit code 2, Python's `ValueError`); [`JobError::In`] says which file it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Recipe(#[from] crate::recipe::file::RecipeError),
+    #[error(transparent)]
+    Format(#[from] formats::FormatError),
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error(transparent)]
+    Calibrate(#[from] quantize::calibrate::CalibrateError),
+    #[error(transparent)]
+    Quantize(#[from] quantize::QuantizeError),
+    #[error(transparent)]
+    Evaluate(#[from] evaluate::EvalError),
+    #[error(transparent)]
+    Stats(#[from] stats_io::StatsIoError),
+    #[error(transparent)]
+    Pass(#[from] crate::passes::PassError),
+    #[error(transparent)]
+    Interp(#[from] interp::InterpError),
+    #[error(transparent)]
+    Run(#[from] crate::run::RunError),
+    #[error(transparent)]
+    Write(#[from] crate::fsutil::WriteError),
+    #[error("{context}: {source}")]
+    In { context: String, source: Box<JobError> },
+}
+
+impl JobError {
+    /// The error with the file it concerns in front.
+    pub fn within(self, context: &Path) -> JobError {
+        JobError::In {
+            context: context.display().to_string(),
+            source: Box::new(self),
+        }
+    }
+
+    /// The error under every [`JobError::In`].
+    pub fn root(&self) -> &JobError {
+        match self {
+            JobError::In { source, .. } => source.root(),
+            e => e,
+        }
+    }
+}
+
+fn usage(e: impl std::fmt::Display) -> JobError {
+    JobError::Usage(e.to_string())
+}
+
+/// A recipe: a TOML file, or TOML text (a Python dict, converted).
+#[derive(Debug, Clone)]
+pub enum RecipeSource {
+    File(PathBuf),
+    Text(String),
+}
+
+/// The quantization settings a request gives on top of the defaults and its recipe (the
+/// command line's flags, Python's keywords); names as the command line spells them.
+#[derive(Debug, Clone, Default)]
+pub struct RecipeFlags {
+    pub recipe: Option<RecipeSource>,
+    /// mlir, onnx or torch [default: onnx for an .onnx output, else mlir].
+    pub scheme: Option<String>,
+    pub weights: Option<String>,
+    pub activations: Option<String>,
+    pub per_tensor: bool,
+    pub symmetric_activations: bool,
+    pub quantize_outputs: bool,
+    pub reduce_range: bool,
+    pub exclude: Vec<String>,
+}
+
+/// The settings; `target` is the output model, whose format picks the default scheme (ONNX's
+/// parameter arithmetic for an .onnx output, MLIR/TF's otherwise). Flags win over the recipe.
+pub fn config(flags: &RecipeFlags, target: Option<&Path>) -> Result<QuantConfig, JobError> {
+    let mut base = QuantConfig::default();
+    if target.is_some_and(formats::model::is_onnx) {
+        base.scheme = crate::params::Scheme::Onnx;
+    }
+    let mut c = match &flags.recipe {
+        Some(RecipeSource::File(p)) => quantize::recipe::load_onto(p, base)?,
+        Some(RecipeSource::Text(t)) => {
+            quantize::recipe::parse_onto(t, base).map_err(|e| usage(format!("config: {e}")))?
+        }
+        None => base,
+    };
+    if let Some(s) = &flags.scheme {
+        c.scheme = s.parse().map_err(|e| usage(format!("scheme: {e}")))?;
+    }
+    if let Some(w) = &flags.weights {
+        c.weights = w.parse().map_err(|e: String| usage(format!("weights: {e}")))?;
+    }
+    if let Some(a) = &flags.activations {
+        c.activations = quantize::parse_activations(a).map_err(|e| usage(format!("activations: {e}")))?;
+    }
+    c.per_channel &= !flags.per_tensor;
+    c.symmetric_activations |= flags.symmetric_activations;
+    c.quantize_outputs |= flags.quantize_outputs;
+    c.reduce_range |= flags.reduce_range;
+    c.exclude.extend(flags.exclude.iter().cloned());
+    Ok(c)
+}
+
+/// How to calibrate (the command line's calibration flags).
+#[derive(Debug, Clone)]
+pub struct CalibFlags {
+    /// Range method [default: the recipe's, else minmax].
+    pub method: Option<String>,
+    pub percentile: Option<f64>,
+    pub bins: usize,
+    /// Shard i of n: samples i, i + n, …
+    pub shard: Option<(usize, usize)>,
+    pub skip_non_finite: bool,
+    pub threads: usize,
+    pub limit: Option<usize>,
+    /// `input=array` pairs binding arrays to inputs by name.
+    pub overrides: Vec<(String, String)>,
+}
+
+impl Default for CalibFlags {
+    fn default() -> Self {
+        CalibFlags {
+            method: None,
+            percentile: None,
+            bins: 2048,
+            shard: None,
+            skip_non_finite: false,
+            threads: 0,
+            limit: None,
+            overrides: Vec::new(),
+        }
+    }
+}
+
+/// Parses `I/N`.
+pub fn parse_shard(s: &str) -> Result<(usize, usize), JobError> {
+    let bad = || usage(format!("shard takes I/N with 0 <= I < N, got '{s}'"));
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (i, n) = (
+        i.trim().parse::<usize>().map_err(|_| bad())?,
+        n.trim().parse::<usize>().map_err(|_| bad())?,
+    );
+    if n == 0 || i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+/// The calibration options: `method` (a `--choose-method` candidate) wins over the flags,
+/// which win over the recipe's method, which wins over minmax.
+pub fn calibrate_options(
+    flags: &CalibFlags,
+    config: &QuantConfig,
+    method: Option<&str>,
+) -> Result<CalibrateOptions, JobError> {
+    let (name, pct) = match method.or(flags.method.as_deref()) {
+        Some(m) => (m.to_string(), flags.percentile),
+        None => (
+            config.method.clone().unwrap_or_else(|| "minmax".into()),
+            flags.percentile.or(config.percentile),
+        ),
+    };
+    Ok(CalibrateOptions {
+        method: Method::from_name(&name, pct).map_err(usage)?,
+        bins: flags.bins,
+        threads: flags.threads,
+        limit: flags.limit,
+        shard: flags.shard,
+        non_finite: if flags.skip_non_finite {
+            NonFinitePolicy::Skip
+        } else {
+            NonFinitePolicy::Error
+        },
+        config: config.clone(),
+    })
+}
+
+/// One item of a calibration stream: named arrays (one sample, or a batch along the first axis).
+pub type Item = Result<Vec<(String, Tensor)>, DataError>;
+
+/// Where calibration samples come from.
+pub enum Samples<'a> {
+    /// A data set (a file, a folder, or arrays in memory), read again as often as needed.
+    Data(&'a Dataset),
+    /// Items read once, in order (a Python generator or `CalibrationDataReader`), in bounded
+    /// memory: see [`data::item_samples`] for what an item holds.
+    Stream(&'a mut dyn Iterator<Item = Item>),
+}
+
+/// Binds the samples to the (prepared or not) module's inputs and calibrates it — in place, as
+/// [`quantize::calibrate`] does. `cache` is the calibration cache's folder (file data only).
+pub fn calibrate(
+    module: &Module,
+    samples: Samples,
+    flags: &CalibFlags,
+    opts: &CalibrateOptions,
+    cache: Option<&Path>,
+) -> Result<Calibrated, JobError> {
+    let program = interp::Program::compile(module, None)?;
+    match samples {
+        Samples::Data(dataset) => {
+            let binding = data::bind(dataset, &program.inputs, &flags.overrides)?;
+            // arrays in memory have no file to key a cache entry by
+            let cache = cache.filter(|_| dataset.path.exists());
+            Ok(quantize::calibrate_cached(module, &binding, opts, cache)?)
+        }
+        Samples::Stream(items) => {
+            let inputs = program.inputs.clone();
+            drop(program);
+            let mut n = 0usize;
+            let mut samples = items
+                .flat_map(|item| {
+                    n += 1;
+                    let label = format!("calibration item {}", n - 1);
+                    let samples = item.and_then(|arrays| data::item_samples(&label, arrays, &inputs, &flags.overrides));
+                    match samples {
+                        Ok(v) => v.into_iter().map(Ok).collect::<Vec<_>>(),
+                        Err(e) => vec![Err(e)],
+                    }
+                })
+                .fuse();
+            Ok(quantize::calibrate::calibrate_stream(module, &mut samples, opts)?)
+        }
+    }
+}
+
+/// The line a front end prints after a calibration.
+pub fn calibrated_line(c: &Calibrated, seconds: f64) -> String {
+    match &c.from_cache {
+        Some(key) => format!(
+            "statistics of {} tensors on {} samples from cache ({key}; --no-cache to recalibrate)",
+            c.stats.tensors.len(),
+            c.stats.num_samples
+        ),
+        None => format!(
+            "calibrated {} tensors on {} samples in {seconds:.2} s ({:?})",
+            c.stats.tensors.len(),
+            c.stats.num_samples,
+            c.stats.method
+        ),
+    }
+}
+
+/// Calibration samples [`choose_method`] scores each candidate on.
+pub const CHOOSE_SAMPLES: usize = 16;
+
+/// `--choose-method`: quantizes a fresh copy of the model (`load`) with each candidate range
+/// method and returns the statistics of the one whose model is closest to the float model on
+/// the first [`CHOOSE_SAMPLES`] calibration samples — the mean over the outputs of their SQNR in
+/// quantir's interpreter (which reproduces onnxruntime's QDQ semantics), and a line saying
+/// each candidate's score. One method for the whole model: per-layer choice is not made.
+pub fn choose_method<'c>(
+    load: &dyn Fn() -> Result<Module<'c>, JobError>,
+    dataset: &Dataset,
+    candidates: &[String],
+    flags: &CalibFlags,
+    config: &QuantConfig,
+    cache: Option<&Path>,
+) -> Result<(StatsFile, String), JobError> {
+    let float = load()?;
+    let opts = evaluate::EvalOptions {
+        threads: flags.threads,
+        limit: Some(CHOOSE_SAMPLES),
+        labels: None,
+        per_layer: false,
+        histograms: false,
+        overrides: flags.overrides.clone(),
+    };
+    let mut best: Option<(f64, &str, StatsFile)> = None;
+    let mut said = Vec::new();
+    for m in candidates {
+        let module = load()?;
+        let calib = calibrate_options(flags, config, Some(m))?;
+        let stats = calibrate(&module, Samples::Data(dataset), flags, &calib, cache)?.stats;
+        quantize::quantize_module(&module, &stats, config)?;
+        let r = evaluate::evaluate(&float, &module, dataset, &opts)?;
+        // an exact output counts as 100 dB
+        let db: Vec<f64> = r
+            .outputs
+            .iter()
+            .map(|o| o.sqnr_db.unwrap_or(100.0).min(100.0))
+            .collect();
+        let score = db.iter().sum::<f64>() / db.len().max(1) as f64;
+        said.push(format!("{m} {score:.2} dB"));
+        if best.as_ref().is_none_or(|(s, _, _)| score > *s) {
+            best = Some((score, m, stats));
+        }
+    }
+    let (_, m, stats) = best.ok_or_else(|| usage("choosing a method needs at least one candidate method"))?;
+    let line = format!(
+        "method: {m} (mean output SQNR on {CHOOSE_SAMPLES} calibration samples: {})",
+        said.join(", ")
+    );
+    Ok((stats, line))
+}
+
+/// Loads a model; `signature` names a signature of a SavedModel (ignored for other formats).
+pub fn load<'c>(ctx: &'c melior::Context, path: &Path, signature: Option<&str>) -> Result<Module<'c>, JobError> {
+    let sig = signature.filter(|_| formats::savedmodel::is_saved_model(path));
+    Ok(formats::model::load_signature(ctx, path, sig)?)
+}
+
+/// Lowers a TF model to ONNX ops for an .onnx output; the line saying so, `None` when it had no
+/// TF op.
+pub fn lower_to_onnx(module: &Module, model: &Path) -> Result<Option<String>, JobError> {
+    let Some(report) = quantize::lower_to_onnx(module).map_err(|e| JobError::from(e).within(model))? else {
+        return Ok(None);
+    };
+    let lowered = report.get(&crate::passes::Change::TfOpsLowered);
+    let transposes = report.get(&crate::passes::Change::Written("onnx.Transpose".into()));
+    Ok(Some(format!(
+        "lowered {lowered} TF ops to ONNX ({transposes} layout transposes)"
+    )))
+}
+
+/// What `quantize --json` prints: the settings, the summary, the passes' reports and the stages.
+pub fn quantize_summary(output: &Path, config: &QuantConfig, report: &QuantizeReport) -> serde_json::Value {
+    serde_json::json!({
+        "output": output,
+        "weights": format!("{:?}", config.weights).to_lowercase(),
+        "activations": config.activations.map_or("float".to_string(), |s| s.to_string()),
+        "scheme": config.scheme.to_string(),
+        "ops": report.summary.ops,
+        "totals": {
+            "macs": report.summary.totals.macs,
+            "int8_macs": report.summary.totals.int8_macs,
+            "int8_mac_share": report.summary.totals.int8_mac_share,
+            "ops_without_macs": report.summary.totals.ops_without_macs,
+            "constant_bytes_before": report.bytes_before,
+            "constant_bytes_after": report.bytes_after,
+            "activation_points": report.activations,
+        },
+        "quantized_ops": report.summary.quantized_ops,
+        "left_float": report.summary.left_float,
+        "unknown_ops": report.summary.unknown_ops,
+        "passes": {"quantize-weights": report.weights, "insert-qdq": report.qdq},
+        "stages": report.stages.iter().map(|(k, s)| serde_json::json!({"stage": k, "seconds": s})).collect::<Vec<_>>(),
+    })
+}
+
+/// The warnings a quantize run gives, one line each.
+pub fn quantize_warnings(report: &QuantizeReport) -> Vec<String> {
+    let mut w: Vec<String> = report
+        .weights
+        .warnings
+        .iter()
+        .chain(&report.qdq.warnings)
+        .cloned()
+        .collect();
+    w.extend(report.unmatched_overrides.iter().map(|p| {
+        format!("recipe override match = \"{p}\" selects no op and no tensor of the model; it changes nothing")
+    }));
+    w
+}
+
+/// Where a quantize job's statistics come from.
+pub enum StatsSource<'a> {
+    /// Weight-only (no activation statistics).
+    None,
+    /// A statistics file.
+    File(&'a Path),
+    /// Statistics in memory (Python's `Stats`).
+    Given(&'a StatsFile),
+    /// Calibrate on these samples; with candidates, choose the method among them first (data
+    /// that can be read again only).
+    Calibrate {
+        samples: Samples<'a>,
+        flags: &'a CalibFlags,
+        cache: Option<PathBuf>,
+        candidates: Option<&'a [String]>,
+    },
+}
+
+/// What a quantize job did: its settings, its report, and the lines it said on the way.
+pub struct Quantized {
+    pub config: QuantConfig,
+    pub report: QuantizeReport,
+    pub stats: StatsFile,
+}
+
+/// The quantize job: loads `model`, lowers it to ONNX ops for an .onnx output, gets its
+/// statistics, quantizes and writes `output` atomically. `say` receives each line of progress
+/// and each warning (a warning's line starts with "warning: ").
+pub fn quantize(
+    model: &Path,
+    signature: Option<&str>,
+    output: &Path,
+    flags: &RecipeFlags,
+    stats: StatsSource,
+    say: &mut dyn FnMut(String),
+) -> Result<Quantized, JobError> {
+    formats::model::check_output(output)?;
+    let config = config(flags, Some(output))?;
+    let t0 = std::time::Instant::now();
+    let ctx = ir::new_context();
+    let module = load(&ctx, model, signature)?;
+    let onnx = formats::model::is_onnx(output);
+    let lowered = match onnx {
+        true => lower_to_onnx(&module, model)?,
+        false => None,
+    };
+    let stats_file: Option<&Path> = match &stats {
+        StatsSource::File(p) => Some(*p),
+        _ => None,
+    };
+    if let Some(l) = &lowered {
+        say(l.clone());
+    }
+    let stats = match stats {
+        StatsSource::File(p) => stats_io::load_stats(p)?,
+        StatsSource::Given(s) => s.clone(),
+        StatsSource::Calibrate {
+            samples,
+            flags: cf,
+            cache,
+            candidates,
+        } => {
+            let chosen = match (candidates, samples) {
+                (Some(candidates), Samples::Data(dataset)) => {
+                    let twin = || {
+                        let m = load(&ctx, model, signature)?;
+                        if onnx {
+                            quantize::lower_to_onnx(&m)?;
+                        }
+                        Ok(m)
+                    };
+                    let (stats, line) = choose_method(&twin, dataset, candidates, cf, &config, cache.as_deref())
+                        .map_err(|e| e.within(model))?;
+                    say(line);
+                    // the module itself is calibrated on the winner's samples by quantize_module's prepare
+                    Ok(stats)
+                }
+                (Some(_), Samples::Stream(_)) => Err(usage(
+                    "choosing the method needs calibration data that can be read again (a file or arrays), not a stream",
+                )),
+                (None, samples) => {
+                    let from = match &samples {
+                        Samples::Data(d) => d.path.display().to_string(),
+                        Samples::Stream(_) => "calibration stream".into(),
+                    };
+                    let t = std::time::Instant::now();
+                    let opts = calibrate_options(cf, &config, None)?;
+                    let c = calibrate(&module, samples, cf, &opts, cache.as_deref()).map_err(|e| e.within(model))?;
+                    if let Some(w) = &c.cache_warning {
+                        say(format!("warning: calibration cache: {w}"));
+                    }
+                    if let Some(w) = &c.type_warning {
+                        say(format!("warning: {from}: {w}"));
+                    }
+                    say(calibrated_line(&c, t.elapsed().as_secs_f64()));
+                    Ok(c.stats)
+                }
+            };
+            chosen?
+        }
+        StatsSource::None => {
+            if config.activations.is_some() {
+                return Err(usage(
+                    "quantize needs statistics or calibration data (or activations 'none' for weight-only)",
+                ));
+            }
+            quantize::prepare(&module)?;
+            StatsFile::new(quantize::model_hash(&module), Method::MinMax, 0, Default::default())
+        }
+    };
+    let t_calib = t0.elapsed();
+    let mut report = quantize::quantize_module(&module, &stats, &config).map_err(|e| {
+        let e = JobError::from(e);
+        if lowered.is_some() && stats_file.is_some() {
+            // the usual cause: statistics of the TF form for its ONNX form
+            JobError::In {
+                context: format!("{} (for an .onnx output, calibrate with --onnx)", model.display()),
+                source: Box::new(e),
+            }
+        } else {
+            e.within(model)
+        }
+    })?;
+    let mut inputs: Vec<&Path> = vec![model];
+    inputs.extend(stats_file);
+    let t_save = std::time::Instant::now();
+    formats::model::save(&module, output, &inputs)?;
+    report
+        .stages
+        .insert(0, ("load + calibrate".into(), t_calib.as_secs_f64()));
+    report.stages.push(("save".into(), t_save.elapsed().as_secs_f64()));
+    for w in quantize_warnings(&report) {
+        say(format!("warning: {w}"));
+    }
+    Ok(Quantized { config, report, stats })
+}
+
+/// The inputs of one run from named arrays, in the function's order: each array goes to the
+/// input of its name (or tensor key); a function with one input takes the only array. Types
+/// are checked when the program runs.
+pub fn feed_of(inputs: &[interp::InputSpec], mut arrays: Vec<(String, Tensor)>) -> Result<Vec<Tensor>, JobError> {
+    let names = |a: &[(String, Tensor)]| a.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ");
+    if let ([_], [_]) = (inputs, arrays.as_slice()) {
+        return Ok(vec![arrays.remove(0).1]);
+    }
+    let mut feed = Vec::with_capacity(inputs.len());
+    for spec in inputs {
+        let Some(at) = arrays.iter().position(|(n, _)| *n == spec.name || *n == spec.key) else {
+            return Err(usage(format!(
+                "no array for input '{}' ({}); arrays: {}",
+                spec.name,
+                spec.r#type,
+                names(&arrays)
+            )));
+        };
+        feed.push(arrays.remove(at).1);
+    }
+    if !arrays.is_empty() {
+        return Err(usage(format!("arrays {} name no input of the model", names(&arrays))));
+    }
+    Ok(feed)
+}
