@@ -1,5 +1,6 @@
 # The README's two commands: `make demo` (quantir's main job on the bundled model) and
-# `make test` (the whole test suite). Both install what they need first.
+# `make test` (the whole test suite: Rust, then the Python package's pytest). Both install
+# what they need first.
 .PHONY: deps demo test bench fmt
 
 deps:
@@ -10,6 +11,7 @@ demo: deps
 
 test: deps
 	cargo test --workspace
+	bash scripts/python-tests.sh
 
 bench: deps
 	cargo bench --workspace

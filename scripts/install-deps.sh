@@ -3,7 +3,8 @@
 #  - Debian's LLVM/MLIR 22 (melior 0.27 links it statically), mlir-opt-22 for the tests and
 #    GNU time (/usr/bin/time) for the peak-memory test and the comparison scripts;
 #  - a Python venv under .venv/ with numpy, onnx and onnxruntime for the real-runtime tests
-#    and the comparison scripts (Python is never needed to run quantir itself).
+#    and the comparison scripts, and maturin and pytest to build and test the Python package
+#    (Python is never needed to run the quantir command line itself).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,8 +21,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-PY_PKGS=(numpy onnx onnxruntime)
-if ! .venv/bin/python -c "import numpy, onnx, onnxruntime" >/dev/null 2>&1; then
+PY_PKGS=(numpy onnx onnxruntime maturin pytest)
+if ! .venv/bin/python -c "import numpy, onnx, onnxruntime, maturin, pytest" >/dev/null 2>&1; then
   echo "install-deps: creating .venv with ${PY_PKGS[*]}"
   python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check "${PY_PKGS[@]}"

@@ -1,0 +1,185 @@
+"""quantir's Python API against its command line: the same request gives byte-identical files,
+from a path, a dict of arrays, a generator or an onnxruntime CalibrationDataReader."""
+
+import json
+
+import numpy as np
+import pytest
+
+import quantir
+
+
+class DigitsReader:
+    """A CalibrationDataReader written as onnxruntime's examples write them
+    (onnxruntime/quantization/calibrate.py, the ResNet50 example's data reader)."""
+
+    def __init__(self, samples, input_name):
+        self.enum_data = None
+        self.data_list = [s[None, ...] for s in samples]
+        self.input_name = input_name
+
+    def get_next(self):
+        if self.enum_data is None:
+            self.enum_data = iter([{self.input_name: d} for d in self.data_list])
+        return next(self.enum_data, None)
+
+    def rewind(self):
+        self.enum_data = None
+
+
+def one_by_one(x, name):
+    for s in x:
+        yield {name: s}
+
+
+def batches(x, name, size):
+    for i in range(0, len(x), size):
+        yield {name: x[i : i + size]}
+
+
+def test_quantize_from_every_kind_of_data_matches_the_cli(tmp_path, cli, digits):
+    want = tmp_path / "cli.mlir"
+    cli("quantize", digits["mlir"], "--data", digits["calib"], "--no-cache", "-o", want)
+    x = digits["x"]
+    sources = {
+        "path": digits["calib"],
+        "dict": {"x": x},
+        "generator": one_by_one(x, "x"),
+        "batches": batches(x, "x", 32),
+        "reader": DigitsReader(x, "input"),
+    }
+    for kind, data in sources.items():
+        got = tmp_path / f"{kind}.mlir"
+        s = quantir.quantize(digits["mlir"], got, calibration=data, cache=False)
+        assert got.read_bytes() == want.read_bytes(), kind
+        assert s.quantized_ops == {"tf.Conv2D": 2, "tf.MatMul": 2}
+        assert s.left_float == []
+
+
+def test_onnx_output_from_a_reader_matches_the_cli_and_runs_in_onnxruntime(tmp_path, cli, digits):
+    ort = pytest.importorskip("onnxruntime")
+    want = tmp_path / "cli.onnx"
+    cli("quantize", digits["onnx"], "--data", digits["calib"], "--no-cache", "-o", want)
+    got = tmp_path / "py.onnx"
+    s = quantir.quantize(digits["onnx"], got, calibration=DigitsReader(digits["x"], "input"), runtime="onnxruntime")
+    assert got.read_bytes() == want.read_bytes()
+    assert s.scheme == "onnx" and s.activations == "int8"
+    x = digits["x"][:1]
+    for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        so = ort.SessionOptions()
+        so.graph_optimization_level = level
+        sess = ort.InferenceSession(str(got), so, providers=["CPUExecutionProvider"])
+        (ours,) = quantir.run(got, {"input": x}).values()
+        (theirs,) = sess.run(None, {"input": x})
+        assert np.argmax(ours) == np.argmax(theirs)
+
+
+def test_savedmodel_to_onnx_matches_the_cli(tmp_path, cli, digits):
+    want = tmp_path / "cli.onnx"
+    cli("quantize", digits["savedmodel"], "--data", digits["calib"], "--no-cache", "-o", want)
+    got = tmp_path / "py.onnx"
+    s = quantir.quantize(digits["savedmodel"], got, calibration=one_by_one(digits["x"], "input"))
+    assert got.read_bytes() == want.read_bytes()
+    assert any("lowered" in m for m in s.messages)
+
+
+def test_options_are_the_cli_flags(tmp_path, cli, digits):
+    want = tmp_path / "cli.onnx"
+    cli(
+        "quantize", digits["onnx"], "--data", digits["calib"], "--no-cache", "--per-tensor",
+        "--method", "percentile", "--percentile", "99.9", "--symmetric-activations", "-o", want,
+    )
+    got = tmp_path / "py.onnx"
+    quantir.quantize(
+        digits["onnx"], got, calibration={"x": digits["x"]}, per_channel=False, method="percentile",
+        percentile=99.9, symmetric_activations=True,
+    )
+    assert got.read_bytes() == want.read_bytes()
+
+
+def test_a_recipe_dict_is_the_recipe_file(tmp_path, digits):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('weights = "int8"\nmethod = "mse"\n\n[[override]]\nmatch = "*MatMul*"\nactivations = "int16"\n')
+    a, b = tmp_path / "file.mlir", tmp_path / "dict.mlir"
+    quantir.quantize(digits["mlir"], a, calibration=digits["calib"], config=recipe, cache=False)
+    quantir.quantize(
+        digits["mlir"], b, calibration=digits["calib"], cache=False,
+        config={"weights": "int8", "method": "mse", "override": [{"match": "*MatMul*", "activations": "int16"}]},
+    )
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_weight_only_needs_no_data(tmp_path, cli, digits):
+    want, got = tmp_path / "cli.mlir", tmp_path / "py.mlir"
+    cli("quantize", digits["mlir"], "--activations", "none", "-o", want)
+    s = quantir.quantize(digits["mlir"], got, activations="none")
+    assert got.read_bytes() == want.read_bytes()
+    assert s.activations == "float"
+
+
+def test_calibrate_save_and_shards_match_the_cli(tmp_path, cli, digits):
+    want = tmp_path / "cli.json"
+    cli("calibrate", digits["mlir"], "--data", digits["calib"], "--method", "entropy", "-o", want)
+    for data in (digits["calib"], one_by_one(digits["x"], "x"), batches(digits["x"], "x", 7)):
+        st = quantir.calibrate(digits["mlir"], data, method="entropy")
+        st.save(tmp_path / "py.json")
+        assert (tmp_path / "py.json").read_bytes() == want.read_bytes()
+    assert st.num_samples == 200 and len(st) == len(st.tensors) > 0
+    assert "200 samples" in repr(st)
+    # shards: the CLI's merge of the CLI's shards is the Python merge of Python shards
+    for i in range(3):
+        cli("calibrate", digits["mlir"], "--data", digits["calib"], "--shard", f"{i}/3", "-o", tmp_path / f"s{i}.json")
+    cli("merge", *[tmp_path / f"s{i}.json" for i in range(3)], "-o", tmp_path / "cli_merged.json")
+    parts = [quantir.calibrate(digits["mlir"], one_by_one(digits["x"], "x"), shard=(i, 3)) for i in range(3)]
+    quantir.merge(parts).save(tmp_path / "py_merged.json")
+    assert (tmp_path / "py_merged.json").read_bytes() == (tmp_path / "cli_merged.json").read_bytes()
+    # and statistics quantize as the file does
+    a, b = tmp_path / "a.mlir", tmp_path / "b.mlir"
+    quantir.quantize(digits["mlir"], a, stats=quantir.merge(parts))
+    quantir.quantize(digits["mlir"], b, stats=tmp_path / "cli_merged.json")
+    assert a.read_bytes() == b.read_bytes()
+    assert quantir.Stats.load(want).to_json() == want.read_text()
+
+
+def test_evaluate_is_evaluate_json(tmp_path, cli, digits):
+    q = tmp_path / "q.mlir"
+    quantir.quantize(digits["mlir"], q, calibration=digits["calib"])
+    args = ("evaluate", digits["mlir"], q, "--data", digits["test"], "--labels", "y", "--per-layer", "--json")
+    want = json.loads(cli(*args, "--report", tmp_path / "cli.html").stdout)
+    got = quantir.evaluate(digits["mlir"], q, digits["test"], labels="y", per_layer=True, report=tmp_path / "py.html")
+    assert got == want
+    assert got["outputs"][0]["sqnr_db"] > 40
+    assert (tmp_path / "py.html").read_bytes() == (tmp_path / "cli.html").read_bytes()
+    t = np.load(digits["test"])
+    assert quantir.evaluate(digits["mlir"], q, {"x": t["x"], "y": t["y"]}, labels="y") == json.loads(
+        cli("evaluate", digits["mlir"], q, "--data", digits["test"], "--labels", "y", "--json").stdout
+    )
+
+
+def test_run_is_the_cli_run(tmp_path, cli, digits):
+    cli("run", digits["mlir"], "--data", digits["test"], "--limit", "3", "-o", tmp_path / "out.npz")
+    want = np.load(tmp_path / "out.npz")
+    x = np.load(digits["test"])["x"][:3]
+    for i in range(3):
+        got = quantir.run(digits["mlir"], {"input": x[i : i + 1]})
+        (name,) = got
+        assert got[name].dtype == np.float32 and got[name].flags.owndata is not None
+        np.testing.assert_array_equal(got[name], want[name][i : i + 1])
+
+
+def test_progress_hook_sees_every_chunk(digits):
+    seen = []
+    quantir.calibrate(digits["mlir"], digits["calib"], progress=lambda done, total: seen.append((done, total)))
+    assert seen and seen[-1] == (200, 200)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    seen.clear()
+    quantir.calibrate(digits["mlir"], one_by_one(digits["x"], "x"), progress=lambda d, t: seen.append((d, t)))
+    assert seen[-1] == (200, None)
+
+
+def test_summary_reads_well(tmp_path, digits):
+    s = quantir.quantize(digits["mlir"], tmp_path / "q.mlir", calibration=digits["calib"])
+    assert repr(s).startswith("Summary(output=")
+    assert "quantized: 2 tf.Conv2D, 2 tf.MatMul" in str(s)
+    assert s.as_dict()["totals"]["int8_mac_share"] == s.int8_mac_share
+    assert any(m.startswith("calibrated 5 tensors on 200 samples") or "from cache" in m for m in s.messages)

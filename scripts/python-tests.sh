@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds quantir's Python wheel (python/, PyO3 + maturin), installs it into the test venv and
+# runs its pytest suite against the installed wheel. The wheel is built in the dev profile,
+# which shares `cargo test`'s compiled dependencies; BENCHMARKS.md measures the release wheel.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+wheels=target/wheels-test
+rm -rf "$wheels"
+(cd python && VIRTUAL_ENV="$PWD/../.venv" PATH="$PWD/../.venv/bin:$PATH" \
+  maturin build --quiet --profile dev --strip -o "../$wheels")
+"$PY" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheels"/quantir-*.whl
+cargo build --quiet --bin quantir
+# from outside the source tree, so that `import quantir` is the installed wheel
+cd target && "../$PY" -m pytest -q -p no:cacheprovider ../python/tests
