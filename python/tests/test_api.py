@@ -183,3 +183,27 @@ def test_summary_reads_well(tmp_path, digits):
     assert "quantized: 2 tf.Conv2D, 2 tf.MatMul" in str(s)
     assert s.as_dict()["totals"]["int8_mac_share"] == s.int8_mac_share
     assert any(m.startswith("calibrated 5 tensors on 200 samples") or "from cache" in m for m in s.messages)
+
+
+@pytest.mark.parametrize("form", ["mlir", "onnx", "savedmodel"])
+def test_every_function_on_every_model_form_matches_the_cli(tmp_path, cli, digits, form):
+    m = digits[form]
+    # a SavedModel's ONNX form is calibrated for an .onnx output
+    lowered = ["--onnx"] if form == "savedmodel" else []
+    cli("calibrate", m, "--data", digits["calib"], *lowered, "-o", tmp_path / "cli.json")
+    quantir.calibrate(m, DigitsReader(digits["x"], "input"), onnx=bool(lowered)).save(tmp_path / "py.json")
+    assert (tmp_path / "py.json").read_bytes() == (tmp_path / "cli.json").read_bytes()
+    ext = "onnx" if form != "mlir" else "mlir"
+    cli("quantize", m, "--stats", tmp_path / "cli.json", "-o", tmp_path / f"cli.{ext}")
+    quantir.quantize(m, tmp_path / f"py.{ext}", stats=tmp_path / "py.json")
+    assert (tmp_path / f"py.{ext}").read_bytes() == (tmp_path / f"cli.{ext}").read_bytes()
+    q = tmp_path / f"py.{ext}"
+    want = json.loads(cli("evaluate", m, q, "--data", digits["test"], "--labels", "y", "--json").stdout)
+    assert quantir.evaluate(m, q, digits["test"], labels="y") == want
+    cli("run", q, "--data", digits["test"], "--limit", "2", "-o", tmp_path / "out.npz")
+    ran = np.load(tmp_path / "out.npz")
+    x = np.load(digits["test"])["x"]
+    for i in range(2):
+        got = quantir.run(q, {"input": x[i : i + 1]})
+        for name, v in got.items():
+            np.testing.assert_array_equal(v, ran[name][i : i + 1])
