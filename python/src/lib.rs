@@ -53,7 +53,8 @@ impl Stats {
         self.inner.num_samples
     }
 
-    /// The range method's name, as the command line spells it.
+    /// The range method with its parameters, as the statistics file's summary line says it
+    /// (`MinMax`, `Percentile { percentile: 99.999 }`, …).
     #[getter]
     fn method(&self) -> String {
         format!("{:?}", self.inner.method)

@@ -97,7 +97,7 @@ def test_options_that_do_not_exist(tmp_path, digits):
         q(weights="int9")
     with pytest.raises(quantir.ConfigError, match="activations"):
         q(activations="int3")
-    with pytest.raises(ValueError, match="method: expected one of"):
+    with pytest.raises(quantir.ConfigError, match="unknown calibration method .magic."):
         q(method="magic")
     with pytest.raises(ValueError, match="runtime: expected one of"):
         q(runtime="tensorrt")
