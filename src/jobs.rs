@@ -39,6 +39,8 @@ pub enum JobError {
     Run(#[from] crate::run::RunError),
     #[error(transparent)]
     Write(#[from] crate::fsutil::WriteError),
+    #[error(transparent)]
+    Target(#[from] crate::target::TargetError),
     #[error("{context}: {source}")]
     In { context: String, source: Box<JobError> },
 }
@@ -86,6 +88,9 @@ pub struct RecipeFlags {
     pub quantize_outputs: bool,
     pub reduce_range: bool,
     pub exclude: Vec<String>,
+    /// Raise the fewest activations (int8 → int16 → float) until the mean output SQNR on the
+    /// calibration data reaches this many dB (see [`crate::target`]).
+    pub target_sqnr: Option<f64>,
 }
 
 /// The settings; `target` is the output model, whose format picks the default scheme (ONNX's
@@ -214,18 +219,33 @@ pub fn calibrate(
     opts: &CalibrateOptions,
     cache: Option<&Path>,
 ) -> Result<Calibrated, JobError> {
+    Ok(calibrate_keeping(module, samples, flags, opts, cache, 0)?.0)
+}
+
+/// [`calibrate`], keeping the first `keep` samples of a stream as a data set (one array per
+/// input, named as the input; `None` for file data, which can be read again, and for samples
+/// whose shapes differ).
+pub fn calibrate_keeping(
+    module: &Module,
+    samples: Samples,
+    flags: &CalibFlags,
+    opts: &CalibrateOptions,
+    cache: Option<&Path>,
+    keep: usize,
+) -> Result<(Calibrated, Option<Dataset>), JobError> {
     let program = interp::Program::compile(module, None)?;
     match samples {
         Samples::Data(dataset) => {
             let binding = data::bind(dataset, &program.inputs, &flags.overrides)?;
             // arrays in memory have no file to key a cache entry by
             let cache = cache.filter(|_| dataset.path.exists());
-            Ok(quantize::calibrate_cached(module, &binding, opts, cache)?)
+            Ok((quantize::calibrate_cached(module, &binding, opts, cache)?, None))
         }
         Samples::Stream(items) => {
             let inputs = program.inputs.clone();
             drop(program);
             let mut n = 0usize;
+            let mut kept: Vec<Vec<Tensor>> = Vec::new();
             let mut samples = items
                 .flat_map(|item| {
                     n += 1;
@@ -236,10 +256,32 @@ pub fn calibrate(
                         Err(e) => vec![Err(e)],
                     }
                 })
+                .inspect(|s| {
+                    if let (Ok(s), true) = (s, kept.len() < keep) {
+                        kept.push(s.clone());
+                    }
+                })
                 .fuse();
-            Ok(quantize::calibrate::calibrate_stream(module, &mut samples, opts)?)
+            let c = quantize::calibrate::calibrate_stream(module, &mut samples, opts)?;
+            drop(samples);
+            Ok((c, stacked(&inputs, &kept)))
         }
     }
+}
+
+/// Samples (each the inputs of one run) as a data set whose rows are those inputs; `None` when
+/// there are none or their shapes differ.
+fn stacked(inputs: &[interp::InputSpec], samples: &[Vec<Tensor>]) -> Option<Dataset> {
+    if samples.is_empty() {
+        return None;
+    }
+    let mut arrays = Vec::new();
+    for (j, spec) in inputs.iter().enumerate() {
+        let col: Vec<&Tensor> = samples.iter().filter_map(|s| s.get(j)).collect();
+        let t = crate::interp::kernels::layout::pack(&col, 0).ok()?;
+        arrays.push((spec.name.clone(), t));
+    }
+    Dataset::from_arrays("the calibration stream's first samples", arrays).ok()
 }
 
 /// The line a front end prints after a calibration.
@@ -332,7 +374,8 @@ pub fn lower_to_onnx(module: &Module, model: &Path) -> Result<Option<String>, Jo
 }
 
 /// What `quantize --json` prints: the settings, the summary, the passes' reports and the stages.
-pub fn quantize_summary(output: &Path, config: &QuantConfig, report: &QuantizeReport) -> serde_json::Value {
+pub fn quantize_summary(output: &Path, done: &Quantized) -> serde_json::Value {
+    let (config, report) = (&done.config, &done.report);
     serde_json::json!({
         "output": output,
         "weights": format!("{:?}", config.weights).to_lowercase(),
@@ -353,6 +396,7 @@ pub fn quantize_summary(output: &Path, config: &QuantConfig, report: &QuantizeRe
         "unknown_ops": report.summary.unknown_ops,
         "passes": {"quantize-weights": report.weights, "insert-qdq": report.qdq},
         "stages": report.stages.iter().map(|(k, s)| serde_json::json!({"stage": k, "seconds": s})).collect::<Vec<_>>(),
+        "target": done.target,
     })
 }
 
@@ -394,6 +438,8 @@ pub struct Quantized {
     pub config: QuantConfig,
     pub report: QuantizeReport,
     pub stats: StatsFile,
+    /// What `target_sqnr`'s search found.
+    pub target: Option<crate::target::TargetReport>,
 }
 
 /// The quantize job: loads `model`, lowers it to ONNX ops for an .onnx output, gets its
@@ -421,6 +467,22 @@ pub fn quantize(
         StatsSource::File(p) => Some(*p),
         _ => None,
     };
+    // the data a quality target is scored on: the calibration data, read again
+    let target_data: Option<&Dataset> = match &stats {
+        StatsSource::Calibrate {
+            samples: Samples::Data(d),
+            ..
+        } => Some(*d),
+        _ => None,
+    };
+    let target_threads = match &stats {
+        StatsSource::Calibrate { flags, .. } => (flags.threads, flags.overrides.clone()),
+        _ => (0, Vec::new()),
+    };
+    if flags.target_sqnr.is_some() && !matches!(stats, StatsSource::Calibrate { .. }) {
+        return Err(usage("a quality target needs calibration data to score on (--data)"));
+    }
+    let mut kept: Option<Dataset> = None;
     if let Some(l) = &lowered {
         say(l.clone());
     }
@@ -458,7 +520,14 @@ pub fn quantize(
                     };
                     let t = std::time::Instant::now();
                     let opts = calibrate_options(cf, &config, None)?;
-                    let c = calibrate(&module, samples, cf, &opts, cache.as_deref()).map_err(|e| e.within(model))?;
+                    let keep = if flags.target_sqnr.is_some() {
+                        crate::target::TARGET_SAMPLES
+                    } else {
+                        0
+                    };
+                    let (c, first) = calibrate_keeping(&module, samples, cf, &opts, cache.as_deref(), keep)
+                        .map_err(|e| e.within(model))?;
+                    kept = first;
                     if let Some(w) = &c.cache_warning {
                         say(format!("warning: calibration cache: {w}"));
                     }
@@ -480,6 +549,38 @@ pub fn quantize(
             quantize::prepare(&module)?;
             StatsFile::new(quantize::model_hash(&module), Method::MinMax, 0, Default::default())
         }
+    };
+    let (config, target) = match (flags.target_sqnr, target_data.or(kept.as_ref())) {
+        (Some(db), Some(data)) => {
+            let twin = || -> Result<Module<'_>, crate::target::TargetError> {
+                let m = load(&ctx, model, signature).map_err(|e| crate::target::TargetError::Load(e.to_string()))?;
+                if onnx {
+                    quantize::lower_to_onnx(&m)?;
+                }
+                Ok(m)
+            };
+            // a trial write of a candidate, in the output's format
+            let writable = |m: &Module| -> Result<(), String> {
+                let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+                let name = output.file_name().map(PathBuf::from).unwrap_or_else(|| "model.onnx".into());
+                formats::model::save(m, &dir.path().join(name), &[]).map_err(|e| {
+                    let text = e.to_string();
+                    // without the temporary path
+                    text.split_once(": ").map_or(text.clone(), |(_, why)| why.to_string())
+                })
+            };
+            let (threads, overrides) = &target_threads;
+            let r = crate::target::reach_target(&twin, &writable, &stats, &config, data, db, *threads, overrides, say)
+                .map_err(|e| JobError::from(e).within(model))?;
+            say(target_line(&r.report));
+            (r.config, Some(r.report))
+        }
+        (Some(_), None) => {
+            return Err(usage(
+                "a quality target is scored on the calibration stream's first samples, but their shapes differ; give the data as a file or arrays",
+            ))
+        }
+        (None, _) => (config, None),
     };
     let t_calib = t0.elapsed();
     let mut report = quantize::quantize_module(&module, &stats, &config).map_err(|e| {
@@ -505,7 +606,30 @@ pub fn quantize(
     for w in quantize_warnings(&report) {
         say(format!("warning: {w}"));
     }
-    Ok(Quantized { config, report, stats })
+    Ok(Quantized {
+        config,
+        report,
+        stats,
+        target,
+    })
+}
+
+/// The line saying what a quality target's search did.
+pub fn target_line(r: &crate::target::TargetReport) -> String {
+    let count = |to: &str| r.raised.iter().filter(|p| p.to == to).count();
+    format!(
+        "target {} dB reached: {:.2} dB (all int8: {:.2} dB) on {} calibration samples with {} of {} activations raised ({} to int16, {} to float); {} evaluations in {:.1} s",
+        r.target_db,
+        r.sqnr_db,
+        r.int8_sqnr_db,
+        r.samples,
+        r.raised.len(),
+        r.points,
+        count("int16"),
+        count("float"),
+        r.evaluations,
+        r.seconds
+    )
 }
 
 /// The inputs of one run from named arrays, in the function's order: each array goes to the

@@ -16,7 +16,7 @@
 //! | formats | [`formats`] | ONNX and SavedModel import/export, sample data (`.npz`, `.npy`, images) |
 //! | tools | [`inspect`], [`run`], [`stats_io`] | what a module holds, running samples, statistics files |
 //! | pipeline | [`quantize`] | prepare, calibrate (with its cache), quantize, the summary |
-//! | results | [`evaluate`], [`report`] | float vs quantized, layer by layer; the HTML page |
+//! | results | [`evaluate`], [`report`], [`target`] | float vs quantized, layer by layer; the HTML page; the precision search of `--target-sqnr` |
 //! | jobs | [`jobs`] | the front ends' jobs (CLI, Python): settings from flags, calibration from files, arrays or streams, quantize |
 //!
 //! The statistics observers are the `quantir-calibration` crate, re-exported as
@@ -39,6 +39,7 @@ pub mod recipe;
 pub mod report;
 pub mod run;
 pub mod stats_io;
+pub mod target;
 pub mod tensor;
 pub mod text;
 

@@ -84,6 +84,7 @@ impl RecipeArgs {
             quantize_outputs: self.quantize_outputs,
             reduce_range: self.reduce_range,
             exclude: self.exclude.clone(),
+            target_sqnr: None,
         }
     }
 
@@ -285,13 +286,17 @@ fn cmd_quantize(a: &QuantizeArgs, signature: Option<&str>) -> Result<()> {
         },
         (None, None) => quantir::jobs::StatsSource::None,
     };
-    let done = quantir::jobs::quantize(&a.model, signature, &a.output, &a.recipe.flags(), stats, &mut |line| {
+    let recipe = quantir::jobs::RecipeFlags {
+        target_sqnr: a.target_sqnr,
+        ..a.recipe.flags()
+    };
+    let done = quantir::jobs::quantize(&a.model, signature, &a.output, &recipe, stats, &mut |line| {
         eprintln!("{line}")
     })
     .map_err(job)?;
     let (config, report) = (&done.config, &done.report);
     if a.json {
-        let doc = quantir::jobs::quantize_summary(&a.output, config, report);
+        let doc = quantir::jobs::quantize_summary(&a.output, &done);
         return out(&format!("{}\n", serde_json::to_string_pretty(&doc)?));
     }
     eprintln!("{report}");

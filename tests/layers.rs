@@ -23,7 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["inspect", "stats_io", "run"],
     &["quantize"],
     &["evaluate"],
-    &["report"],
+    &["report", "target"],
     &["jobs"],
     &["fuzzing"],
     &["lib", "main", "cli"],

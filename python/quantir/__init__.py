@@ -73,7 +73,8 @@ _RUNTIMES = {
 class Summary:
     """What ``quantize`` did: the fields of ``quantir quantize --json`` as attributes
     (``output``, ``weights``, ``activations``, ``scheme``, ``ops``, ``totals``,
-    ``quantized_ops``, ``left_float``, ``unknown_ops``, ``passes``, ``stages``), the lines the
+    ``quantized_ops``, ``left_float``, ``unknown_ops``, ``passes``, ``stages``, ``target`` —
+    what ``target_sqnr``'s search raised, or None), the lines the
     command line prints (``messages``; ``warnings`` are those starting with "warning: ") and
     the command line's text summary (``str(summary)``)."""
 
@@ -216,6 +217,7 @@ def quantize(
     reduce_range=False,
     exclude=(),
     config=None,
+    target_sqnr=None,
     method=None,
     percentile=None,
     bins=2048,
@@ -247,7 +249,9 @@ def quantize(
     ``per_channel``, ``exclude`` (op or tensor name patterns), ``config`` (a recipe file or
     the same as a dict), ``method`` ("minmax", "avg-minmax", "ema-minmax", "percentile", "percentile-symmetric",
     "entropy", "mse", "mse-symmetric"),
-    ``choose_method`` (score ``candidates`` and keep the best), and so on.
+    ``choose_method`` (score ``candidates`` and keep the best), ``target_sqnr`` (raise the
+    fewest activations to int16, then float, until the mean output SQNR on the first 16
+    calibration samples reaches it; ``Summary.target`` says which), and so on.
 
     Returns a :class:`Summary`; warnings are issued as :class:`QuantirWarning`.
     """
@@ -279,7 +283,13 @@ def quantize(
             raise ValueError("give method or choose_method, not both")
         if isinstance(candidates, str) or not candidates or not all(isinstance(c, str) for c in candidates):
             raise ValueError(f"candidates: expected a list of method names, got {candidates!r}")
+    if target_sqnr is not None:
+        if isinstance(target_sqnr, bool) or not isinstance(target_sqnr, (int, float)):
+            raise ValueError(f"target_sqnr: expected a number of dB, got {target_sqnr!r}")
+        if calibration is None:
+            raise ValueError("target_sqnr needs calibration data to score on")
     recipe = {
+        "target_sqnr": None if target_sqnr is None else float(target_sqnr),
         "config_path": config_path,
         "config_json": config_json,
         "scheme": scheme,

@@ -62,6 +62,7 @@ class Summary:
     unknown_ops: dict[str, int]
     passes: dict[str, Any]
     stages: list[dict[str, Any]]
+    target: Optional[dict[str, Any]]
     messages: list[str]
     warnings: list[str]
     @property
@@ -84,6 +85,7 @@ def quantize(
     reduce_range: bool = False,
     exclude: Sequence[str] = (),
     config: Union[PathLike, Mapping[str, Any], None] = None,
+    target_sqnr: Optional[float] = None,
     method: Optional[str] = None,
     percentile: Optional[float] = None,
     bins: int = 2048,

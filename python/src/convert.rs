@@ -64,6 +64,8 @@ pub fn kind_of(e: &JobError) -> &'static str {
         JobError::Stats(_) => "StatsError",
         JobError::Interp(_) | JobError::Run(_) => "ExecutionError",
         JobError::Write(_) => "QuantirError",
+        JobError::Target(quantir::target::TargetError::Data(_)) => "DataError",
+        JobError::Target(_) => "QuantizationError",
         JobError::In { .. } => "QuantirError",
     }
 }

@@ -238,6 +238,7 @@ struct RecipeArgs {
     quantize_outputs: bool,
     reduce_range: bool,
     exclude: Vec<String>,
+    target_sqnr: Option<f64>,
 }
 
 impl RecipeArgs {
@@ -264,6 +265,7 @@ impl RecipeArgs {
             quantize_outputs: self.quantize_outputs,
             reduce_range: self.reduce_range,
             exclude: self.exclude.clone(),
+            target_sqnr: self.target_sqnr,
         })
     }
 }
@@ -350,7 +352,7 @@ fn quantize(
             let done = jobs::quantize(&model, signature.as_deref(), &output, &rflags, source, &mut |l| {
                 lines.push(l)
             })?;
-            let doc = jobs::quantize_summary(&output, &done.config, &done.report);
+            let doc = jobs::quantize_summary(&output, &done);
             let text = serde_json::to_string(&doc).map_err(|e| JobError::Usage(e.to_string()))?;
             lines.push(done.report.to_string());
             Ok((text, lines))

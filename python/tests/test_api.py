@@ -207,3 +207,12 @@ def test_every_function_on_every_model_form_matches_the_cli(tmp_path, cli, digit
         got = quantir.run(q, {"input": x[i : i + 1]})
         for name, v in got.items():
             np.testing.assert_array_equal(v, ran[name][i : i + 1])
+
+
+def test_a_quality_target_matches_the_cli(tmp_path, cli, digits):
+    want = tmp_path / "cli.mlir"
+    cli("quantize", digits["mlir"], "--data", digits["calib"], "--no-cache", "--target-sqnr", "43.5", "-o", want)
+    got = tmp_path / "py.mlir"
+    s = quantir.quantize(digits["mlir"], got, calibration=one_by_one(digits["x"], "x"), target_sqnr=43.5)
+    assert got.read_bytes() == want.read_bytes()
+    assert s.target["sqnr_db"] >= 43.5 and s.target["raised"]

@@ -111,8 +111,12 @@ def test_options_that_do_not_exist(tmp_path, digits):
         q(config={"wieghts": "int8"})
     with pytest.raises(quantir.ConfigError, match="needs statistics or calibration data"):
         quantir.quantize(digits["mlir"], tmp_path / "o.mlir")
+    with pytest.raises(ValueError, match="target_sqnr: expected a number"):
+        q(target_sqnr="high")
+    with pytest.raises(quantir.QuantirError, match="target 90 dB is out of reach"):
+        q(target_sqnr=90)
     with pytest.raises(TypeError):
-        q(target_sqnr=40)
+        q(no_such_option=1)
     assert issubclass(quantir.ConfigError, ValueError) and issubclass(quantir.DataError, ValueError)
 
 

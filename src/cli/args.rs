@@ -136,6 +136,10 @@ pub struct QuantizeArgs {
     /// The methods --choose-method tries.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "minmax,percentile,mse")]
     pub candidates: Vec<MethodArg>,
+    /// Raise the fewest activations from int8 to int16, then to float, until the mean output
+    /// SQNR on the first 16 calibration samples reaches DB (needs --data).
+    #[arg(long, value_name = "DB", requires = "data")]
+    pub target_sqnr: Option<f64>,
     #[command(flatten)]
     pub opts: CalibOpts,
     #[command(flatten)]
