@@ -475,7 +475,8 @@ pub fn quantize(
         } => Some(*d),
         _ => None,
     };
-    let target_threads = match &stats {
+    // the threads and input bindings it runs with
+    let target_feed = match &stats {
         StatsSource::Calibrate { flags, .. } => (flags.threads, flags.overrides.clone()),
         _ => (0, Vec::new()),
     };
@@ -507,7 +508,7 @@ pub fn quantize(
                     let (stats, line) = choose_method(&twin, dataset, candidates, cf, &config, cache.as_deref())
                         .map_err(|e| e.within(model))?;
                     say(line);
-                    // the module itself is calibrated on the winner's samples by quantize_module's prepare
+                    // the winner's statistics serve the module (quantize_module prepares it as its twins were)
                     Ok(stats)
                 }
                 (Some(_), Samples::Stream(_)) => Err(usage(
@@ -569,7 +570,7 @@ pub fn quantize(
                     text.split_once(": ").map_or(text.clone(), |(_, why)| why.to_string())
                 })
             };
-            let (threads, overrides) = &target_threads;
+            let (threads, overrides) = &target_feed;
             let r = crate::target::reach_target(&twin, &writable, &stats, &config, data, db, *threads, overrides, say)
                 .map_err(|e| JobError::from(e).within(model))?;
             say(target_line(&r.report));

@@ -88,7 +88,7 @@ fn observation(module: &Module, opts: &CalibrateOptions) -> Result<Observation, 
         ..opts.config.clone()
     };
     let plan = plan(module, None, &every_point)?;
-    let keys = plan.observed_keys();
+    let keys = plan.calibrated_keys();
     if keys.is_empty() {
         return Err(CalibrateError::NothingToCalibrate);
     }

@@ -51,6 +51,18 @@ impl<'c, 'a> Plan<'c, 'a> {
             .map(|a| a.key.clone())
             .collect()
     }
+    /// Every point's key, followers of same-scale ops included: what a calibration observes, so
+    /// that a follower whose source a recipe (or `--target-sqnr`) leaves float or stores
+    /// otherwise has statistics of its own when it becomes a point.
+    pub fn calibrated_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = Vec::new();
+        for a in &self.activations {
+            if !keys.contains(&a.key) {
+                keys.push(a.key.clone());
+            }
+        }
+        keys
+    }
     /// The parameters of a value, if it is quantized.
     pub fn params_of(&self, v: Value) -> Option<&QuantParams> {
         self.activations
