@@ -178,9 +178,33 @@ pub fn run_samples(
     what: &str,
 ) -> Result<Vec<Vec<Tensor>>, RunError> {
     let mut outputs = Vec::new();
-    run_chunks(
+    let keep = keep_outputs.then_some(&mut outputs);
+    run_observing(
         program,
         Feed::Indexed { data, indices },
+        threads,
+        watch,
+        observe,
+        keep,
+        what,
+    )?;
+    Ok(outputs)
+}
+
+/// The loop of [`run_samples`] and [`run_feed`]: watched values handed to `observe` in sample
+/// order after each chunk, outputs pushed to `outputs` when given; returns the samples run.
+fn run_observing(
+    program: &Program,
+    feed: Feed,
+    threads: usize,
+    watch: &Watch,
+    observe: &mut dyn FnMut(usize, &str, &Tensor) -> Result<(), String>,
+    mut outputs: Option<&mut Vec<Vec<Tensor>>>,
+    what: &str,
+) -> Result<usize, RunError> {
+    run_chunks(
+        program,
+        feed,
         threads,
         watch,
         &Vec::new,
@@ -192,14 +216,13 @@ pub fn run_samples(
             for (k, v) in &seen {
                 observe(i, k, v).map_err(|m| observer_error(i, k, m))?;
             }
-            if keep_outputs {
-                outputs.push(out);
+            if let Some(o) = outputs.as_mut() {
+                o.push(out);
             }
             Ok(())
         },
         what,
-    )?;
-    Ok(outputs)
+    )
 }
 
 fn observer_error(sample: usize, key: &str, message: String) -> RunError {
@@ -250,24 +273,7 @@ pub fn run_feed(
     observe: &mut dyn FnMut(usize, &str, &Tensor) -> Result<(), String>,
     what: &str,
 ) -> Result<usize, RunError> {
-    run_chunks(
-        program,
-        feed,
-        threads,
-        watch,
-        &Vec::new,
-        &|seen: &mut Vec<(String, Tensor)>, _, k, v| {
-            seen.push((k.to_string(), v.clone()));
-            Ok(())
-        },
-        &mut |i, _, seen| {
-            for (k, v) in &seen {
-                observe(i, k, v).map_err(|m| observer_error(i, k, m))?;
-            }
-            Ok(())
-        },
-        what,
-    )
+    run_observing(program, feed, threads, watch, observe, None, what)
 }
 
 /// The loop under both: chunks of 2 × threads samples run in parallel, each folding its watched
