@@ -300,6 +300,48 @@ pub enum Source {
     Images(ImageFolder, ImageShape),
 }
 
+/// What identifies a data file's (or an image folder's files') contents cheaply: each file's
+/// name, length and modification time. Calibration compares it before and after reading, so
+/// that a file rewritten meanwhile is an error, never statistics of a mix of two files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fingerprint(Vec<(PathBuf, u64, Option<std::time::SystemTime>)>);
+
+impl Fingerprint {
+    pub fn of(path: &Path) -> std::io::Result<Fingerprint> {
+        let one = |p: &Path| -> std::io::Result<(PathBuf, u64, Option<std::time::SystemTime>)> {
+            let m = std::fs::metadata(p)?;
+            Ok((p.to_path_buf(), m.len(), m.modified().ok()))
+        };
+        if path.is_dir() {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(path)?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file())
+                .collect();
+            files.sort();
+            files
+                .iter()
+                .map(|f| one(f))
+                .collect::<std::io::Result<_>>()
+                .map(Fingerprint)
+        } else {
+            Ok(Fingerprint(vec![one(path)?]))
+        }
+    }
+
+    /// An error naming `path` when its contents are not those fingerprinted.
+    pub fn check(&self, path: &Path) -> Result<(), DataError> {
+        let changed = |how: &str| DataError::Read {
+            path: path.into(),
+            reason: format!("{how} while it was being read; nothing written (run again on data that stays put)"),
+        };
+        match Fingerprint::of(path) {
+            Ok(now) if now == *self => Ok(()),
+            Ok(_) => Err(changed("changed")),
+            Err(_) => Err(changed("disappeared")),
+        }
+    }
+}
+
 /// One input's samples.
 #[derive(Debug, Clone)]
 pub struct Column {

@@ -67,14 +67,24 @@ pub fn hash_data(h: &mut Fnv, binding: &Binding) -> std::io::Result<()> {
     Ok(())
 }
 
-fn entry(dir: &Path, key: &str) -> PathBuf {
+/// The file that holds `key`'s statistics.
+pub fn entry(dir: &Path, key: &str) -> PathBuf {
     dir.join(format!("stats-{key}.json"))
 }
 
-/// The cached statistics for `key`, if present and readable (a damaged entry is a miss).
-pub fn load(dir: &Path, key: &str) -> Option<StatsFile> {
-    let text = std::fs::read_to_string(entry(dir, key)).ok()?;
-    StatsFile::from_json(&text).ok()
+/// The cached statistics for `key`: `None` when there is no entry, an error naming the entry
+/// when it cannot be read or is damaged (the caller recalibrates and says so).
+pub fn load(dir: &Path, key: &str) -> Result<Option<StatsFile>, String> {
+    let path = entry(dir, key);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: cannot read: {e}", path.display())),
+    };
+    let text = String::from_utf8(bytes).map_err(|_| format!("{}: damaged (not UTF-8 text)", path.display()))?;
+    StatsFile::from_json(&text)
+        .map(Some)
+        .map_err(|e| format!("{}: damaged ({})", path.display(), e.to_string().replace('\n', " ")))
 }
 
 /// Stores `stats` under `key` (creating the folder).

@@ -4,7 +4,7 @@
 use super::cache::{self, hash_data, Fnv};
 use super::{model_hash, plan, prepare, QuantConfig};
 use crate::calibration::{Method, NonFinitePolicy, StatsFile};
-use crate::formats::data::{Binding, DataError};
+use crate::formats::data::{Binding, DataError, Fingerprint};
 use crate::interp::Program;
 use crate::run::{run_feed, run_samples_fold, Feed, RunError};
 use crate::tensor::Tensor;
@@ -166,8 +166,14 @@ pub fn calibrate_cached(
         data,
         indices: &indices,
     };
+    let fingerprint = Fingerprint::of(&data.path).map_err(|e| read_error(data, e))?;
+    let observe = move |obs| -> Result<StatsFile, CalibrateError> {
+        let stats = run_observation(module, feed, opts, obs)?;
+        fingerprint.check(&data.path).map_err(RunError::Data)?;
+        Ok(stats)
+    };
     let Some(dir) = cache_dir else {
-        let mut stats = run_observation(module, feed, opts, obs)?;
+        let mut stats = observe(obs)?;
         stats.input_shapes = shapes;
         return Ok(Calibrated {
             stats,
@@ -185,30 +191,46 @@ pub fn calibrate_cached(
         "{:?}|{:?}|{}|{:?}|{:?}|{:?}",
         obs.methods, opts.method, opts.bins, opts.non_finite, opts.limit, opts.shard
     ));
-    hash_data(&mut h, data).map_err(|e| {
-        CalibrateError::Run(RunError::Data(crate::formats::data::DataError::Read {
-            path: data.path.clone(),
-            reason: e.to_string(),
-        }))
-    })?;
+    hash_data(&mut h, data).map_err(|e| read_error(data, e))?;
     let key = h.hex();
-    if let Some(stats) = cache::load(dir, &key).filter(|s| s.model_hash == obs.hash) {
-        return Ok(Calibrated {
-            stats,
-            from_cache: Some(key),
-            cache_warning: None,
-            type_warning,
-        });
-    }
-    let mut stats = run_observation(module, feed, opts, obs)?;
+    // a damaged entry (or one of another model under the same key) is never used: it is
+    // named, recalibrated and replaced
+    let damaged = match cache::load(dir, &key) {
+        Ok(Some(stats)) if stats.model_hash == obs.hash => {
+            return Ok(Calibrated {
+                stats,
+                from_cache: Some(key),
+                cache_warning: None,
+                type_warning,
+            })
+        }
+        Ok(Some(_)) => Some(format!(
+            "{}: statistics of another model, ignored",
+            cache::entry(dir, &key).display()
+        )),
+        Ok(None) => None,
+        Err(e) => Some(format!("{e}, ignored")),
+    };
+    let mut stats = observe(obs)?;
     stats.input_shapes = shapes;
-    let cache_warning = cache::store(dir, &key, &stats).err();
+    let stored = cache::store(dir, &key, &stats).err();
+    let cache_warning = match (damaged, stored) {
+        (None, None) => None,
+        (a, b) => Some(a.into_iter().chain(b).collect::<Vec<_>>().join("; ")),
+    };
     Ok(Calibrated {
         stats,
         from_cache: None,
         cache_warning,
         type_warning,
     })
+}
+
+fn read_error(data: &Binding, e: std::io::Error) -> CalibrateError {
+    CalibrateError::Run(RunError::Data(crate::formats::data::DataError::Read {
+        path: data.path.clone(),
+        reason: e.to_string(),
+    }))
 }
 
 /// [`calibrate`] on samples read in order from a stream (a Python generator): the same
