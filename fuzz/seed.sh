@@ -6,12 +6,18 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 c="$root/fuzz/corpus"
 q="${QUANTIR:-$root/target/debug/quantir}"
-mkdir -p "$c"/{image,mlir,npy,npz,onnx_model,recipe_toml,saved_model_pb,stats_json,variables_index}
+mkdir -p "$c"/{image,mlir,npy,npz,onnx_model,recipe_toml,saved_model_pb,stats_json,variables_bundle,variables_index}
 cp "$root"/tests/data/digits_mlp.onnx "$root"/tests/data/digits_cnn.onnx "$c/onnx_model/"
 cp "$root"/tests/data/digits_mlp.mlir "$c/mlir/"
 "$q" opt "$root/tests/data/digits_mlp.mlir" -o "$c/mlir/digits_mlp.mlirbc"
 cp "$root"/tests/data/digits_mlp_savedmodel/saved_model.pb "$c/saved_model_pb/"
 cp "$root"/tests/data/digits_mlp_savedmodel/variables/variables.index "$c/variables_index/"
+v="$root"/tests/data/digits_mlp_savedmodel/variables
+"$root/.venv/bin/python" -c "
+import struct, sys
+i = open('$v/variables.index', 'rb').read(); d = open('$v/variables.data-00000-of-00001', 'rb').read()
+open('$c/variables_bundle/digits_mlp', 'wb').write(struct.pack('<I', len(i)) + i + d)
+"
 cp "$root"/examples/digits_test.npz "$c/npz/"
 "$root/.venv/bin/python" - "$c" <<'PY'
 import sys, numpy as np

@@ -21,24 +21,39 @@ pub const TARGETS: &[(&str, fn(&[u8]) -> bool)] = &[
     ("recipe_toml", recipe_toml),
     ("saved_model_pb", saved_model_pb),
     ("stats_json", stats_json),
+    ("variables_bundle", variables_bundle),
     ("variables_index", variables_index),
 ];
 
-/// Writes `files` (name, bytes) into a fresh temporary folder and calls `f` on it.
+/// Writes `files` (name, bytes) into an empty folder and calls `f` on it. The folder is one
+/// per thread, emptied before each call (a temporary folder per input would cost libFuzzer
+/// most of its time in the file system).
 fn in_folder(files: &[(&str, &[u8])], f: impl FnOnce(&Path) -> bool) -> bool {
-    let Ok(dir) = tempfile::tempdir() else { return false };
-    for (name, bytes) in files {
-        let p = dir.path().join(name);
-        if let Some(parent) = p.parent() {
-            if std::fs::create_dir_all(parent).is_err() {
+    thread_local! {
+        static ROOT: Option<tempfile::TempDir> = tempfile::tempdir().ok();
+    }
+    ROOT.with(|root| {
+        let Some(root) = root else { return false };
+        let dir = root.path().join("input");
+        if dir.exists() && std::fs::remove_dir_all(&dir).is_err() {
+            return false;
+        }
+        if std::fs::create_dir(&dir).is_err() {
+            return false;
+        }
+        for (name, bytes) in files {
+            let p = dir.join(name);
+            if let Some(parent) = p.parent() {
+                if std::fs::create_dir_all(parent).is_err() {
+                    return false;
+                }
+            }
+            if std::fs::write(&p, bytes).is_err() {
                 return false;
             }
         }
-        if std::fs::write(&p, bytes).is_err() {
-            return false;
-        }
-    }
-    f(dir.path())
+        f(&dir)
+    })
 }
 
 /// An `.onnx` model as bytes: import into MLIR.
@@ -127,4 +142,32 @@ pub fn variables_index(data: &[u8]) -> bool {
             true
         },
     )
+}
+
+/// A whole variables bundle, index and shard: the bytes are the index's length (4 bytes, little
+/// endian), the index, then the shard. Every tensor the index lists is read and checked;
+/// accepted when one at least reads (a bundle also lists entries quantir does not read).
+pub fn variables_bundle(data: &[u8]) -> bool {
+    let Some((len, rest)) = data.split_first_chunk::<4>() else {
+        return false;
+    };
+    let len = (u32::from_le_bytes(*len) as usize).min(rest.len());
+    let (index, shard) = rest.split_at(len);
+    in_folder(
+        &[("variables.index", index), ("variables.data-00000-of-00001", shard)],
+        |d| {
+            let Ok(b) = formats::savedmodel::bundle::Bundle::open(&d.join("variables")) else {
+                return false;
+            };
+            b.entries.keys().fold(false, |any, key| b.read(key).is_ok() || any)
+        },
+    )
+}
+
+/// The input `variables_bundle` takes for an index and a shard (for seeds).
+pub fn bundle_input(index: &[u8], shard: &[u8]) -> Vec<u8> {
+    let mut v = (index.len() as u32).to_le_bytes().to_vec();
+    v.extend_from_slice(index);
+    v.extend_from_slice(shard);
+    v
 }

@@ -118,6 +118,13 @@ fn corpora(dir: &std::path::Path) -> HashMap<&'static str, Vec<Vec<u8>>> {
         ),
         ("stats_json", vec![read(stats)]),
         (
+            "variables_bundle",
+            vec![quantir::fuzzing::bundle_input(
+                &read(data("digits_mlp_savedmodel/variables/variables.index")),
+                &read(data("digits_mlp_savedmodel/variables/variables.data-00000-of-00001")),
+            )],
+        ),
+        (
             "variables_index",
             vec![read(data("digits_mlp_savedmodel/variables/variables.index"))],
         ),
@@ -175,4 +182,26 @@ fn the_libfuzzer_targets_match_the_table() {
         TARGETS.len(),
         "fuzz/fuzz_targets has targets quantir::fuzzing does not list"
     );
+}
+
+/// Every input libFuzzer found crashing a target (`tests/data/fuzz_crashes/TARGET/*`, kept as
+/// found) now gives an error: the target returns, refusing it.
+#[test]
+fn inputs_that_once_crashed_a_target_are_refused() {
+    let root = data("fuzz_crashes");
+    let mut n = 0;
+    for dir in std::fs::read_dir(&root).unwrap() {
+        let dir = dir.unwrap().path();
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let (_, target) = TARGETS
+            .iter()
+            .find(|(t, _)| *t == name)
+            .unwrap_or_else(|| panic!("{}: no fuzz target {name}", dir.display()));
+        for f in std::fs::read_dir(&dir).unwrap() {
+            let f = f.unwrap().path();
+            assert!(!target(&std::fs::read(&f).unwrap()), "{}: accepted", f.display());
+            n += 1;
+        }
+    }
+    assert!(n > 0, "no crash inputs under {}", root.display());
 }

@@ -113,6 +113,25 @@ impl LazyArray {
         let Some((dtype, shape, header_len)) = parse_header(&mut r)? else {
             return Ok(None);
         };
+        // a header may declare any shape: check it against the bytes there are before any
+        // buffer is sized from it (a deflated entry holds at most ~1032× its compressed size)
+        let declared = shape
+            .iter()
+            .try_fold(dtype.size_bytes() as u64, |n, &d| n.checked_mul(d as u64));
+        let room = if at.deflated {
+            at.len.saturating_mul(1032).saturating_add(1 << 12)
+        } else {
+            at.len
+        }
+        .saturating_sub(header_len as u64);
+        match declared {
+            Some(bytes) if bytes <= room => {}
+            _ => {
+                return Err(format!(
+                    "the header declares shape {shape:?} of {dtype}, more data than the file holds ({room} bytes)"
+                ))
+            }
+        }
         Ok(Some(LazyArray {
             path: path.into(),
             dtype,
