@@ -20,6 +20,7 @@ fi
 QUANTIR="$root/target/debug/quantir" bash "$root/fuzz/seed.sh" >/dev/null
 cd "$root/fuzz"
 cargo +nightly fuzz build -O --sanitizer none 2>&1 | tail -1
+bin="target/$(rustc -vV | sed -n 's/^host: //p')/release"
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || mapfile -t targets < <(cargo +nightly fuzz list)
 # the file-reading targets write each input to a folder: a RAM disk keeps that cheap
@@ -28,8 +29,9 @@ status=0
 for t in "${targets[@]}"; do
   log="$(mktemp)"
   max_len=$((1 << 20)); [ "$t" = recipe_toml ] && max_len=4096
-  if cargo +nightly fuzz run -O --sanitizer none "$t" "corpus/$t" -- \
-       -rss_limit_mb=2048 -max_len="$max_len" -timeout=20 -max_total_time="$secs" -runs="$runs" \
+  mkdir -p "artifacts/$t"
+  # the binary itself, not `cargo fuzz run`, which would rebuild after any edit of the sources
+  if "$bin/$t" -artifact_prefix="artifacts/$t/" -rss_limit_mb=2048 -max_len="$max_len" -timeout=20 -max_total_time="$secs" -runs="$runs" \
        -print_final_stats=1 >"$log" 2>&1; then
     done_line=$(grep -E "^#[0-9]+.*DONE" "$log" | tail -1)
     execs=$(grep -E "^stat::number_of_executed_units" "$log" | awk '{print $2}')

@@ -41,6 +41,8 @@ pub enum EvalError {
     Run(#[from] RunError),
     #[error(transparent)]
     Data(#[from] crate::formats::data::DataError),
+    /// The quantized model is not the float model's quantized form (said of the quantized
+    /// model; the caller puts its name in front).
     #[error("{0}")]
     Mismatch(String),
 }
@@ -230,11 +232,21 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
     let pf = Program::compile(float, None)?;
     let pq = Program::compile(quant, None)?;
     if pf.inputs.len() != pq.inputs.len() || pf.output_names.len() != pq.output_names.len() {
-        return Err(EvalError::Mismatch(
-            "the two models do not have the same inputs and outputs".into(),
-        ));
+        return Err(EvalError::Mismatch(format!(
+            "has {} inputs and {} outputs, the float model {} and {}: not its quantized form",
+            pq.inputs.len(),
+            pq.output_names.len(),
+            pf.inputs.len(),
+            pf.output_names.len()
+        )));
     }
     let binding = bind(data, &pf.inputs, &opts.overrides)?;
+    // the same samples must fit the quantized model too, or it is not this model's quantized form
+    bind(data, &pq.inputs, &opts.overrides).map_err(|e| {
+        EvalError::Mismatch(format!(
+            "does not take the float model's inputs, so it is not its quantized form: {e}"
+        ))
+    })?;
     let labels: Option<Vec<i64>> = match &opts.labels {
         None => None,
         Some(name) => {

@@ -458,6 +458,8 @@ pub fn quantize(
     let t0 = std::time::Instant::now();
     let ctx = ir::new_context();
     let module = load(&ctx, model, signature)?;
+    // before calibration, which would otherwise run for nothing
+    quantize::check_float(&module).map_err(|e| JobError::from(e).within(model))?;
     let onnx = formats::model::is_onnx(output);
     let lowered = match onnx {
         true => lower_to_onnx(&module, model)?,

@@ -329,7 +329,10 @@ fn cmd_evaluate(a: &EvaluateArgs, signature: Option<&str>) -> Result<()> {
         histograms: report.is_some(),
         overrides: parse_overrides(&a.feed.inputs)?,
     };
-    let r = quantir::evaluate::evaluate(&float, &quant, &dataset, &opts)?;
+    let r = quantir::evaluate::evaluate(&float, &quant, &dataset, &opts).map_err(|e| match e {
+        quantir::evaluate::EvalError::Mismatch(m) => anyhow::anyhow!("{}: {m}", quant_model.display()),
+        e => e.into(),
+    })?;
     if let Some(path) = report {
         quantir::fsutil::write_atomic(
             path,

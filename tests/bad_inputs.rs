@@ -236,3 +236,165 @@ fn every_bad_input_is_one_line_exit_1_and_writes_nothing() {
         text[..text.len() / 2]
     );
 }
+
+/// More of the table, one row per line: (what, the command with `{d}` for the case folder and
+/// `{mlp}`/`{cnn}`/`{calib}`/`{cnn_calib}` for the bundled files, the exit code, what the one
+/// error line must say). Exit 2 is a usage error (clap's), 1 everything else. The output after
+/// `-o` must not exist afterwards.
+#[test]
+fn every_bad_input_of_the_second_table_is_one_line_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mlp = data("digits_mlp.mlir");
+    let calib = data("digits_mlp_calib.npz");
+    let cnn = common::example("digits_cnn.mlir");
+    let cnn_calib = common::example("digits_calib.npz");
+    let write = |name: &str, bytes: &[u8]| {
+        let p = d.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    };
+    // models: a SavedModel whose saved_model.pb is garbage, one without its variables,
+    // truncated bytecode, models quantized already
+    write("sm_bad/saved_model.pb", b"\x0a\x05hello\xff\xff\xff");
+    write(
+        "sm_novars/saved_model.pb",
+        &std::fs::read(data("digits_mlp_savedmodel/saved_model.pb")).unwrap(),
+    );
+    let q = |model: &Path, out: &str| {
+        common::ok(quantir(&[
+            "quantize",
+            &arg(model),
+            "--data",
+            &arg(&calib),
+            "--no-cache",
+            "-o",
+            &arg(&d.join(out)),
+        ]));
+    };
+    q(&mlp, "q.mlir");
+    q(&data("digits_mlp.onnx"), "q.onnx");
+    common::ok(quantir(&["opt", &arg(&mlp), "-o", &arg(&d.join("m.mlirbc"))]));
+    let bc = std::fs::read(d.join("m.mlirbc")).unwrap();
+    write("cut.mlirbc", &bc[..bc.len() / 2]);
+    std::fs::copy(&mlp, d.join("m.mlir")).unwrap();
+    std::os::unix::fs::symlink(d.join("m.mlir"), d.join("link.mlir")).unwrap();
+    // data: .npy of the wrong shape, a declared shape far beyond the file (found by libFuzzer),
+    // an .npz member shorter than its header says, ±Inf, zero samples, an empty image folder
+    ndarray_npy::write_npy(d.join("shape.npy"), &ndarray::Array2::<f32>::zeros((3, 7))).unwrap();
+    write(
+        "huge.npy",
+        &std::fs::read(data("fuzz_crashes/npy/huge_declared_shape")).unwrap(),
+    );
+    {
+        use std::io::Write;
+        let mut z = zip::ZipWriter::new(std::fs::File::create(d.join("short.npz")).unwrap());
+        z.start_file(
+            "input.npy",
+            zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored),
+        )
+        .unwrap();
+        let mut header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (4, 64), }".to_vec();
+        while (header.len() + 11) % 64 != 0 {
+            header.push(b' ');
+        }
+        header.push(b'\n');
+        z.write_all(b"\x93NUMPY\x01\x00").unwrap();
+        z.write_all(&(header.len() as u16).to_le_bytes()).unwrap();
+        z.write_all(&header).unwrap();
+        z.write_all(&[0u8; 100]).unwrap(); // 4 × 64 × 4 bytes declared
+        z.finish().unwrap();
+    }
+    npz(
+        &d.join("inf.npz"),
+        vec![2, 64],
+        (0..128).map(|i| if i == 3 { f32::NEG_INFINITY } else { 0.5 }).collect(),
+    );
+    npz(&d.join("zero.npz"), vec![0, 64], vec![]);
+    std::fs::create_dir(d.join("no_images")).unwrap();
+    // statistics: of another model, of another format version
+    common::ok(quantir(&[
+        "calibrate",
+        &arg(&cnn),
+        "--data",
+        &arg(&cnn_calib),
+        "-o",
+        &arg(&d.join("cnn.json")),
+    ]));
+    common::ok(quantir(&[
+        "calibrate",
+        &arg(&mlp),
+        "--data",
+        &arg(&calib),
+        "-o",
+        &arg(&d.join("mlp.json")),
+    ]));
+    let stats = std::fs::read_to_string(d.join("mlp.json")).unwrap();
+    assert!(stats.contains("\"format_version\": 1"), "{stats}");
+    write(
+        "v9.json",
+        stats
+            .replace("\"format_version\": 1", "\"format_version\": 9")
+            .as_bytes(),
+    );
+    // recipes: a bad value, an override without a pattern, a pattern of the wrong type
+    write("int9.toml", b"activations = \"int9\"\n");
+    write("nomatch.toml", b"[[override]]\nexclude = true\n");
+    write("badtype.toml", b"exclude = \"*Softmax*\"\n");
+    #[rustfmt::skip]
+    let rows: &[(&str, &str, i32, &[&str])] = &[
+        ("garbage saved_model.pb", "run {d}/sm_bad --data {calib} -o {d}/o1.npz", 1, &["saved_model.pb"]),
+        ("SavedModel without variables", "run {d}/sm_novars --data {calib} -o {d}/o2.npz", 1, &["sm_novars", "variables"]),
+        ("truncated MLIR bytecode", "run {d}/cut.mlirbc --data {calib} -o {d}/o3.npz", 1, &["cut.mlirbc"]),
+        ("an already quantized MLIR model", "quantize {d}/q.mlir --data {calib} -o {d}/o4.mlir", 1, &["q.mlir", "already quantized", "quant.dcast"]),
+        ("an already quantized ONNX model", "quantize {d}/q.onnx --data {calib} -o {d}/o5.onnx", 1, &["q.onnx", "already quantized", "onnx.DequantizeLinear"]),
+        ("output = input through a symlink", "quantize {d}/m.mlir --data {calib} --no-cache -o {d}/link.mlir", 1, &["link.mlir", "over the input"]),
+        ("output = input spelt with ./", "quantize {d}/m.mlir --data {calib} --no-cache -o {d}/./m.mlir", 1, &["m.mlir", "over the input"]),
+        (".npy data of the wrong shape", "run {mlp} --data {d}/shape.npy -o {d}/o6.npz", 1, &["shape.npy", "64"]),
+        ("a huge declared shape", "run {mlp} --data {d}/huge.npy -o {d}/o7.npz", 1, &["huge.npy", "declares shape"]),
+        ("an .npz member shorter than declared", "calibrate {mlp} --data {d}/short.npz -o {d}/o8.json", 1, &["short.npz", "'input'", "declares shape [4, 64]"]),
+        ("-Inf in calibration data", "calibrate {mlp} --data {d}/inf.npz -o {d}/o9.json", 1, &["inf.npz", "Inf"]),
+        ("zero samples", "quantize {mlp} --data {d}/zero.npz --no-cache -o {d}/o10.mlir", 1, &["zero.npz", "no samples"]),
+        ("an empty image folder", "calibrate {cnn} --data {d}/no_images -o {d}/o11.json", 1, &["no_images"]),
+        ("a missing data file", "calibrate {mlp} --data {d}/nope.npz -o {d}/o12.json", 1, &["nope.npz"]),
+        ("a missing stats file", "quantize {mlp} --stats {d}/nope.json -o {d}/o13.mlir", 1, &["nope.json"]),
+        ("stats of another model", "quantize {mlp} --stats {d}/cnn.json -o {d}/o14.mlir", 1, &["digits_mlp.mlir", "another model"]),
+        ("stats of another format version", "quantize {mlp} --stats {d}/v9.json -o {d}/o15.mlir", 1, &["v9.json", "format_version 9"]),
+        ("merging stats of two models", "merge {d}/mlp.json {d}/cnn.json -o {d}/o16.json", 1, &["cnn.json", "model_hash", "differs"]),
+        ("a recipe with a bad value", "quantize {mlp} --data {calib} --config {d}/int9.toml -o {d}/o17.mlir", 1, &["int9.toml", "int9"]),
+        ("an override without a pattern", "quantize {mlp} --data {calib} --config {d}/nomatch.toml -o {d}/o18.mlir", 1, &["nomatch.toml", "match"]),
+        ("a recipe value of the wrong type", "quantize {mlp} --data {calib} --config {d}/badtype.toml -o {d}/o19.mlir", 1, &["badtype.toml", "line 1", "expected a sequence"]),
+        ("--shard 3/2", "calibrate {mlp} --data {calib} --shard 3/2 -o {d}/o20.json", 2, &["3/2"]),
+        ("--limit 0", "calibrate {mlp} --data {calib} --limit 0 -o {d}/o21.json", 1, &["no samples"]),
+        ("an input name the model lacks", "calibrate {mlp} --data {calib} --input nope=input -o {d}/o22.json", 1, &["--input nope=input", "no input 'nope'"]),
+        ("an array name the data lacks", "calibrate {mlp} --data {calib} --input input=nope -o {d}/o23.json", 1, &["digits_mlp_calib.npz", "nope"]),
+        ("an unknown method", "calibrate {mlp} --data {calib} --method median -o {d}/o24.json", 2, &["median"]),
+        ("evaluating models of different inputs", "evaluate {mlp} {cnn} --data {calib}", 1, &["digits_cnn.mlir", "not its quantized form", "digits_mlp_calib.npz"]),
+    ];
+    let mut bad = Vec::new();
+    for (what, cmd, code, says) in rows {
+        let cmd = cmd
+            .replace("{d}", &arg(d))
+            .replace("{mlp}", &arg(&mlp))
+            .replace("{calib}", &arg(&calib))
+            .replace("{cnn_calib}", &arg(&cnn_calib))
+            .replace("{cnn}", &arg(&cnn));
+        let args: Vec<&str> = cmd.split_whitespace().collect();
+        let o = quantir(&args);
+        let e = stderr(&o);
+        let errors: Vec<&str> = e.lines().filter(|l| l.contains("error")).collect();
+        let output = args.iter().position(|a| *a == "-o").map(|i| args[i + 1]);
+        let ok = o.status.code() == Some(*code)
+            && errors.len() == 1
+            && says.iter().all(|s| errors[0].contains(s))
+            && output.is_none_or(|p| !Path::new(p).exists() || p.ends_with("link.mlir") || p.ends_with("m.mlir"))
+            && !e.contains("panicked");
+        if !ok {
+            bad.push(format!("{what}: exit {:?}, stderr:\n{e}", o.status.code()));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n---\n"));
+    // the inputs written over were left as they were
+    assert_eq!(std::fs::read(d.join("m.mlir")).unwrap(), std::fs::read(&mlp).unwrap());
+    assert!(rows.len() >= 27, "{}", rows.len());
+}

@@ -26,6 +26,12 @@ pub enum DataError {
         array: String,
         dtype: String,
     },
+    #[error("--input {input}={array}: the model has no input '{input}' (its inputs: {inputs})")]
+    UnknownInput {
+        input: String,
+        array: String,
+        inputs: String,
+    },
     #[error("{path}: no arrays")]
     Empty { path: PathBuf },
     #[error("{path}: array '{array}' is a scalar; the first axis must index samples")]
@@ -405,6 +411,17 @@ pub fn bind(data: &Dataset, inputs: &[InputSpec], overrides: &[(String, String)]
     let path = &data.path;
     if let Some(folder) = &data.images {
         return bind_images(path, folder, inputs);
+    }
+    // an --input naming no input of the model would otherwise be ignored, silently
+    if let Some((input, array)) = overrides
+        .iter()
+        .find(|(i, _)| !inputs.iter().any(|s| s.name == *i || s.key == *i))
+    {
+        return Err(DataError::UnknownInput {
+            input: input.clone(),
+            array: array.clone(),
+            inputs: inputs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", "),
+        });
     }
     let mut columns = Vec::new();
     for spec in inputs {

@@ -178,7 +178,7 @@ impl LazyArray {
                     },
                 )
             };
-            match Self::open_at(path, at)? {
+            match Self::open_at(path, at).map_err(|e| format!("array '{name}': {e}"))? {
                 Some(a) => out.push((name, a)),
                 None => return Ok(None),
             }

@@ -30,6 +30,54 @@ pub enum QuantizeError {
     /// Statistics of another model (or another quantir).
     #[error("{0}")]
     Stats(String),
+    /// The model carries quantization already: quantizing it again would put a second
+    /// rounding on every tensor, silently.
+    #[error("already quantized ({0}): quantir quantizes float models; give it the float model this one came from (`quantir evaluate FLOAT THIS` compares the two)")]
+    AlreadyQuantized(String),
+}
+
+/// Ops that mean a model is quantized already: Q/DQ in any dialect quantir reads, integer
+/// kernels, and TF's fake-quant ops (a quantization-aware-trained model). Sorted.
+const QUANTIZATION_OPS: &[&str] = &[
+    "onnx.ConvInteger",
+    "onnx.DequantizeLinear",
+    "onnx.DynamicQuantizeLinear",
+    "onnx.MatMulInteger",
+    "onnx.QLinearConv",
+    "onnx.QLinearMatMul",
+    "onnx.QuantizeLinear",
+    "tf.Dequantize",
+    "tf.FakeQuantWithMinMaxArgs",
+    "tf.FakeQuantWithMinMaxVars",
+    "tf.FakeQuantWithMinMaxVarsPerChannel",
+    "tf.QuantizeAndDequantizeV2",
+    "tf.QuantizeAndDequantizeV3",
+    "tf.QuantizeAndDequantizeV4",
+    "tf.QuantizeV2",
+    "tf.UniformDequantize",
+    "tf.UniformQuantize",
+];
+
+/// The quantization ops of `module`'s entry function, counted (`quant.*` ops included), or
+/// `None` when it has none: a float model.
+pub fn quantization_ops(module: &Module) -> Result<Option<String>, QuantizeError> {
+    let func = crate::ir::graph::find_function(module, None)?;
+    let mut found = std::collections::BTreeMap::<String, usize>::new();
+    for op in crate::ir::graph::body_ops(func) {
+        let name = crate::ir::graph::op_name(&op);
+        if name.starts_with("quant.") || QUANTIZATION_OPS.binary_search(&name.as_str()).is_ok() {
+            *found.entry(name).or_default() += 1;
+        }
+    }
+    Ok((!found.is_empty()).then(|| crate::text::counts(&found, "")))
+}
+
+/// [`quantization_ops`] as the error a quantize job stops with.
+pub fn check_float(module: &Module) -> Result<(), QuantizeError> {
+    match quantization_ops(module)? {
+        Some(ops) => Err(QuantizeError::AlreadyQuantized(ops)),
+        None => Ok(()),
+    }
 }
 
 /// Runs the [`PREPARE`] pipeline (its last pass pins every value's key as a name location, so
@@ -177,6 +225,7 @@ pub fn quantize_module(
         stages.push((name.to_string(), clock.elapsed().as_secs_f64()));
         clock = std::time::Instant::now();
     };
+    check_float(module)?;
     let bytes_before = crate::inspect::inspect(module)?.constant_bytes;
     // the types calibration resolved from its data, resolved again the same way
     if let Some(shapes) = &stats.input_shapes {
