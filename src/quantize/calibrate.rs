@@ -166,10 +166,16 @@ pub fn calibrate_cached(
         data,
         indices: &indices,
     };
-    let fingerprint = Fingerprint::of(&data.path).map_err(|e| read_error(data, e))?;
+    // arrays in memory (from Python) have no file that could change
+    let fingerprint = match data.path.exists() {
+        true => Some(Fingerprint::of(&data.path).map_err(|e| read_error(data, e))?),
+        false => None,
+    };
     let observe = move |obs| -> Result<StatsFile, CalibrateError> {
         let stats = run_observation(module, feed, opts, obs)?;
-        fingerprint.check(&data.path).map_err(RunError::Data)?;
+        if let Some(f) = &fingerprint {
+            f.check(&data.path).map_err(RunError::Data)?;
+        }
         Ok(stats)
     };
     let Some(dir) = cache_dir else {
