@@ -105,6 +105,9 @@ pub struct LayerReport {
     /// The first layer (program order) whose SQNR falls [`SHARP_DROP_DB`] below the layer
     /// before it.
     pub sharp_drop: bool,
+    /// What a compute op runs at in the quantized model ("int8 weights, int16 activations",
+    /// "float", ...; [`crate::precision`]); `None` for other ops.
+    pub precision: Option<String>,
 }
 
 /// The float model's values at one quantized activation and the range its quantized type
@@ -389,9 +392,14 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
             },
         })
         .collect();
+    let precisions = match opts.per_layer {
+        true => crate::precision::compute_precisions(quant)?,
+        false => BTreeMap::new(),
+    };
     let mut layers: Vec<LayerReport> = layers
         .into_iter()
         .map(|(key, e)| LayerReport {
+            precision: precisions.get(&key).cloned(),
             producer: producers.get(&key).cloned().unwrap_or_default(),
             sqnr_db: e.sqnr_db(),
             max_abs_error: e.max_abs,
@@ -491,6 +499,7 @@ mod tests {
             max_abs_error: 0.0,
             order,
             sharp_drop: false,
+            precision: None,
         }
     }
 

@@ -34,6 +34,7 @@ pub mod ir;
 pub mod jobs;
 pub mod params;
 pub mod passes;
+pub mod precision;
 pub mod quantize;
 pub mod recipe;
 pub mod report;
