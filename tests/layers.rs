@@ -20,7 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["interp"],
     &["passes"],
     &["formats"],
-    &["inspect", "stats_io", "run"],
+    &["inspect", "precision", "stats_io", "run"],
     &["quantize"],
     &["evaluate"],
     &["report", "target"],
