@@ -214,11 +214,6 @@ mod tests {
         assert_eq!(fs::read(&out).unwrap(), b"data");
         assert_eq!(fs::read_dir(d.path()).unwrap().count(), 2, "no temporary file left");
     }
-}
-
-#[cfg(test)]
-mod atomic_tests {
-    use super::*;
 
     #[test]
     fn replaces_an_existing_file_and_sweeps_dead_writers_temps() {

@@ -3,18 +3,7 @@
 
 mod common;
 
-use common::{quantir, stderr};
-
-use std::path::Path;
-
-fn files_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
+use common::{files_in, quantir, stderr};
 
 #[test]
 fn inspect_json_reports_the_digits_cnn() {

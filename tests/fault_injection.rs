@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{arg, example, ok, quantir, quantir_env, stderr};
+use common::{arg, example, files_in, ok, quantir, quantir_env, stderr};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,15 +16,6 @@ fn delays(n: usize, span: Duration) -> Vec<Duration> {
     (0..n)
         .map(|i| span.mul_f64(((i * 7919) % n) as f64 / n as f64 + 0.5 / n as f64))
         .collect()
-}
-
-fn names_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 const CHILD_ENV: &str = "QUANTIR_TEST_WRITE_FOREVER";
@@ -62,7 +53,7 @@ fn kill_9_while_writing_leaves_a_whole_file_or_none() {
         std::thread::sleep(delay);
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        let names = names_in(dir.path());
+        let names = files_in(dir.path());
         assert!(
             names.is_empty() || names == ["out.bin"],
             "kill {i} after {delay:?}: left {names:?}"
@@ -109,7 +100,7 @@ fn kill_9_during_quantize_leaves_the_complete_output_or_none() {
         std::thread::sleep(delay);
         child.kill().unwrap();
         child.wait().unwrap();
-        let names = names_in(&work);
+        let names = files_in(&work);
         assert!(
             names.is_empty() || names == ["q.mlir"],
             "kill {i} after {delay:?}: left {names:?}"

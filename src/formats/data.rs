@@ -312,6 +312,17 @@ pub enum Source {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fingerprint(Vec<(PathBuf, u64, Option<std::time::SystemTime>)>);
 
+/// The files of a data folder (an image folder), sorted by path: what its cache key hashes and
+/// its fingerprint covers.
+pub fn folder_files(path: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
 impl Fingerprint {
     pub fn of(path: &Path) -> std::io::Result<Fingerprint> {
         let one = |p: &Path| -> std::io::Result<(PathBuf, u64, Option<std::time::SystemTime>)> {
@@ -319,12 +330,7 @@ impl Fingerprint {
             Ok((p.to_path_buf(), m.len(), m.modified().ok()))
         };
         if path.is_dir() {
-            let mut files: Vec<PathBuf> = std::fs::read_dir(path)?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file())
-                .collect();
-            files.sort();
-            files
+            folder_files(path)?
                 .iter()
                 .map(|f| one(f))
                 .collect::<std::io::Result<_>>()

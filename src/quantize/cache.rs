@@ -45,11 +45,7 @@ fn hash_file(h: &mut Fnv, path: &Path) -> std::io::Result<()> {
 pub fn hash_data(h: &mut Fnv, binding: &Binding) -> std::io::Result<()> {
     let path = &binding.path;
     if path.is_dir() {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(path)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect();
-        files.sort();
-        for f in files.iter().filter(|f| f.is_file()) {
+        for f in &crate::formats::data::folder_files(path)? {
             h.field(&f.file_name().unwrap_or_default().to_string_lossy());
             hash_file(h, f)?;
         }

@@ -20,6 +20,16 @@ pub fn quantir_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     c.output().unwrap()
 }
 
+/// The names in a folder, sorted.
+pub fn files_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
 /// `o`, after asserting that it succeeded (its stderr in the failure message).
 pub fn ok(o: Output) -> Output {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
