@@ -89,13 +89,17 @@ pub fn inspect(module: &Module) -> Result<Inspection, IrError> {
         let mut inputs = Vec::new();
         if let Some(b) = func.region(0).ok().and_then(|r| r.first_block()) {
             for k in 0..b.argument_count() {
-                inputs.push(b.argument(k).map(|a| a.r#type().to_string()).unwrap_or_default());
+                inputs.push(
+                    b.argument(k)
+                        .map(|a| crate::ir::type_text(a.r#type()))
+                        .unwrap_or_default(),
+                );
             }
         }
         let outputs = body_ops(func)
             .last()
             .filter(|t| op_name(*t) == "func.return")
-            .map(|t| t.operands().map(|v| v.r#type().to_string()).collect())
+            .map(|t| t.operands().map(|v| crate::ir::type_text(v.r#type())).collect())
             .unwrap_or_default();
         functions_info.push(FunctionInfo {
             name: name.clone(),
@@ -122,7 +126,7 @@ pub fn inspect(module: &Module) -> Result<Inspection, IrError> {
                         };
                         (t.element, bytes)
                     }
-                    None => (value.r#type().to_string(), 0),
+                    None => (crate::ir::type_text(value.r#type()), 0),
                 };
                 let g = constants.entry(elem).or_default();
                 g.count += 1;
@@ -134,7 +138,7 @@ pub fn inspect(module: &Module) -> Result<Inspection, IrError> {
                     if t.dtype.is_some_and(|d| d.is_float()) {
                         float_tensors.push(FloatTensor {
                             key: keys.get(r.into()).unwrap_or("?").to_string(),
-                            r#type: r.r#type().to_string(),
+                            r#type: crate::ir::type_text(r.r#type()),
                             producer: opname.clone(),
                         });
                     }

@@ -282,7 +282,11 @@ fn cmd_quantize(a: &QuantizeArgs, signature: Option<&str>) -> Result<()> {
             } else {
                 quantize::cache::default_dir()
             },
-            candidates: a.choose_method.then_some(candidates.as_slice()),
+            choose: match (a.choose_method, a.choose_range) {
+                (true, _) => Some(quantir::jobs::Choose::Method(&candidates)),
+                (false, true) => Some(quantir::jobs::Choose::Range(&candidates)),
+                (false, false) => None,
+            },
         },
         (None, None) => quantir::jobs::StatsSource::None,
     };
@@ -409,6 +413,7 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn main() -> ExitCode {
+    quantir::ir::fatal::install();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -30,8 +30,8 @@ fn storage_of(v: Value) -> String {
         "quant.dcast" => operand_elem()
             .and_then(|t| crate::ir::quant::params_from_type(t, crate::params::Scheme::Mlir).ok())
             .map_or(float, |p| p.dtype.to_string()),
-        "onnx.DequantizeLinear" => operand_elem().map_or(float, |t| integer_name(&t.to_string())),
-        "tf.Cast" | "arith.extf" => match operand_elem().map(|t| t.to_string()).as_deref() {
+        "onnx.DequantizeLinear" => operand_elem().map_or(float, |t| integer_name(&crate::ir::type_text(t))),
+        "tf.Cast" | "arith.extf" => match operand_elem().map(crate::ir::type_text).as_deref() {
             Some(t @ ("f16" | "bf16")) => t.to_string(),
             _ => float,
         },

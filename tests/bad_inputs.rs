@@ -277,6 +277,17 @@ fn every_bad_input_of_the_second_table_is_one_line_and_writes_nothing() {
     common::ok(quantir(&["opt", &arg(&mlp), "-o", &arg(&d.join("m.mlirbc"))]));
     let bc = std::fs::read(d.join("m.mlirbc")).unwrap();
     write("cut.mlirbc", &bc[..bc.len() / 2]);
+    // bytecode whose producer string is not UTF-8 (found by libFuzzer: printing the diagnostic
+    // aborted the process)
+    write(
+        "bytes.mlirbc",
+        &std::fs::read(data("fuzz_crashes/mlir_bytecode/non_utf8_producer.mlirbc")).unwrap(),
+    );
+    // bytecode on which MLIR's own reader calls report_fatal_error (found by libFuzzer)
+    write(
+        "aborts.mlirbc",
+        &std::fs::read(data("mlir_aborts/huge_shape_list.mlirbc")).unwrap(),
+    );
     std::fs::copy(&mlp, d.join("m.mlir")).unwrap();
     std::os::unix::fs::symlink(d.join("m.mlir"), d.join("link.mlir")).unwrap();
     // data: .npy of the wrong shape, a declared shape far beyond the file (found by libFuzzer),
@@ -346,6 +357,8 @@ fn every_bad_input_of_the_second_table_is_one_line_and_writes_nothing() {
         ("garbage saved_model.pb", "run {d}/sm_bad --data {calib} -o {d}/o1.npz", 1, &["saved_model.pb"]),
         ("SavedModel without variables", "run {d}/sm_novars --data {calib} -o {d}/o2.npz", 1, &["sm_novars", "variables"]),
         ("truncated MLIR bytecode", "run {d}/cut.mlirbc --data {calib} -o {d}/o3.npz", 1, &["cut.mlirbc"]),
+        ("MLIR bytecode MLIR's reader gives up on", "run {d}/aborts.mlirbc --data {calib} -o {d}/o4.npz", 1, &["aborts.mlirbc", "MLIR gave up", "SmallVector"]),
+        ("MLIR bytecode with non-UTF-8 bytes", "inspect {d}/bytes.mlirbc", 1, &["bytes.mlirbc", "invalid MLIR", "section"]),
         ("an already quantized MLIR model", "quantize {d}/q.mlir --data {calib} -o {d}/o4.mlir", 1, &["q.mlir", "already quantized", "quant.dcast"]),
         ("an already quantized ONNX model", "quantize {d}/q.onnx --data {calib} -o {d}/o5.onnx", 1, &["q.onnx", "already quantized", "onnx.DequantizeLinear"]),
         ("output = input through a symlink", "quantize {d}/m.mlir --data {calib} --no-cache -o {d}/link.mlir", 1, &["link.mlir", "over the input"]),

@@ -245,7 +245,7 @@ impl Program {
                 key: values[s].key.clone(),
                 dtype: t.as_ref().and_then(|t| t.dtype),
                 dims: t.map(|t| t.dims).unwrap_or_default(),
-                r#type: v.r#type().to_string(),
+                r#type: crate::ir::type_text(v.r#type()),
             });
         }
         let mut steps = Vec::new();

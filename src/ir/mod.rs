@@ -11,6 +11,7 @@
 pub mod attrs;
 pub mod constants;
 pub mod context;
+pub mod fatal;
 pub mod graph;
 pub mod io;
 pub mod keys;
@@ -31,6 +32,33 @@ pub fn ref_str(r: melior::StringRef<'_>) -> Result<&str, std::str::Utf8Error> {
         return Ok("");
     }
     r.as_str()
+}
+
+/// What an MLIR C `print` function writes, as text, with bytes that are not UTF-8 replaced by
+/// U+FFFD. melior's `Display` impls fail on such bytes and `to_string()` then panics; a damaged
+/// file's names and messages can hold any byte.
+pub(crate) fn print_lossy(print: impl FnOnce(mlir_sys::MlirStringCallback, *mut std::ffi::c_void)) -> String {
+    unsafe extern "C" fn append(s: mlir_sys::MlirStringRef, buf: *mut std::ffi::c_void) {
+        if s.length > 0 {
+            // SAFETY: MLIR passes `length` readable bytes; `buf` is the Vec below
+            let bytes = unsafe { std::slice::from_raw_parts(s.data as *const u8, s.length) };
+            unsafe { &mut *(buf as *mut Vec<u8>) }.extend_from_slice(bytes);
+        }
+    }
+    let mut buf = Vec::<u8>::new();
+    print(Some(append), &mut buf as *mut Vec<u8> as *mut std::ffi::c_void);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// A location as MLIR prints it (`loc("name")`, `"file":1:2`, …), never failing.
+pub fn location_text(loc: melior::ir::Location) -> String {
+    print_lossy(|cb, data| unsafe { mlir_sys::mlirLocationPrint(loc.to_raw(), cb, data) })
+}
+
+/// A type as MLIR prints it (`tensor<1x3xf32>`), never failing.
+pub fn type_text(t: melior::ir::Type) -> String {
+    use melior::ir::TypeLike;
+    print_lossy(|cb, data| unsafe { mlir_sys::mlirTypePrint(t.to_raw(), cb, data) })
 }
 
 use std::path::PathBuf;

@@ -81,7 +81,7 @@ pub fn location_string(loc: Location) -> String {
         }
         None
     }
-    find(loc).unwrap_or_else(|| loc.to_string())
+    find(loc).unwrap_or_else(|| crate::ir::location_text(loc))
 }
 
 /// The value of a constant op's `value` attribute.
