@@ -6,10 +6,10 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 c="$root/fuzz/corpus"
 q="${QUANTIR:-$root/target/debug/quantir}"
-mkdir -p "$c"/{image,mlir,npy,npz,onnx_model,recipe_toml,saved_model_pb,stats_json,variables_bundle,variables_index}
+mkdir -p "$c"/{image,mlir,mlir_bytecode,npy,npz,onnx_model,recipe_toml,saved_model_pb,stats_json,variables_bundle,variables_index}
 cp "$root"/tests/data/digits_mlp.onnx "$root"/tests/data/digits_cnn.onnx "$c/onnx_model/"
 cp "$root"/tests/data/digits_mlp.mlir "$c/mlir/"
-"$q" opt "$root/tests/data/digits_mlp.mlir" -o "$c/mlir/digits_mlp.mlirbc"
+"$q" opt "$root/tests/data/digits_mlp.mlir" -o "$c/mlir_bytecode/digits_mlp.mlirbc"
 cp "$root"/tests/data/digits_mlp_savedmodel/saved_model.pb "$c/saved_model_pb/"
 cp "$root"/tests/data/digits_mlp_savedmodel/variables/variables.index "$c/variables_index/"
 v="$root"/tests/data/digits_mlp_savedmodel/variables

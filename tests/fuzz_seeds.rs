@@ -104,7 +104,8 @@ fn corpora(dir: &std::path::Path) -> HashMap<&'static str, Vec<Vec<u8>>> {
     let recipe = b"weights = \"int8\"\nactivations = \"int8\"\nscheme = \"onnx\"\nexclude = [\"*Softmax*\"]\n\n[[override]]\nmatch = \"tf.MatMul\"\nactivations = \"int16\"\nmethod = \"percentile\"\n".to_vec();
     HashMap::from([
         ("image", vec![png_bytes(dir)]),
-        ("mlir", vec![read(data("digits_mlp.mlir")), read(bytecode)]),
+        ("mlir", vec![read(data("digits_mlp.mlir"))]),
+        ("mlir_bytecode", vec![read(bytecode)]),
         ("npy", vec![npy_bytes(dir)]),
         ("npz", vec![npz_bytes(dir)]),
         (
