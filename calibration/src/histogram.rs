@@ -47,6 +47,16 @@ fn bin_index(x: f32, inv_w: f64) -> i64 {
 /// The width exponent for a range: the smallest k ≥ the finest allowed with
 /// floor(max/2^k) − floor(min/2^k) + 1 ≤ 2·bins. Monotone in the range, so it only grows as
 /// data arrives.
+/// ⌊i / 2^s⌋, also for s ≥ 64: a histogram of zeros has width 2^-149, and the first nonzero
+/// sample after it regrids by a shift of more than 100.
+fn floor_shr(i: i64, s: u32) -> i64 {
+    match i.checked_shr(s) {
+        Some(v) => v,
+        None if i < 0 => -1,
+        None => 0,
+    }
+}
+
 fn required_log2(min: f32, max: f32, bins: usize) -> i32 {
     let max_bins = 2 * bins;
     let mag = min.abs().max(max.abs()) as f64;
@@ -114,7 +124,7 @@ impl Histogram {
             let shift = (k - self.log2_width) as u32;
             for (i, &c) in self.counts.iter().enumerate() {
                 if c > 0 {
-                    let abs = (self.origin + i as i64) >> shift;
+                    let abs = floor_shr(self.origin + i as i64, shift);
                     counts[(abs - origin) as usize] += c;
                 }
             }
@@ -221,6 +231,24 @@ impl Histogram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zeros_then_a_wide_range_regrid_by_a_shift_beyond_64_bits() {
+        let mut h = Histogram::new(2048);
+        h.observe_slice(&[0.0; 4]);
+        h.observe_slice(&[-3.0, 0.5, 7.0]);
+        assert_eq!((h.min(), h.max(), h.count), (-3.0, 7.0, 7));
+        // the four zeros sit in the bin of 0
+        let w = h.width();
+        let zero_bin = (0.0f64 / w).floor() as i64 - h.origin;
+        assert_eq!(h.counts[zero_bin as usize], 4);
+        let mut merged = Histogram::new(2048);
+        merged.observe_slice(&[0.0; 4]);
+        let mut wide = Histogram::new(2048);
+        wide.observe_slice(&[-3.0, 0.5, 7.0]);
+        merged.merge(&wide).unwrap();
+        assert_eq!(merged, h);
+    }
 
     #[test]
     fn grid_is_exact_and_batching_invariant() {
