@@ -301,6 +301,38 @@ pub fn calibrated_line(c: &Calibrated, seconds: f64) -> String {
     }
 }
 
+/// `--choose-range`'s candidates as methods (`percentile` at `--percentile`): those a
+/// histogram holds, and min/max.
+fn range_candidates(names: &[String], percentile: Option<f64>) -> Result<Vec<(String, Method)>, JobError> {
+    names
+        .iter()
+        .map(|n| {
+            let m = Method::from_name(n, percentile).map_err(usage)?;
+            if m.uses_histogram() || m == Method::MinMax {
+                Ok((n.clone(), m))
+            } else {
+                Err(usage(format!(
+                    "--choose-range chooses among ranges one histogram holds: {n} is not one (minmax, percentile, mse, entropy are)"
+                )))
+            }
+        })
+        .collect()
+}
+
+/// The first `n` samples of `data` as inputs of `module`'s function.
+fn first_samples(
+    module: &Module,
+    data: &Dataset,
+    overrides: &[(String, String)],
+    n: usize,
+) -> Result<Vec<Vec<Tensor>>, JobError> {
+    let program = interp::Program::compile(module, None)?;
+    let binding = data::bind(data, &program.inputs, overrides)?;
+    Ok((0..binding.samples.min(n))
+        .map(|i| binding.sample(i))
+        .collect::<Result<_, _>>()?)
+}
+
 /// Calibration samples [`choose_method`] scores each candidate on.
 pub const CHOOSE_SAMPLES: usize = 16;
 
@@ -423,14 +455,24 @@ pub enum StatsSource<'a> {
     File(&'a Path),
     /// Statistics in memory (Python's `Stats`).
     Given(&'a StatsFile),
-    /// Calibrate on these samples; with candidates, choose the method among them first (data
-    /// that can be read again only).
+    /// Calibrate on these samples, choosing among range methods first if asked.
     Calibrate {
         samples: Samples<'a>,
         flags: &'a CalibFlags,
         cache: Option<PathBuf>,
-        candidates: Option<&'a [String]>,
+        choose: Option<Choose<'a>>,
     },
+}
+
+/// What `quantize` chooses among candidate range methods (names as `--method` takes them).
+#[derive(Debug, Clone, Copy)]
+pub enum Choose<'a> {
+    /// One method for the whole model: the candidate whose quantized model scores best
+    /// (`--choose-method`; data that can be read again only).
+    Method(&'a [String]),
+    /// Each activation's own range, among the candidates' (`--choose-range`; histogram-based
+    /// candidates and min/max).
+    Range(&'a [String]),
 }
 
 /// What a quantize job did: its settings, its report, and the lines it said on the way.
@@ -496,10 +538,10 @@ pub fn quantize(
             samples,
             flags: cf,
             cache,
-            candidates,
+            choose,
         } => {
-            let chosen = match (candidates, samples) {
-                (Some(candidates), Samples::Data(dataset)) => {
+            let chosen = match (choose, samples) {
+                (Some(Choose::Method(candidates)), Samples::Data(dataset)) => {
                     let twin = || {
                         let m = load(&ctx, model, signature)?;
                         if onnx {
@@ -513,20 +555,30 @@ pub fn quantize(
                     // the winner's statistics serve the module (quantize_module prepares it as its twins were)
                     Ok(stats)
                 }
-                (Some(_), Samples::Stream(_)) => Err(usage(
+                (Some(Choose::Method(_)), Samples::Stream(_)) => Err(usage(
                     "choosing the method needs calibration data that can be read again (a file or arrays), not a stream",
                 )),
-                (None, samples) => {
+                (choose, samples) => {
+                    let per_point = match choose {
+                        Some(Choose::Range(c)) => Some(range_candidates(c, cf.percentile)?),
+                        _ => None,
+                    };
+                    let dataset = match &samples {
+                        Samples::Data(d) => Some(*d),
+                        Samples::Stream(_) => None,
+                    };
                     let from = match &samples {
                         Samples::Data(d) => d.path.display().to_string(),
                         Samples::Stream(_) => "calibration stream".into(),
                     };
                     let t = std::time::Instant::now();
-                    let opts = calibrate_options(cf, &config, None)?;
-                    let keep = if flags.target_sqnr.is_some() {
-                        crate::target::TARGET_SAMPLES
-                    } else {
-                        0
+                    // every candidate is read off one histogram: calibrate with a histogram method
+                    let histogram = per_point.as_ref().map(|_| "mse");
+                    let opts = calibrate_options(cf, &config, histogram)?;
+                    let keep = match (flags.target_sqnr, &per_point) {
+                        (Some(_), _) => crate::target::TARGET_SAMPLES.max(CHOOSE_SAMPLES),
+                        (None, Some(_)) => CHOOSE_SAMPLES,
+                        (None, None) => 0,
                     };
                     let (c, first) = calibrate_keeping(&module, samples, cf, &opts, cache.as_deref(), keep)
                         .map_err(|e| e.within(model))?;
@@ -538,7 +590,17 @@ pub fn quantize(
                         say(format!("warning: {from}: {w}"));
                     }
                     say(calibrated_line(&c, t.elapsed().as_secs_f64()));
-                    Ok(c.stats)
+                    let mut stats = c.stats;
+                    if let Some(candidates) = &per_point {
+                        let scored = dataset.or(kept.as_ref()).ok_or_else(|| {
+                            usage("choosing ranges needs the calibration stream's first samples to have one shape; give the data as a file or arrays")
+                        })?;
+                        let samples = first_samples(&module, scored, &cf.overrides, CHOOSE_SAMPLES)?;
+                        let choice = quantize::choose_range::choose_ranges(&module, &mut stats, &config, candidates, &samples)
+                            .map_err(|e| JobError::from(e).within(model))?;
+                        say(choice.to_string());
+                    }
+                    Ok(stats)
                 }
             };
             chosen?

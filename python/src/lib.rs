@@ -345,7 +345,7 @@ fn quantize(
                     } else {
                         None
                     },
-                    candidates: candidates.as_deref(),
+                    choose: candidates.as_deref().map(quantir::jobs::Choose::Method),
                 },
                 (None, None, None) => StatsSource::None,
             };

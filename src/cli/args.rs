@@ -133,7 +133,12 @@ pub struct QuantizeArgs {
     /// closest to the float model on the calibration data (mean output SQNR); needs --data.
     #[arg(long, requires = "data", conflicts_with = "method")]
     pub choose_method: bool,
-    /// The methods --choose-method tries.
+    /// Choose each activation's range on its own: of --candidates, the one whose rounding
+    /// changes the outputs of the ops reading it least on the first 16 calibration samples
+    /// (one histogram calibration serves every candidate; needs --data).
+    #[arg(long, requires = "data", conflicts_with_all = ["method", "choose_method"])]
+    pub choose_range: bool,
+    /// The methods --choose-method and --choose-range try.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "minmax,percentile,mse")]
     pub candidates: Vec<MethodArg>,
     /// Raise the fewest activations from int8 to int16, then to float, until the mean output

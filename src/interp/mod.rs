@@ -23,7 +23,7 @@ use crate::ir::{attribute_to_tensor, IrError};
 use crate::params::Scheme;
 use crate::tensor::{DType, Tensor};
 use desc::OpDesc;
-use kernels::Kernel;
+pub use kernels::Kernel;
 use melior::ir::block::BlockLike;
 use melior::ir::operation::OperationLike;
 use melior::ir::{Module, RegionLike, Type, ValueLike};

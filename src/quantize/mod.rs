@@ -4,6 +4,7 @@
 
 pub mod cache;
 pub mod calibrate;
+pub mod choose_range;
 pub mod summary;
 
 pub use crate::recipe::file as recipe;

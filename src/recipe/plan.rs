@@ -72,6 +72,21 @@ impl<'c, 'a> Plan<'c, 'a> {
     }
 }
 
+/// An activation's parameters for the range (lo, hi) under `config` (symmetric or not).
+pub fn activation_params(
+    config: &QuantConfig,
+    scheme: Scheme,
+    dtype: StorageType,
+    (lo, hi): (f32, f32),
+) -> Result<QuantParams, crate::params::ParamsError> {
+    let opts = RangeOptions {
+        symmetric: config.symmetric_activations,
+        narrow_range: config.symmetric_activations && scheme == Scheme::Mlir,
+        ..Default::default()
+    };
+    compute(scheme, dtype, lo as f64, hi as f64, &opts)
+}
+
 fn is_float_tensor(v: Value) -> bool {
     tensor_type(v.r#type()).is_some_and(|t| t.dtype == Some(DType::F32))
 }
@@ -233,13 +248,7 @@ pub fn plan<'c, 'a>(
                      (calibrate again with this run's --config / --exclude / --activations)"
                 ))
             })?;
-            let opts = RangeOptions {
-                symmetric: config.symmetric_activations,
-                narrow_range: config.symmetric_activations && p.scheme == Scheme::Mlir,
-                ..Default::default()
-            };
-            let (lo, hi) = t.range;
-            let q = compute(p.scheme, p.dtype, lo as f64, hi as f64, &opts)
+            let q = activation_params(config, p.scheme, p.dtype, t.range)
                 .map_err(|e| IrError::Invalid(format!("tensor '{src}': {e}")))?;
             by_key.insert(src, q.clone());
             p.params = Some(q);
