@@ -222,6 +222,7 @@ def quantize(
     percentile=None,
     bins=2048,
     choose_method=False,
+    choose_range=False,
     candidates=("minmax", "percentile", "mse"),
     shard=None,
     skip_non_finite=False,
@@ -249,7 +250,8 @@ def quantize(
     ``per_channel``, ``exclude`` (op or tensor name patterns), ``config`` (a recipe file or
     the same as a dict), ``method`` ("minmax", "avg-minmax", "ema-minmax", "percentile", "percentile-symmetric",
     "entropy", "mse", "mse-symmetric"),
-    ``choose_method`` (score ``candidates`` and keep the best), ``target_sqnr`` (raise the
+    ``choose_method`` (score ``candidates`` and keep the best), ``choose_range`` (each
+    activation's own range among ``candidates``, scored at the ops reading it), ``target_sqnr`` (raise the
     fewest activations to int16, then float, until the mean output SQNR on the first 16
     calibration samples reaches it; ``Summary.target`` says which), and so on.
 
@@ -276,11 +278,14 @@ def quantize(
         stats_path = _path(stats, "stats")
     if stats is not None and calibration is not None:
         raise ValueError("give calibration or stats, not both")
-    if choose_method:
+    if choose_method and choose_range:
+        raise ValueError("give choose_method or choose_range, not both")
+    choose = "choose_method" if choose_method else "choose_range" if choose_range else None
+    if choose:
         if calibration is None:
-            raise ValueError("choose_method needs calibration data")
+            raise ValueError(f"{choose} needs calibration data")
         if method is not None:
-            raise ValueError("give method or choose_method, not both")
+            raise ValueError(f"give method or {choose}, not both")
         if isinstance(candidates, str) or not candidates or not all(isinstance(c, str) for c in candidates):
             raise ValueError(f"candidates: expected a list of method names, got {candidates!r}")
     if target_sqnr is not None:
@@ -310,7 +315,8 @@ def quantize(
         calibration=None if calibration is None else _calibration(calibration),
         stats=stats_obj,
         stats_path=stats_path,
-        candidates=list(candidates) if choose_method else None,
+        candidates=list(candidates) if choose else None,
+        per_point=bool(choose_range),
         signature=signature,
         cache=bool(cache),
         progress=_progress(progress),

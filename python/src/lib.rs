@@ -308,7 +308,7 @@ fn calibrate(
 /// `quantir.quantize`: the quantize job; returns the `quantize --json` document (as JSON text)
 /// and the lines the command line prints on the way.
 #[pyfunction]
-#[pyo3(signature = (model, output, recipe, calib, calibration=None, stats=None, stats_path=None, candidates=None, signature=None, cache=false, progress=None))]
+#[pyo3(signature = (model, output, recipe, calib, calibration=None, stats=None, stats_path=None, candidates=None, per_point=false, signature=None, cache=false, progress=None))]
 #[allow(clippy::too_many_arguments)]
 fn quantize(
     py: Python<'_>,
@@ -320,6 +320,7 @@ fn quantize(
     stats: Option<PyRef<'_, Stats>>,
     stats_path: Option<PathBuf>,
     candidates: Option<Vec<String>>,
+    per_point: bool,
     signature: Option<String>,
     cache: bool,
     progress: Option<Py<PyAny>>,
@@ -345,7 +346,10 @@ fn quantize(
                     } else {
                         None
                     },
-                    choose: candidates.as_deref().map(quantir::jobs::Choose::Method),
+                    choose: candidates.as_deref().map(|c| match per_point {
+                        true => quantir::jobs::Choose::Range(c),
+                        false => quantir::jobs::Choose::Method(c),
+                    }),
                 },
                 (None, None, None) => StatsSource::None,
             };

@@ -216,3 +216,14 @@ def test_a_quality_target_matches_the_cli(tmp_path, cli, digits):
     s = quantir.quantize(digits["mlir"], got, calibration=one_by_one(digits["x"], "x"), target_sqnr=43.5)
     assert got.read_bytes() == want.read_bytes()
     assert s.target["sqnr_db"] >= 43.5 and s.target["raised"]
+
+
+def test_ranges_chosen_per_activation_match_the_cli(tmp_path, cli, digits):
+    want = tmp_path / "cli.onnx"
+    cli("quantize", digits["onnx"], "--data", digits["calib"], "--no-cache", "--choose-range", "-o", want)
+    got = tmp_path / "py.onnx"
+    s = quantir.quantize(digits["onnx"], got, calibration={"x": digits["x"]}, choose_range=True)
+    assert got.read_bytes() == want.read_bytes()
+    assert any(m.startswith("ranges chosen per activation") for m in s.messages), s.messages
+    with pytest.raises(ValueError, match="not both"):
+        quantir.quantize(digits["onnx"], got, calibration={"x": digits["x"]}, choose_range=True, choose_method=True)
