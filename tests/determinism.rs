@@ -1,7 +1,8 @@
 //! Determinism (issue #20 item 4): `calibrate`, `quantize` to every output format and
 //! `evaluate --json` give byte-identical results with 1 and 2 threads and on a repeated run,
 //! and sharded-then-merged calibration quantizes to the same bytes as one run — on the digits
-//! CNN and on a real model as shipped (PaddleOCR's direction classifier, dynamic dims).
+//! CNN and on a real model as shipped (PaddleOCR's direction classifier, dynamic dims);
+//! `quantize --choose-range` too.
 
 mod common;
 
@@ -95,6 +96,28 @@ fn check(model: PathBuf, calib: PathBuf, test: PathBuf) {
             read(&p(out))
         };
         assert_eq!(a, from_data(&format!("d.{ext}")), "{model} .{ext}: quantize --data");
+        // ranges chosen per activation: the same with 1 and 2 threads
+        let chosen = |threads: &str, out: &str| {
+            let o = arg(&p(out));
+            ok(quantir(&[
+                "quantize",
+                &model,
+                "--data",
+                &calib,
+                "--choose-range",
+                "--no-cache",
+                "--threads",
+                threads,
+                "-o",
+                &o,
+            ]));
+            read(&p(out))
+        };
+        assert_eq!(
+            chosen("1", &format!("e.{ext}")),
+            chosen("2", &format!("f.{ext}")),
+            "{model} .{ext}: --choose-range with 2 threads"
+        );
         if ext == "onnx" {
             let evaluate = |threads: &str| {
                 ok(quantir(&[
