@@ -63,8 +63,12 @@ fn tensor_from_le_bytes(dtype: DType, shape: &[usize], bytes: &[u8], n: usize, w
 /// `dense_resource<...>`) into a [`Tensor`]. `what` names the constant in errors.
 pub fn attribute_to_tensor(attr: Attribute, what: &str) -> Result<Tensor, IrError> {
     let raw = attr.to_raw();
-    let ty = tensor_type(attr.r#type())
-        .ok_or_else(|| constant_err(what, format!("type {} is not a ranked tensor", attr.r#type())))?;
+    let ty = tensor_type(attr.r#type()).ok_or_else(|| {
+        constant_err(
+            what,
+            format!("type {} is not a ranked tensor", crate::ir::type_text(attr.r#type())),
+        )
+    })?;
     let shape = ty
         .static_shape()
         .ok_or_else(|| constant_err(what, "constant with a dynamic shape"))?;
@@ -101,7 +105,11 @@ pub fn attribute_to_tensor(attr: Attribute, what: &str) -> Result<Tensor, IrErro
     }
     Err(constant_err(
         what,
-        format!("attribute {attr} is not a dense elements attribute"),
+        // its type, not the attribute: printing a large constant would make the message as large
+        format!(
+            "attribute of type {} is not a dense elements attribute",
+            super::type_text(attr.r#type())
+        ),
     ))
 }
 

@@ -36,7 +36,12 @@ fn storage_of(t: Type) -> Result<StorageType, IrError> {
         (true, 16) => StorageType::Int16,
         (false, 16) => StorageType::Uint16,
         (true, 32) => StorageType::Int32,
-        _ => return Err(IrError::Invalid(format!("unsupported quantized storage in {t}"))),
+        _ => {
+            return Err(IrError::Invalid(format!(
+                "unsupported quantized storage in {}",
+                super::type_text(t)
+            )))
+        }
     })
 }
 

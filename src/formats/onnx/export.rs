@@ -415,8 +415,15 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, FormatE
         let n = names.fresh(&want);
         names.by_value.insert(v.to_raw().ptr as usize, n.clone());
         graph.input.push(
-            value_info(&n, v.r#type(), in_params.get(k).map(Vec::as_slice).unwrap_or(&[]))
-                .ok_or_else(|| e(path, format!("input '{n}': type {} has no ONNX form", v.r#type())))?,
+            value_info(&n, v.r#type(), in_params.get(k).map(Vec::as_slice).unwrap_or(&[])).ok_or_else(|| {
+                e(
+                    path,
+                    format!(
+                        "input '{n}': type {} has no ONNX form",
+                        crate::ir::type_text(v.r#type())
+                    ),
+                )
+            })?,
         );
     }
     let mut identities = Vec::new();
@@ -629,8 +636,15 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, FormatE
     }
     for (k, (v, n)) in out_values.iter().enumerate() {
         graph.output.push(
-            value_info(n, v.r#type(), out_params.get(k).map(Vec::as_slice).unwrap_or(&[]))
-                .ok_or_else(|| e(path, format!("output '{n}': type {} has no ONNX form", v.r#type())))?,
+            value_info(n, v.r#type(), out_params.get(k).map(Vec::as_slice).unwrap_or(&[])).ok_or_else(|| {
+                e(
+                    path,
+                    format!(
+                        "output '{n}': type {} has no ONNX form",
+                        crate::ir::type_text(v.r#type())
+                    ),
+                )
+            })?,
         );
     }
     // opsets: the imported ones, the default domain raised as far as the Q/DQ types need

@@ -340,7 +340,10 @@ impl<'c, 'a> Lowering<'c, 'a> {
             }
         }
         if rank(v) != Some(4) {
-            return Err(err(format!("a value of type {} has no NCHW form", v.r#type())));
+            return Err(err(format!(
+                "a value of type {} has no NCHW form",
+                crate::ir::type_text(v.r#type())
+            )));
         }
         let loc = match defining_op(v) {
             Some(d) => self.loc(d, "nchw"),
