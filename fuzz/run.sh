@@ -42,7 +42,8 @@ for t in "${targets[@]}"; do
     left_runs=-1; [ "$runs" -lt 0 ] || left_runs=$(( runs - execs ))
     [ "$left_runs" != 0 ] || break
     # the binary itself, not `cargo fuzz run`, which would rebuild after any edit of the sources
-    "$bin/$t" "corpus/$t" -artifact_prefix="artifacts/$t/" -rss_limit_mb=2048 -max_len="$max_len" -timeout=20 \
+    # `timeout`: libFuzzer's own alarm can deadlock in malloc on a hang (no sanitizer hooks)
+    timeout -s KILL $(( left + 120 )) "$bin/$t" "corpus/$t" -artifact_prefix="artifacts/$t/" -rss_limit_mb=2048 -max_len="$max_len" -timeout=20 \
       -max_total_time="$left" -runs="$left_runs" -print_final_stats=1 >"$log" 2>&1 && rc=0 || rc=$?
     # (a process killed by a signal libFuzzer could not catch prints no stats: `|| true`)
     n=$(grep -E "^stat::number_of_executed_units" "$log" | awk '{print $2}' || true)
