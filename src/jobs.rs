@@ -419,6 +419,7 @@ pub fn quantize_summary(output: &Path, done: &Quantized) -> serde_json::Value {
             "int8_macs": report.summary.totals.int8_macs,
             "int8_mac_share": report.summary.totals.int8_mac_share,
             "ops_without_macs": report.summary.totals.ops_without_macs,
+            "macs_at": report.summary.totals.macs_at,
             "constant_bytes_before": report.bytes_before,
             "constant_bytes_after": report.bytes_after,
             "activation_points": report.activations,

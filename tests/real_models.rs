@@ -228,6 +228,13 @@ fn as_shipped(model: &str, stem: &str, reference: &str, convs: usize) {
     );
     let ops = j["ops"].as_array().unwrap();
     assert_eq!(ops.len(), convs, "{model}: {j:#}");
+    // every op's MACs are counted, a dynamic-dim model's at its first calibration sample
+    let t = &j["totals"];
+    assert_eq!(t["ops_without_macs"], 0, "{model}: {t}");
+    assert_eq!(t["int8_mac_share"], 1.0, "{model}: {t}");
+    if model == "ppocr_det.onnx" {
+        assert_eq!(t["macs_at"], serde_json::json!([[1, 3, 320, 320]]), "{model}: {t}");
+    }
     for o in ops {
         assert_eq!(
             (o["weights"].as_str(), o["activations"].as_str()),

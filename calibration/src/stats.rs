@@ -39,8 +39,9 @@ pub struct StatsFile {
     /// Tensors observed with another method than `method` (a recipe's per-tensor overrides).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub method_overrides: BTreeMap<String, Method>,
-    /// The input shapes the model's dynamic dims were resolved with (the data's first sample),
-    /// one per function input; absent for a model whose types needed no data.
+    /// The data's first sample's input shapes, one per function input, for a model with
+    /// dynamic input dims: its untyped values are resolved with them and its MACs counted at
+    /// them; absent for a model with static inputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_shapes: Option<Vec<Vec<usize>>>,
     pub tensors: BTreeMap<String, TensorStats>,

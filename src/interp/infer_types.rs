@@ -132,6 +132,17 @@ pub fn infer_types_from_sample(
     )
 }
 
+/// The shape of every value of @main (by key) on zero inputs shaped like a sample
+/// (`sample_shapes`, one per function input); the interpreter's error when it cannot run it.
+/// What a dynamic-dim model computes on real data: `quantize` counts MACs with it.
+pub fn shapes_at_sample(module: &Module, sample_shapes: &[Vec<usize>]) -> Result<HashMap<String, Vec<usize>>, String> {
+    let prog = Program::compile(module, None).map_err(|e| e.to_string())?;
+    Ok(run_shapes(&prog, Fill::Sample(sample_shapes, 1))?
+        .into_iter()
+        .map(|(k, (_, shape))| (k, shape))
+        .collect())
+}
+
 /// Results of the entry function's ops (outside `skip`) without a ranked type.
 pub fn unranked_results(module: &Module, skip: &[&str]) -> usize {
     let Ok(func) = find_function(module, None) else {

@@ -110,14 +110,21 @@ pub fn calibrate(module: &Module, data: &Binding, opts: &CalibrateOptions) -> Re
 }
 
 /// Resolves the module's untyped results from the data's first sample (every shard resolves
-/// from the same sample, so shards merge). Returns the shapes used (`None` when nothing needed
-/// them) and, when results stay untyped, a warning saying how many and why.
+/// from the same sample, so shards merge). Returns the first sample's shapes when the types
+/// needed them or the inputs have dynamic dims (`None` otherwise) and, when results stay
+/// untyped, a warning saying how many and why.
 pub fn resolve_from(
     module: &Module,
     data: &Binding,
 ) -> Result<(Option<Vec<Vec<usize>>>, Option<String>), CalibrateError> {
     if super::untyped_results(module) == 0 {
-        return Ok((None, None));
+        // typed without data, but with dynamic input dims: the first sample's shapes are what
+        // the model computes on (quantize counts its MACs at them)
+        if !super::has_dynamic_inputs(module) || data.samples == 0 {
+            return Ok((None, None));
+        }
+        let first = data.sample(0).map_err(|e| CalibrateError::Run(RunError::Data(e)))?;
+        return Ok((Some(first.iter().map(|t| t.shape().to_vec()).collect()), None));
     }
     let resolved = super::resolve_types_from(module, data).map_err(|e| CalibrateError::Run(RunError::Data(e)))?;
     let Some(super::SampleTypes { shapes, outcome }) = resolved else {

@@ -96,6 +96,22 @@ pub fn resolve_types(module: &Module, shapes: &[Vec<usize>]) -> crate::interp::i
     crate::interp::infer_types::infer_types_from_sample(ctx, module, &[crate::dialects::onnx::NO_VALUE], shapes)
 }
 
+/// True when an input of the entry function has a dynamic dim (or no ranked type).
+pub fn has_dynamic_inputs(module: &Module) -> bool {
+    use melior::ir::block::BlockLike;
+    use melior::ir::{RegionLike, ValueLike};
+    let Ok(func) = crate::ir::graph::find_function(module, None) else {
+        return false;
+    };
+    let Some(b) = func.region(0).ok().and_then(|r| r.first_block()) else {
+        return false;
+    };
+    (0..b.argument_count()).any(|k| {
+        b.argument(k)
+            .is_ok_and(|a| crate::ir::types::tensor_type(a.r#type()).is_none_or(|t| t.static_shape().is_none()))
+    })
+}
+
 /// Results of the entry function that have no type yet (see [`resolve_types`]).
 pub fn untyped_results(module: &Module) -> usize {
     crate::interp::infer_types::unranked_results(module, &[crate::dialects::onnx::NO_VALUE])
@@ -237,6 +253,11 @@ pub fn quantize_module(
     stats
         .check_model(&hash)
         .map_err(|e| QuantizeError::Stats(e.to_string()))?;
+    // a dynamic-dim model's MACs, counted at the calibration data's input shapes
+    let at = stats
+        .input_shapes
+        .as_ref()
+        .and_then(|s| crate::interp::infer_types::shapes_at_sample(module, s).ok());
     lap("prepare", &mut stages);
     let unmatched_overrides = unmatched_overrides(module, config)?;
     // one plan for both passes: quantize-weights changes weights only, never the activation
@@ -250,7 +271,10 @@ pub fn quantize_module(
     drop(plan);
     lap("insert-qdq", &mut stages);
     crate::ir::io::verify(module).map_err(|d| IrError::Invalid(format!("quantized module does not verify: {d}")))?;
-    let summary = summary::summarize(module, config)?;
+    let mut summary = summary::summarize(module, config, at.as_ref())?;
+    if at.is_some() {
+        summary.totals.macs_at = stats.input_shapes.clone();
+    }
     let bytes_after = crate::inspect::inspect(module)?.constant_bytes;
     lap("verify", &mut stages);
     Ok(QuantizeReport {

@@ -5,11 +5,11 @@ use super::QuantConfig;
 use crate::dialects::rule;
 use crate::ir::graph::{body_ops, defining_op, find_function, op_name};
 use crate::ir::keys::location_name;
-use crate::ir::IrError;
+use crate::ir::{IrError, TensorKeys};
 use melior::ir::operation::OperationLike;
 use melior::ir::{Module, Value, ValueLike};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// A compute op left in float (or weight-only) and the reason.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -30,7 +30,8 @@ pub struct ComputeOp {
     pub activations: String,
     /// Why the op is not W8A8, when it is not.
     pub reason: Option<String>,
-    /// Multiply-accumulates per sample, from the static shapes; `None` when a shape is dynamic.
+    /// Multiply-accumulates per sample, from the static shapes (dynamic ones at
+    /// [`Totals::macs_at`]); `None` when a shape is unknown.
     pub macs: Option<u64>,
 }
 
@@ -45,7 +46,7 @@ impl ComputeOp {
 /// The whole module's compute: how much of it runs on 8-bit weights and 8-bit activations.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct Totals {
-    /// MACs of the compute ops whose shapes are static.
+    /// MACs of the compute ops whose shapes are known.
     pub macs: u64,
     /// MACs on 8-bit weights and 8-bit activations (W8A8).
     pub int8_macs: u64,
@@ -53,6 +54,9 @@ pub struct Totals {
     pub int8_mac_share: Option<f64>,
     /// Compute ops whose MACs are unknown (dynamic shapes), not in the share.
     pub ops_without_macs: usize,
+    /// For a model with dynamic dims: the input shapes (the calibration data's first sample)
+    /// its MACs are counted at; `None` when every shape is static or no sample was seen.
+    pub macs_at: Option<Vec<Vec<usize>>>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -82,11 +86,20 @@ fn dequantized_storage(v: Value) -> Option<String> {
 /// Multiply-accumulates of a compute op per run, from static shapes: output elements × the
 /// reduction each one takes (conv: the filter's window × input channels per group; matmul: the
 /// inner dimension; transposed conv: input elements × the filter's output window).
-fn macs(op: &melior::ir::OperationRef, name: &str, weight: Option<usize>) -> Option<u64> {
+/// Where a shape is dynamic, it is read from `at` (value key → shape on a sample), looking
+/// through the Q/DQ pair in front of a quantized operand to the value it quantizes.
+fn macs(
+    op: &melior::ir::OperationRef,
+    name: &str,
+    weight: Option<usize>,
+    keys: &TensorKeys,
+    at: Option<&HashMap<String, Vec<usize>>>,
+) -> Option<u64> {
     let shape = |v: Option<Value>| -> Option<Vec<u64>> {
-        crate::ir::types::tensor_type(v?.r#type())?
-            .static_shape()
-            .map(|s| s.into_iter().map(|d| d as u64).collect())
+        let v = v?;
+        let fixed = crate::ir::types::tensor_type(v.r#type())?.static_shape();
+        let s = fixed.or_else(|| at?.get(key_before_qdq(keys, v)?).cloned())?;
+        Some(s.into_iter().map(|d| d as u64).collect())
     };
     let out = shape(op.result(0).ok().map(Into::into))?;
     let input = shape(op.operand(0).ok())?;
@@ -125,9 +138,26 @@ fn macs(op: &melior::ir::OperationRef, name: &str, weight: Option<usize>) -> Opt
     })
 }
 
-/// Classifies every compute op of the main function of a quantized module.
-pub fn summarize(module: &Module, config: &QuantConfig) -> Result<Summary, IrError> {
+/// The key of the value a `quant.dcast(quant.qcast(v))` pair (or a lone `dcast`) stands for:
+/// `v`'s.
+fn key_before_qdq<'k>(keys: &'k TensorKeys, v: Value) -> Option<&'k str> {
+    if let Some(d) = defining_op(v).filter(|d| matches!(op_name(d).as_str(), "quant.dcast" | "quant.qcast")) {
+        if let Ok(x) = d.operand(0) {
+            return key_before_qdq(keys, x);
+        }
+    }
+    keys.get(v)
+}
+
+/// Classifies every compute op of the main function of a quantized module. `at`: the shape of
+/// every value on a sample (by key, from the float module), for MACs where shapes are dynamic.
+pub fn summarize(
+    module: &Module,
+    config: &QuantConfig,
+    at: Option<&HashMap<String, Vec<usize>>>,
+) -> Result<Summary, IrError> {
     let func = find_function(module, None)?;
+    let keys = TensorKeys::new(func);
     let mut s = Summary::default();
     for op in body_ops(func) {
         let name = op_name(&op);
@@ -182,7 +212,7 @@ pub fn summarize(module: &Module, config: &QuantConfig) -> Result<Summary, IrErr
             key: key.clone(),
             op: name.clone(),
             reason: None,
-            macs: macs(&op, &name, r.weight.map(|(i, _)| i)),
+            macs: macs(&op, &name, r.weight.map(|(i, _)| i), &keys, at),
             weights,
             activations,
         };
