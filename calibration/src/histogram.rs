@@ -44,9 +44,6 @@ fn bin_index(x: f32, inv_w: f64) -> i64 {
     t - ((t as f64) > v) as i64
 }
 
-/// The width exponent for a range: the smallest k ≥ the finest allowed with
-/// floor(max/2^k) − floor(min/2^k) + 1 ≤ 2·bins. Monotone in the range, so it only grows as
-/// data arrives.
 /// ⌊i / 2^s⌋, also for s ≥ 64: a histogram of zeros has width 2^-149, and the first nonzero
 /// sample after it regrids by a shift of more than 100.
 fn floor_shr(i: i64, s: u32) -> i64 {
@@ -57,6 +54,9 @@ fn floor_shr(i: i64, s: u32) -> i64 {
     }
 }
 
+/// The width exponent for a range: the smallest k ≥ the finest allowed with
+/// floor(max/2^k) − floor(min/2^k) + 1 ≤ 2·bins. Monotone in the range, so it only grows as
+/// data arrives.
 fn required_log2(min: f32, max: f32, bins: usize) -> i32 {
     let max_bins = 2 * bins;
     let mag = min.abs().max(max.abs()) as f64;
