@@ -79,43 +79,23 @@ fn check(model: PathBuf, calib: PathBuf, test: PathBuf) {
             quantize("merged.json", "2", &format!("c.{ext}")),
             "{model} .{ext}: merged shards"
         );
-        // from data in one step, twice
-        let from_data = |out: &str| {
+        // from data in one step, with the options given
+        let from_data = |options: &[&str], out: &str| {
             let o = arg(&p(out));
-            ok(quantir(&[
-                "quantize",
-                &model,
-                "--data",
-                &calib,
-                "--method",
-                "percentile",
-                "--no-cache",
-                "-o",
-                &o,
-            ]));
-            read(&p(out))
-        };
-        assert_eq!(a, from_data(&format!("d.{ext}")), "{model} .{ext}: quantize --data");
-        // ranges chosen per activation: the same with 1 and 2 threads
-        let chosen = |threads: &str, out: &str| {
-            let o = arg(&p(out));
-            ok(quantir(&[
-                "quantize",
-                &model,
-                "--data",
-                &calib,
-                "--choose-range",
-                "--no-cache",
-                "--threads",
-                threads,
-                "-o",
-                &o,
-            ]));
+            let mut args = vec!["quantize", &model, "--data", &calib, "--no-cache", "-o", &o];
+            args.extend_from_slice(options);
+            ok(quantir(&args));
             read(&p(out))
         };
         assert_eq!(
-            chosen("1", &format!("e.{ext}")),
-            chosen("2", &format!("f.{ext}")),
+            a,
+            from_data(&["--method", "percentile"], &format!("d.{ext}")),
+            "{model} .{ext}: quantize --data"
+        );
+        // ranges chosen per activation: the same with 1 and 2 threads
+        assert_eq!(
+            from_data(&["--choose-range", "--threads", "1"], &format!("e.{ext}")),
+            from_data(&["--choose-range", "--threads", "2"], &format!("f.{ext}")),
             "{model} .{ext}: --choose-range with 2 threads"
         );
         if ext == "onnx" {
