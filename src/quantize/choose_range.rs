@@ -196,33 +196,30 @@ fn consumers_of<'c, 'a>(
             continue;
         }
         let mut operands = Vec::new();
-        let mut consts = Vec::new();
         for x in op.operands() {
             if x == v {
                 operands.push(Operand::Point);
-                consts.push(None);
                 continue;
             }
-            let constant = defining_op(x).filter(|d| is_constant_op(d)).and_then(constant_value);
             let key = value_key(func, x);
-            match (constant, key.as_deref().and_then(|k| folded.get(k))) {
-                (Some(c), _) => {
-                    consts.push(Some(c.clone()));
-                    operands.push(Operand::Const(c));
-                }
-                (None, Some(c)) => {
-                    consts.push(Some((*c).clone()));
-                    operands.push(Operand::Const((*c).clone()));
-                }
-                (None, None) => match key {
-                    Some(k) => {
-                        consts.push(None);
-                        operands.push(Operand::Runtime(k));
-                    }
-                    None => continue 'ops,
-                },
-            }
+            let constant = defining_op(x)
+                .filter(|d| is_constant_op(d))
+                .and_then(constant_value)
+                .or_else(|| key.as_deref().and_then(|k| folded.get(k)).map(|c| (*c).clone()));
+            operands.push(match (constant, key) {
+                (Some(c), _) => Operand::Const(c),
+                (None, Some(k)) => Operand::Runtime(k),
+                (None, None) => continue 'ops,
+            });
         }
+        // what the kernel is built with: the constant operands' values
+        let consts = operands
+            .iter()
+            .map(|o| match o {
+                Operand::Const(t) => Some(t.clone()),
+                _ => None,
+            })
+            .collect();
         if let Ok(kernel) = build_kernel(op, consts) {
             out.push(Consumer { kernel, operands });
         }
