@@ -564,13 +564,9 @@ pub fn quantize(
                         Some(Choose::Range(c)) => Some(range_candidates(c, cf.percentile)?),
                         _ => None,
                     };
-                    let dataset = match &samples {
-                        Samples::Data(d) => Some(*d),
-                        Samples::Stream(_) => None,
-                    };
-                    let from = match &samples {
-                        Samples::Data(d) => d.path.display().to_string(),
-                        Samples::Stream(_) => "calibration stream".into(),
+                    let (dataset, from) = match &samples {
+                        Samples::Data(d) => (Some(*d), d.path.display().to_string()),
+                        Samples::Stream(_) => (None, "calibration stream".into()),
                     };
                     let t = std::time::Instant::now();
                     // every candidate is read off one histogram: calibrate with a histogram method
