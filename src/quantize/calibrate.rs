@@ -120,11 +120,11 @@ pub fn resolve_from(
     if super::untyped_results(module) == 0 {
         // typed without data, but with dynamic input dims: the first sample's shapes are what
         // the model computes on (quantize counts its MACs at them)
-        if !super::has_dynamic_inputs(module) || data.samples == 0 {
+        if !super::has_dynamic_inputs(module) {
             return Ok((None, None));
         }
-        let first = data.sample(0).map_err(|e| CalibrateError::Run(RunError::Data(e)))?;
-        return Ok((Some(first.iter().map(|t| t.shape().to_vec()).collect()), None));
+        let shapes = super::first_sample_shapes(data).map_err(|e| CalibrateError::Run(RunError::Data(e)))?;
+        return Ok((shapes, None));
     }
     let resolved = super::resolve_types_from(module, data).map_err(|e| CalibrateError::Run(RunError::Data(e)))?;
     let Some(super::SampleTypes { shapes, outcome }) = resolved else {

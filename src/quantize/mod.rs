@@ -129,12 +129,21 @@ pub fn resolve_types_from(
     module: &Module,
     data: &crate::formats::data::Binding,
 ) -> Result<Option<SampleTypes>, crate::formats::data::DataError> {
+    let Some(shapes) = first_sample_shapes(data)? else {
+        return Ok(None);
+    };
+    let outcome = resolve_types(module, &shapes);
+    Ok(Some(SampleTypes { shapes, outcome }))
+}
+
+/// The input shapes of `data`'s first sample; `None` when it has no samples.
+pub fn first_sample_shapes(
+    data: &crate::formats::data::Binding,
+) -> Result<Option<Vec<Vec<usize>>>, crate::formats::data::DataError> {
     if data.samples == 0 {
         return Ok(None);
     }
-    let shapes: Vec<Vec<usize>> = data.sample(0)?.iter().map(|t| t.shape().to_vec()).collect();
-    let outcome = resolve_types(module, &shapes);
-    Ok(Some(SampleTypes { shapes, outcome }))
+    Ok(Some(data.sample(0)?.iter().map(|t| t.shape().to_vec()).collect()))
 }
 
 /// Readies a TF-dialect module for an `.onnx` output: [`prepare`]s it with TF's own passes
