@@ -12,9 +12,8 @@ use crate::ir::graph::{body_ops, find_function, op_name, set_function_type, set_
 use crate::ir::keys::TensorKeys;
 use crate::ir::types::{element_type, is_ranked_tensor, tensor_type_of};
 use crate::tensor::{DType, Tensor};
-use melior::ir::block::BlockLike;
 use melior::ir::operation::OperationLike;
-use melior::ir::{Module, RegionLike, Type, Value, ValueLike};
+use melior::ir::{Module, Type, Value, ValueLike};
 use melior::Context;
 use std::collections::HashMap;
 
@@ -233,17 +232,7 @@ fn infer_types_with(ctx: &Context, module: &Module, skip: &[&str], first_fill: F
     // the signature follows the refined result types
     if let Some(ret) = body_ops(func).into_iter().find(|o| op_name(o) == "func.return") {
         let outs: Vec<Type> = ret.operands().map(|v| v.r#type()).collect();
-        let ins: Vec<Type> = func
-            .region(0)
-            .ok()
-            .and_then(|r| r.first_block())
-            .map(|b| {
-                (0..b.argument_count())
-                    .filter_map(|k| b.argument(k).ok())
-                    .map(|a| a.r#type())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let ins: Vec<Type> = crate::ir::graph::argument_types(func);
         set_function_type(ctx, func, &ins, &outs);
     }
     outcome.unknown = unranked_results(module, skip);

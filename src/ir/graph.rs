@@ -48,6 +48,20 @@ pub fn functions<'c, 'a>(module: &'a Module<'c>) -> Vec<OperationRef<'c, 'a>> {
         .collect()
 }
 
+/// The types of a function's arguments (its entry block's), in order.
+pub fn argument_types<'c>(func: OperationRef<'c, '_>) -> Vec<melior::ir::Type<'c>> {
+    func.region(0)
+        .ok()
+        .and_then(|r| r.first_block())
+        .map(|b| {
+            (0..b.argument_count())
+                .filter_map(|k| b.argument(k).ok())
+                .map(|a| a.r#type())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// A function's symbol name.
 pub fn function_name<'c: 'a, 'a>(func: &impl OperationLike<'c, 'a>) -> String {
     string_attr(func, "sym_name").unwrap_or_default()

@@ -98,17 +98,10 @@ pub fn resolve_types(module: &Module, shapes: &[Vec<usize>]) -> crate::interp::i
 
 /// True when an input of the entry function has a dynamic dim (or no ranked type).
 pub fn has_dynamic_inputs(module: &Module) -> bool {
-    use melior::ir::block::BlockLike;
-    use melior::ir::{RegionLike, ValueLike};
-    let Ok(func) = crate::ir::graph::find_function(module, None) else {
-        return false;
-    };
-    let Some(b) = func.region(0).ok().and_then(|r| r.first_block()) else {
-        return false;
-    };
-    (0..b.argument_count()).any(|k| {
-        b.argument(k)
-            .is_ok_and(|a| crate::ir::types::tensor_type(a.r#type()).is_none_or(|t| t.static_shape().is_none()))
+    crate::ir::graph::find_function(module, None).is_ok_and(|func| {
+        crate::ir::graph::argument_types(func)
+            .into_iter()
+            .any(|t| crate::ir::types::tensor_type(t).is_none_or(|t| t.static_shape().is_none()))
     })
 }
 
