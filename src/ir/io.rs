@@ -152,13 +152,16 @@ fn too_deep(text: &[u8]) -> Option<(usize, usize)> {
     None
 }
 
-/// Refuses text nested too deep for MLIR's parser (see [`MAX_TEXT_NESTING`]).
-fn check_nesting(bytes: &[u8], name: &Path) -> Result<(), IrError> {
-    if ModuleFormat::detect(bytes) != ModuleFormat::Text {
-        return Ok(());
-    }
-    match too_deep(bytes) {
-        None => Ok(()),
+/// What both parse paths do first: refuse text nested too deep for MLIR's parser (see
+/// [`MAX_TEXT_NESTING`]), then name `name` as the file MLIR reads, for a fatal error's message,
+/// until the returned guard drops.
+fn before_parse(bytes: &[u8], name: &Path) -> Result<super::fatal::Reading, IrError> {
+    let deep = match ModuleFormat::detect(bytes) {
+        ModuleFormat::Text => too_deep(bytes),
+        ModuleFormat::Bytecode => None,
+    };
+    match deep {
+        None => Ok(super::fatal::reading(name)),
         Some((line, col)) => Err(IrError::Parse {
             path: name.to_path_buf(),
             diagnostics: vec![format!(
@@ -175,8 +178,7 @@ fn check_nesting(bytes: &[u8], name: &Path) -> Result<(), IrError> {
 pub fn load_bytes<'c>(ctx: &'c Context, bytes: &[u8], name: &Path) -> Result<Module<'c>, IrError> {
     // MLIR's parser takes a (pointer, length) pair, so non-UTF-8 bytes and interior NULs reach it
     // as they are and come back as diagnostics rather than panics.
-    check_nesting(bytes, name)?;
-    let _reading = super::fatal::reading(name);
+    let _reading = before_parse(bytes, name)?;
     let (module, diagnostics) = capture_diagnostics(ctx, || unsafe {
         let src = mlir_sys::MlirStringRef {
             data: bytes.as_ptr() as *const _,
@@ -209,8 +211,7 @@ pub fn load<'c>(ctx: &'c Context, path: &Path) -> Result<Module<'c>, IrError> {
     let Some(path_str) = path.to_str() else {
         return load_bytes(ctx, &bytes, path);
     };
-    check_nesting(&bytes, path)?;
-    let _reading = super::fatal::reading(path);
+    let _reading = before_parse(&bytes, path)?;
     let (module, diagnostics) = capture_diagnostics(ctx, || unsafe {
         let p = mlir_sys::MlirStringRef {
             data: path_str.as_ptr() as *const _,
