@@ -5,7 +5,7 @@
 use crate::formats::data::{bind, Dataset};
 use crate::interp::Program;
 use crate::quantize::prepare;
-use crate::run::{run_samples, RunError};
+use crate::run::{run_side_by_side, Feed, RunError, SideBySide};
 use crate::tensor::Tensor;
 use melior::ir::Module;
 use serde::Serialize;
@@ -22,9 +22,6 @@ pub struct EvalOptions {
     pub histograms: bool,
     pub overrides: Vec<(String, String)>,
 }
-
-/// Samples per chunk while per-layer values are held (see `evaluate`).
-const WATCHED_CHUNK: usize = 4;
 
 /// An SQNR this many dB below the previous layer's (one bit's worth) marks a sharp drop.
 pub const SHARP_DROP_DB: f64 = 6.02;
@@ -70,6 +67,14 @@ impl Energy {
                 self.max_abs = self.max_abs.max(d.abs());
             }
         }
+    }
+    /// Adds another sample's sums.
+    fn merge(&mut self, o: &Energy) {
+        self.signal += o.signal;
+        self.noise += o.noise;
+        self.dot += o.dot;
+        self.quant += o.quant;
+        self.max_abs = self.max_abs.max(o.max_abs);
     }
     /// 10·log10(signal / noise) in dB; `None` when the quantized values are exact.
     fn sqnr_db(&self) -> Option<f64> {
@@ -306,68 +311,72 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
             .filter(|k| !layer_keys.contains(k)),
     );
     let (wf, wq) = (pf.watch(&float_keys)?, pq.watch(&layer_keys)?);
+    let paired: HashSet<String> = layer_keys.iter().cloned().collect();
     let n = opts.limit.map_or(binding.samples, |l| l.min(binding.samples));
     let mut outputs = vec![Energy::default(); pf.output_names.len()];
     let mut layers: BTreeMap<String, Energy> = BTreeMap::new();
     let (mut agree, mut fcorrect, mut qcorrect) = (0usize, 0usize, 0usize);
-    // samples run together (in parallel); while layers are watched every float activation of a
-    // chunk is held until the quantized run compares it, so those chunks are small — memory
-    // is then about 4 samples' activations, whatever the data set's size
-    let chunk = if float_keys.is_empty() { 16 } else { WATCHED_CHUNK };
-    let mut start = 0;
-    while start < n {
-        let idx: Vec<usize> = (start..(start + chunk).min(n)).collect();
-        let mut fvals: BTreeMap<(usize, String), Tensor> = BTreeMap::new();
-        let fo = run_samples(
-            &pf,
-            &binding,
-            &idx,
-            opts.threads,
-            &wf,
-            true,
-            &mut |i, k, v| {
-                if let (Some((h, clipped)), Some(Tensor::F32(a))) = (hists.get_mut(k), Some(v)) {
-                    let (lo, hi) = range_of[k];
-                    if let Some(xs) = a.as_slice() {
-                        h.observe_slice(xs);
-                        *clipped += xs.iter().filter(|&&x| (x as f64) < lo || (x as f64) > hi).count() as u64;
-                    }
-                }
-                fvals.insert((i, k.to_string()), v.clone());
-                Ok(())
-            },
-            "evaluate float",
-        )?;
-        let qo = run_samples(
-            &pq,
-            &binding,
-            &idx,
-            opts.threads,
-            &wq,
-            true,
-            &mut |i, k, v| {
-                if let Some(f) = fvals.get(&(i, k.to_string())) {
-                    if let Some(q) = aligned(f, v) {
-                        layers.entry(k.to_string()).or_default().add(f, &q);
-                    }
-                }
-                Ok(())
-            },
-            "evaluate quantized",
-        )?;
-        for ((i, f), q) in idx.iter().zip(&fo).zip(&qo) {
-            for (j, (a, b)) in f.iter().zip(q).enumerate() {
-                outputs[j].add(a, b);
-            }
-            let (af, aq) = (f.first().and_then(argmax), q.first().and_then(argmax));
-            agree += (af == aq) as usize;
-            if let Some(l) = labels.as_ref().and_then(|l| l.get(*i)) {
-                fcorrect += (af.map(|a| a as i64) == Some(*l)) as usize;
-                qcorrect += (aq.map(|a| a as i64) == Some(*l)) as usize;
+    // the two models run side by side, each layer compared as soon as the quantized model
+    // computes it: memory holds a few float activations per sample in flight, not all of
+    // them (`run_side_by_side`); each sample's sums and histograms are merged in sample order
+    type SampleHists = BTreeMap<String, (crate::calibration::Histogram, u64)>;
+    let observe_float = |h: &mut SampleHists, k: &str, v: &Tensor| {
+        if let (Some(&(lo, hi)), Tensor::F32(a)) = (range_of.get(k), v) {
+            if let Some(xs) = a.as_slice() {
+                let (hist, clipped) = h
+                    .entry(k.to_string())
+                    .or_insert_with(|| (crate::calibration::Histogram::new(128), 0));
+                hist.observe_slice(xs);
+                *clipped += xs.iter().filter(|&&x| (x as f64) < lo || (x as f64) > hi).count() as u64;
             }
         }
-        start += chunk;
-    }
+        Ok(())
+    };
+    let compare = |e: &mut BTreeMap<String, Energy>, k: &str, f: &Tensor, q: &Tensor| {
+        if let Some(q) = aligned(f, q) {
+            e.entry(k.to_string()).or_default().add(f, &q);
+        }
+        Ok(())
+    };
+    let mut combine = |i: usize, [f, q]: [Vec<Tensor>; 2], h: SampleHists, e: BTreeMap<String, Energy>| {
+        for (k, (sample, clipped)) in h {
+            if let Some((hist, total)) = hists.get_mut(&k) {
+                hist.merge(&sample).map_err(|e| RunError::Output(e.to_string()))?;
+                *total += clipped;
+            }
+        }
+        for (k, sample) in e {
+            layers.entry(k).or_default().merge(&sample);
+        }
+        for (j, (a, b)) in f.iter().zip(&q).enumerate() {
+            outputs[j].add(a, b);
+        }
+        let (af, aq) = (f.first().and_then(argmax), q.first().and_then(argmax));
+        agree += (af == aq) as usize;
+        if let Some(l) = labels.as_ref().and_then(|l| l.get(i)) {
+            fcorrect += (af.map(|a| a as i64) == Some(*l)) as usize;
+            qcorrect += (aq.map(|a| a as i64) == Some(*l)) as usize;
+        }
+        Ok(())
+    };
+    let indices: Vec<usize> = (0..n).collect();
+    run_side_by_side(
+        [&pf, &pq],
+        Feed::Indexed {
+            data: &binding,
+            indices: &indices,
+        },
+        opts.threads,
+        [&wf, &wq],
+        &paired,
+        SideBySide {
+            init: &|| (SampleHists::new(), BTreeMap::new()),
+            observe_a: &observe_float,
+            compare: &compare,
+            combine: &mut combine,
+        },
+        "evaluate",
+    )?;
     let frac = |k: usize| (n > 0).then(|| k as f64 / n as f64);
     let outputs: Vec<OutputReport> = pf
         .output_names

@@ -6,6 +6,7 @@ use crate::formats::data::{Binding, DataError};
 use crate::interp::{InterpError, Program, Watch};
 use crate::tensor::Tensor;
 use rayon::prelude::*;
+use std::collections::{HashMap, HashSet};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -282,7 +283,7 @@ pub fn run_feed(
 #[allow(clippy::too_many_arguments)]
 fn run_chunks<S: Send>(
     program: &Program,
-    mut feed: Feed,
+    feed: Feed,
     threads: usize,
     watch: &Watch,
     init: &(dyn Fn() -> S + Sync),
@@ -290,8 +291,27 @@ fn run_chunks<S: Send>(
     combine: &mut dyn FnMut(usize, Vec<Tensor>, S) -> Result<(), RunError>,
     what: &str,
 ) -> Result<usize, RunError> {
+    let run_one = |i: usize, inputs: Vec<Tensor>| {
+        let mut state = init();
+        let out = program
+            .run_observed(&inputs, watch, &mut |k, v| fold(&mut state, i, k, v))
+            .map_err(|error| RunError::Interp { sample: i, error })?;
+        Ok((out, state))
+    };
+    run_jobs(feed, pool(threads)?, &run_one, combine, what)
+}
+
+/// Chunks of 2 × the pool's size of samples from `feed`, each run by `run_one(sample, inputs)`
+/// on a worker of `pool`; `combine` sees (sample, outputs, state) in sample order, after each
+/// chunk. Returns the number of samples run.
+fn run_jobs<S: Send>(
+    mut feed: Feed,
+    pool: rayon::ThreadPool,
+    run_one: &(dyn Fn(usize, Vec<Tensor>) -> Result<(Vec<Tensor>, S), RunError> + Sync),
+    combine: &mut dyn FnMut(usize, Vec<Tensor>, S) -> Result<(), RunError>,
+    what: &str,
+) -> Result<usize, RunError> {
     let total = feed.len();
-    let pool = pool(threads)?;
     let chunk = pool.current_num_threads().max(1) * 2;
     let pb = match total {
         Some(n) => progress(n, what),
@@ -308,15 +328,12 @@ fn run_chunks<S: Send>(
             jobs.into_par_iter()
                 .map(|job| {
                     let i = job.index();
-                    let run = || {
-                        let inputs = job.inputs()?;
-                        let mut state = init();
-                        let out = program
-                            .run_observed(&inputs, watch, &mut |k, v| fold(&mut state, i, k, v))
-                            .map_err(|error| RunError::Interp { sample: i, error })?;
-                        Ok((out, state))
-                    };
-                    (i, run())
+                    (
+                        i,
+                        job.inputs()
+                            .map_err(RunError::from)
+                            .and_then(|inputs| run_one(i, inputs)),
+                    )
                 })
                 .collect()
         });
@@ -330,6 +347,125 @@ fn run_chunks<S: Send>(
     }
     pb.finish_and_clear();
     Ok(done)
+}
+
+/// What [`run_side_by_side`] does with the values of one sample: `observe_a` sees every value
+/// `a` watches (on `a`'s thread, into its state), `compare` every key of `paired` with `a`'s and
+/// `b`'s value (on `b`'s thread, into its state), and `combine` gets, in sample order, both
+/// programs' outputs and the two states.
+pub struct SideBySide<'f, SA, SB> {
+    pub init: &'f (dyn Fn() -> (SA, SB) + Sync),
+    pub observe_a: &'f (dyn Fn(&mut SA, &str, &Tensor) -> Result<(), String> + Sync),
+    pub compare: &'f (dyn Fn(&mut SB, &str, &Tensor, &Tensor) -> Result<(), String> + Sync),
+    pub combine: &'f mut dyn FnMut(usize, [Vec<Tensor>; 2], SA, SB) -> Result<(), RunError>,
+}
+
+/// At most this many of `a`'s values wait for `b` in [`run_side_by_side`] when the two run on
+/// threads of their own.
+const AHEAD: usize = 2;
+
+/// Runs programs `a` and `b` (a float model and its quantized form) on the same samples and
+/// hands every value both compute under a key of `paired` to `compare`, as soon as `b` has
+/// it. With two or more threads, each sample runs `a` on a thread of its own that stays at
+/// most [`AHEAD`] values ahead of `b` (threads / 2 samples at a time), so a sample in flight
+/// holds a few of `a`'s values rather than all of them; with one thread `a` runs first and
+/// its paired values wait for `b`. Per sample, everything is computed in the same order either
+/// way, so results do not depend on the thread count. Returns the number of samples run.
+#[allow(clippy::too_many_arguments)]
+pub fn run_side_by_side<SA: Send, SB: Send>(
+    [a, b]: [&Program; 2],
+    feed: Feed,
+    threads: usize,
+    [watch_a, watch_b]: [&Watch; 2],
+    paired: &HashSet<String>,
+    with: SideBySide<SA, SB>,
+    what: &str,
+) -> Result<usize, RunError> {
+    let SideBySide {
+        init,
+        observe_a,
+        compare,
+        combine,
+    } = with;
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let concurrent = threads >= 2;
+    // runs `a`, sending its paired values through `send`; false from `send` means `b` is gone
+    let run_a = |i: usize, inputs: &[Tensor], sa: &mut SA, send: &dyn Fn(String, Tensor) -> bool| {
+        a.run_observed(inputs, watch_a, &mut |k, v| {
+            observe_a(sa, k, v)?;
+            if paired.contains(k) && !send(k.to_string(), v.clone()) {
+                return Err("stopped: the other model's run ended".into());
+            }
+            Ok(())
+        })
+        .map_err(|error| RunError::Interp { sample: i, error })
+    };
+    // runs `b`, taking `a`'s value of each paired key from `rx` (values that come before it
+    // wait in `pending`)
+    let run_b = |i: usize, inputs: &[Tensor], sb: &mut SB, rx: &std::sync::mpsc::Receiver<(String, Tensor)>| {
+        let mut pending: HashMap<String, Tensor> = HashMap::new();
+        let mut a_done = false;
+        b.run_observed(inputs, watch_b, &mut |k, vb| {
+            if !paired.contains(k) {
+                return Ok(());
+            }
+            let mut va = pending.remove(k);
+            while va.is_none() && !a_done {
+                match rx.recv() {
+                    Ok((key, v)) if key == k => va = Some(v),
+                    Ok((key, v)) => {
+                        pending.insert(key, v);
+                    }
+                    Err(_) => a_done = true,
+                }
+            }
+            match va {
+                Some(va) => compare(sb, k, &va, vb),
+                None => Ok(()),
+            }
+        })
+        .map_err(|error| RunError::Interp { sample: i, error })
+    };
+    let run_one = |i: usize, inputs: Vec<Tensor>| -> Result<(Vec<Tensor>, (Vec<Tensor>, SA, SB)), RunError> {
+        let (mut sa, mut sb) = init();
+        let (out_a, out_b) = if concurrent {
+            let (tx, rx) = std::sync::mpsc::sync_channel(AHEAD);
+            std::thread::scope(|s| {
+                let thread_a = s.spawn(|| {
+                    let out = run_a(i, &inputs, &mut sa, &|k, v| tx.send((k, v)).is_ok());
+                    drop(tx);
+                    out
+                });
+                let out_b = run_b(i, &inputs, &mut sb, &rx);
+                drop(rx);
+                let out_a = thread_a.join().unwrap_or_else(|_| {
+                    Err(RunError::Output(format!(
+                        "sample {i}: the run of the first model panicked (a bug in quantir)"
+                    )))
+                });
+                (out_a, out_b)
+            })
+        } else {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let out_a = run_a(i, &inputs, &mut sa, &|k, v| tx.send((k, v)).is_ok());
+            drop(tx);
+            (out_a, run_b(i, &inputs, &mut sb, &rx))
+        };
+        // `b`'s own error first: `a` may only have stopped because `b` did
+        let out_b = out_b?;
+        Ok((out_a?, (out_b, sa, sb)))
+    };
+    let pool = pool((threads / 2).max(1))?;
+    run_jobs(
+        feed,
+        pool,
+        &run_one,
+        &mut |i, out_a, (out_b, sa, sb)| combine(i, [out_a, out_b], sa, sb),
+        what,
+    )
 }
 
 /// Stacks per-sample outputs along a new first axis; when the inputs had a batch dim of 1 added,

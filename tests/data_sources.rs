@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{arg, ok, quantir, quantir_env, stderr};
+use common::{arg, ok, peak_rss_kb, quantir, quantir_env, stderr};
 
 use ndarray_npy::NpzWriter;
 use std::path::Path;
@@ -280,18 +280,6 @@ fn recipe_overrides_storage_per_op_and_excludes_by_key() {
             .count(),
         2
     );
-}
-
-/// Peak resident memory of one `quantir` run in KB, from GNU time.
-fn peak_rss_kb(args: &[&str]) -> u64 {
-    let o = Command::new("/usr/bin/time")
-        .args(["-f", "%M"])
-        .arg(env!("CARGO_BIN_EXE_quantir"))
-        .args(args)
-        .output()
-        .expect("/usr/bin/time (Debian package 'time', installed by scripts/install-deps.sh)");
-    assert!(o.status.success(), "{}", stderr(&o));
-    stderr(&o).trim().lines().last().unwrap().trim().parse().unwrap()
 }
 
 /// One 3×3 convolution on a 64×128 single-channel image: 32 KB per sample, so that 2,000

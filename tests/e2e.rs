@@ -416,3 +416,50 @@ fn mobilenet_quantizes_with_folded_batchnorm_and_int32_biases() {
     // TFLite's int8 per-channel model of this network: 13.22 dB on these 16 images
     assert!(r["sqnr_db"].as_f64().unwrap() > 12.0, "{r}");
 }
+
+/// A chain of `n` 1×1 convolutions on 256×256×8: every activation is 2 MB, so one sample's
+/// activations (2·n MB) are far more than the few a run holds at once.
+fn deep_chain(n: usize) -> String {
+    let t = "tensor<1x256x256x8xf32>";
+    let mut s = format!(
+        "func.func @main(%x: {t}) -> {t} {{\n  %w = \"tf.Const\"() <{{value = dense<0.125> : tensor<1x1x8x8xf32>}}> : () -> tensor<1x1x8x8xf32>\n  %c0 = \"tf.Identity\"(%x) : ({t}) -> {t}\n"
+    );
+    for i in 0..n {
+        s += &format!(
+            "  %c{} = \"tf.Conv2D\"(%c{i}, %w) <{{data_format = \"NHWC\", padding = \"SAME\", strides = [1, 1, 1, 1]}}> : ({t}, tensor<1x1x8x8xf32>) -> {t}\n",
+            i + 1
+        );
+    }
+    s + &format!("  return %c{n} : {t}\n}}\n")
+}
+
+#[test]
+fn per_layer_evaluation_holds_a_few_activations_not_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, quant, data) = (
+        dir.path().join("deep.mlir"),
+        dir.path().join("q.mlir"),
+        dir.path().join("x.npz"),
+    );
+    std::fs::write(&model, deep_chain(24)).unwrap();
+    let x = ndarray::Array4::<f32>::from_shape_fn((4, 256, 256, 8), |(i, y, x, c)| {
+        ((i + y * 3 + x + c) % 17) as f32 / 17.0
+    });
+    let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(&data).unwrap());
+    w.add_array("x", &x).unwrap();
+    w.finish().unwrap();
+    let [m, q, d] = [&model, &quant, &data].map(|p| p.to_str().unwrap().to_string());
+    ok(quantir(&["quantize", &m, "--data", &d, "-o", &q]));
+    let evaluate = |extra: &[&str]| {
+        let mut a = vec!["evaluate", &m, &q, "--data", &d, "--threads", "2", "--json"];
+        a.extend(extra);
+        common::peak_rss_kb(&a)
+    };
+    let (plain, per_layer) = (evaluate(&[]), evaluate(&["--per-layer"]));
+    // one sample's 24 float activations are 48 MB; held until the quantized run compares them,
+    // two samples in flight would add ≥ 96 MB
+    assert!(
+        (per_layer as f64) <= 1.5 * plain as f64,
+        "peak RSS {per_layer} KB with --per-layer, {plain} KB without"
+    );
+}

@@ -133,3 +133,15 @@ pub fn saved_models() -> [(&'static str, PathBuf, PathBuf); 3] {
         ),
     ]
 }
+
+/// Peak resident memory of one `quantir` run in KB, from GNU time.
+pub fn peak_rss_kb(args: &[&str]) -> u64 {
+    let o = Command::new("/usr/bin/time")
+        .args(["-f", "%M"])
+        .arg(env!("CARGO_BIN_EXE_quantir"))
+        .args(args)
+        .output()
+        .expect("/usr/bin/time (Debian package 'time', installed by scripts/install-deps.sh)");
+    assert!(o.status.success(), "{}", stderr(&o));
+    stderr(&o).trim().lines().last().unwrap().trim().parse().unwrap()
+}
