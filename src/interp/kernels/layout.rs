@@ -46,7 +46,7 @@ pub fn transpose(t: &Tensor, perm: &[i64]) -> KernelResult<Tensor> {
     if p.len() != r || p.iter().any(|&a| std::mem::replace(&mut seen[a], true)) {
         return Err(format!("{perm:?} is not a permutation of rank {r}"));
     }
-    Ok(map_tensor!(t, a => a.view().permuted_axes(IxDyn(&p)).as_standard_layout().into_owned()))
+    Ok(map_tensor!(t, a => super::permute::permute(a.view(), &p)))
 }
 
 /// Collects the arrays of tensors that share the first one's type.

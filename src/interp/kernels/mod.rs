@@ -11,6 +11,7 @@ pub mod integer;
 pub mod layout;
 pub mod matmul;
 pub mod norm;
+pub mod permute;
 pub mod pool;
 pub mod quant;
 pub mod reduce;

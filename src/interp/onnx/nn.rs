@@ -2,6 +2,7 @@
 //! normalizations and Resize, each reading its attributes once.
 
 use super::*;
+use crate::interp::kernels::permute::permute;
 
 pub(super) fn pads_of(d: &OpDesc) -> Result<Pads, String> {
     match d.str_attr("auto_pad").unwrap_or("NOTSET") {
@@ -423,11 +424,9 @@ pub(super) fn softmax_op(d: &OpDesc, log: bool) -> Result<Box<dyn Kernel>, Strin
         }
         let mut perm: Vec<usize> = (0..a.ndim()).collect();
         perm.swap(ax, last);
-        let t = a.view().permuted_axes(IxDyn(&perm)).as_standard_layout().into_owned();
+        let t = permute(a.view(), &perm);
         let y = softmax(&t, log)?;
-        Ok(Tensor::F32(
-            y.permuted_axes(IxDyn(&perm)).as_standard_layout().into_owned(),
-        ))
+        Ok(Tensor::F32(permute(y.view(), &perm)))
     }))
 }
 
