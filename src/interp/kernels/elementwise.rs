@@ -21,10 +21,24 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> KernelResult<Vec<usize>> {
     Ok(out)
 }
 
-/// True when `small` (leading 1s dropped) equals the trailing dims of `big`.
-fn is_trailing(small: &[usize], big: &[usize]) -> bool {
-    let s: Vec<usize> = small.iter().copied().skip_while(|&d| d == 1).collect();
-    s.len() <= big.len() && big[big.len() - s.len()..] == s[..]
+/// When `small` broadcast to `big` (of `big`'s rank or less) repeats one contiguous block:
+/// `(outer, inner)` such that `big` is `[outer, small.len(), inner]` in memory and each value
+/// of `small` applies to `inner` consecutive elements. A per-channel `[C]` against `[N, H, W,
+/// C]` gives inner = 1; ONNX's `[C, 1, 1]` against `[N, C, H, W]` gives inner = H·W.
+fn block_of(small: &[usize], big: &[usize]) -> Option<(usize, usize)> {
+    if small.len() > big.len() {
+        return None;
+    }
+    let pad = big.len() - small.len();
+    let dim = |i: usize| if i < pad { 1 } else { small[i - pad] };
+    let first = (0..big.len()).find(|&i| dim(i) != 1)?;
+    let last = (0..big.len()).rev().find(|&i| dim(i) != 1)?;
+    if (first..=last).any(|i| dim(i) != big[i]) {
+        return None;
+    }
+    let outer = big[..first].iter().product();
+    let inner = big[last + 1..].iter().product();
+    Some((outer, inner))
 }
 
 /// out = f(a, b) with broadcasting; fast paths for equal shapes, scalars and trailing
@@ -47,19 +61,35 @@ pub fn binary<T: Copy, U: Copy + Default>(
             let p = x[0];
             return from_vec(&shape, y.iter().map(|&q| f(p, q)).collect());
         }
-        if !y.is_empty() && a.shape() == &shape[..] && is_trailing(b.shape(), a.shape()) {
-            let mut out = Vec::with_capacity(x.len());
-            for row in x.chunks_exact(y.len()) {
-                out.extend(row.iter().zip(y).map(|(&p, &q)| f(p, q)));
+        if a.shape() == &shape[..] {
+            if let Some((_, inner)) = block_of(b.shape(), a.shape()).filter(|_| !x.is_empty()) {
+                let mut out = Vec::with_capacity(x.len());
+                for row in x.chunks_exact(y.len() * inner) {
+                    if inner == 1 {
+                        out.extend(row.iter().zip(y).map(|(&p, &q)| f(p, q)));
+                    } else {
+                        for (plane, &q) in row.chunks_exact(inner).zip(y) {
+                            out.extend(plane.iter().map(|&p| f(p, q)));
+                        }
+                    }
+                }
+                return from_vec(&shape, out);
             }
-            return from_vec(&shape, out);
         }
-        if !x.is_empty() && b.shape() == &shape[..] && is_trailing(a.shape(), b.shape()) {
-            let mut out = Vec::with_capacity(y.len());
-            for row in y.chunks_exact(x.len()) {
-                out.extend(x.iter().zip(row).map(|(&p, &q)| f(p, q)));
+        if b.shape() == &shape[..] {
+            if let Some((_, inner)) = block_of(a.shape(), b.shape()).filter(|_| !y.is_empty()) {
+                let mut out = Vec::with_capacity(y.len());
+                for row in y.chunks_exact(x.len() * inner) {
+                    if inner == 1 {
+                        out.extend(x.iter().zip(row).map(|(&p, &q)| f(p, q)));
+                    } else {
+                        for (plane, &p) in row.chunks_exact(inner).zip(x) {
+                            out.extend(plane.iter().map(|&q| f(p, q)));
+                        }
+                    }
+                }
+                return from_vec(&shape, out);
             }
-            return from_vec(&shape, out);
         }
     }
     let av = a.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
@@ -468,6 +498,39 @@ mod tests {
     }
 
     #[test]
+    fn every_broadcast_of_a_smaller_operand_matches_ndarrays() {
+        use crate::interp::kernels::Kernel;
+        let big = [2usize, 3, 4, 5];
+        let a = ArrayD::from_shape_fn(IxDyn(&big), |i| (i[0] * 60 + i[1] * 20 + i[2] * 5 + i[3]) as f32);
+        // every shape of rank ≤ 4 whose dims are big's or 1 (right-aligned)
+        for rank in 0..=4usize {
+            for mask in 0..(1u32 << rank) {
+                let dims: Vec<usize> = (0..rank)
+                    .map(|i| if mask & (1 << i) != 0 { big[4 - rank + i] } else { 1 })
+                    .collect();
+                let b = ArrayD::from_shape_fn(IxDyn(&dims), |i| {
+                    1000.0 * (1 + (0..rank).map(|k| i[k] * (k + 1)).sum::<usize>()) as f32
+                });
+                let bv = b.broadcast(IxDyn(&big)).unwrap();
+                let want = ndarray::Zip::from(&a).and(&bv).map_collect(|&p, &q| p - q);
+                assert_eq!(binary(&a, &b, |p, q| p - q).unwrap(), want, "{dims:?}");
+                let flipped = ndarray::Zip::from(&a).and(&bv).map_collect(|&p, &q| q - p);
+                assert_eq!(binary(&b, &a, |p, q| p - q).unwrap(), flipped, "{dims:?} first");
+                let k = BinaryKernel(BinOp::Sub);
+                let got = k.run_owned(Tensor::F32(a.clone()), &[&Tensor::F32(b.clone())]).unwrap();
+                assert_eq!(got, vec![Tensor::F32(want)], "{dims:?} in place");
+            }
+        }
+        // an empty operand broadcasts to an empty result
+        let (e, c) = (ArrayD::<f32>::zeros(IxDyn(&[0, 3])), ArrayD::<f32>::ones(IxDyn(&[3])));
+        assert_eq!(binary(&e, &c, |p, q| p + q).unwrap().shape(), &[0, 3]);
+        assert_eq!(binary(&c, &e, |p, q| p + q).unwrap().shape(), &[0, 3]);
+        let k = BinaryKernel(BinOp::Add);
+        let got = k.run_owned(Tensor::F32(e.clone()), &[&Tensor::F32(c.clone())]).unwrap();
+        assert_eq!(got[0].shape(), &[0, 3]);
+    }
+
+    #[test]
     fn integer_floor_semantics() {
         let a = Tensor::I32(array![7, -7, 7, -7].into_dyn());
         let b = Tensor::I32(array![2, 2, -2, -2].into_dyn());
@@ -524,21 +587,33 @@ impl super::Kernel for UnaryKernel {
 pub struct BinaryKernel(pub BinOp);
 
 fn binary_in_place(op: BinOp, a: &mut ArrayD<f32>, b: &ArrayD<f32>) -> bool {
-    if b.is_empty() || !(b.len() == 1 || is_trailing(b.shape(), a.shape())) {
+    if b.is_empty() || a.is_empty() {
         return false;
     }
+    // a scalar is a block of one value over everything
+    let Some((_, inner)) = block_of(b.shape(), a.shape()).or((b.len() == 1).then_some((1, a.len()))) else {
+        return false;
+    };
     let (Some(x), Some(y)) = (a.as_slice_mut(), b.as_slice()) else {
         return false;
     };
-    if x.len() % y.len() != 0 {
+    if x.len() % (y.len() * inner) != 0 {
         return false;
     }
     macro_rules! each {
         ($f:expr) => {{
             let f = $f;
-            for row in x.chunks_exact_mut(y.len()) {
-                for (p, &q) in row.iter_mut().zip(y) {
-                    *p = f(*p, q);
+            for row in x.chunks_exact_mut(y.len() * inner) {
+                if inner == 1 {
+                    for (p, &q) in row.iter_mut().zip(y) {
+                        *p = f(*p, q);
+                    }
+                } else {
+                    for (plane, &q) in row.chunks_exact_mut(inner).zip(y) {
+                        for p in plane {
+                            *p = f(*p, q);
+                        }
+                    }
                 }
             }
         }};
