@@ -4,6 +4,7 @@
 
 use super::conv::{conv2d, depthwise_conv2d, Padding};
 use super::elementwise::Epilogue;
+use super::permute::permute;
 use super::{f32_arg, Kernel, KernelResult};
 use crate::tensor::Tensor;
 use ndarray::{ArrayD, Axis, IxDyn};
@@ -50,7 +51,7 @@ fn permuted4(x: &ArrayD<f32>, perm: [usize; 4], what: &str) -> KernelResult<Arra
     if x.ndim() != 4 {
         return Err(format!("expected a 4-D {what}, got shape {:?}", x.shape()));
     }
-    Ok(x.view().permuted_axes(IxDyn(&perm)).as_standard_layout().into_owned())
+    Ok(permute(x.view(), &perm))
 }
 
 pub fn nchw_to_nhwc(x: &ArrayD<f32>) -> KernelResult<ArrayD<f32>> {
@@ -58,7 +59,7 @@ pub fn nchw_to_nhwc(x: &ArrayD<f32>) -> KernelResult<ArrayD<f32>> {
 }
 
 pub fn nhwc_to_nchw(x: ArrayD<f32>) -> ArrayD<f32> {
-    x.permuted_axes(IxDyn(&[0, 3, 1, 2])).as_standard_layout().into_owned()
+    permute(x.view(), &[0, 3, 1, 2])
 }
 
 /// OIHW (ONNX) → HWIO (the conv kernel's layout).
@@ -90,9 +91,11 @@ impl Kernel for OnnxConv {
             Some(Tensor::F32(b)) if !b.is_empty() => Some(b.as_slice().ok_or("bias layout")?.to_vec()),
             _ => None,
         };
-        let xs = nchw_to_nhwc(input)?;
+        if input.ndim() != 4 {
+            return Err(format!("expected a 4-D NCHW input, got shape {:?}", input.shape()));
+        }
         let (kh, kw, ci, co) = (f.shape()[0], f.shape()[1], f.shape()[2], f.shape()[3]);
-        let c = xs.shape()[3];
+        let c = input.shape()[1];
         let g = self.group;
         if g == 0 || c != ci * g || co % g != 0 {
             return Err(format!(
@@ -105,6 +108,10 @@ impl Kernel for OnnxConv {
                 bias.map(|b| b.len()).unwrap_or(0)
             ));
         }
+        if let Some(y) = pointwise_nchw(input, f, self, bias.as_deref()) {
+            return Ok(vec![Tensor::F32(y?)]);
+        }
+        let xs = nchw_to_nhwc(input)?;
         let pad = self
             .pads
             .resolve([xs.shape()[1], xs.shape()[2]], [kh, kw], self.strides, self.dilations);
@@ -148,4 +155,39 @@ impl Kernel for OnnxConv {
         };
         Ok(vec![Tensor::F32(nhwc_to_nchw(y))])
     }
+}
+
+/// A 1×1 convolution at stride 1 without padding or groups, in NCHW as it stands: per image
+/// one product `W[co, ci] · X[ci, H·W]`, which is the output's `[co, H·W]`, so neither the input
+/// nor the output is transposed (most convolutions of MobileNet-style models are of this
+/// kind). `None` for any other convolution.
+fn pointwise_nchw(
+    x: &ArrayD<f32>,
+    f: &ArrayD<f32>,
+    conv: &OnnxConv,
+    bias: Option<&[f32]>,
+) -> Option<KernelResult<ArrayD<f32>>> {
+    let (&[n, c, h, w], &[1, 1, ci, co]) = (x.shape(), f.shape()) else {
+        return None;
+    };
+    let unpadded = match conv.pads {
+        Pads::Explicit(p) => p == [(0, 0); 2],
+        Pads::SameUpper | Pads::SameLower => true,
+    };
+    if conv.group != 1 || conv.strides != [1, 1] || !unpadded || c != ci {
+        return None;
+    }
+    let (xs, fs) = (x.as_slice()?, f.as_slice()?);
+    let hw = h * w;
+    let mut y = vec![0f32; n * co * hw];
+    for (img, out) in xs.chunks_exact(ci * hw).zip(y.chunks_exact_mut(co * hw)) {
+        // the HWIO filter [ci, co] read as W[co, ci]: row stride 1, column stride co
+        super::matmul::gemm_strided(co, hw, ci, fs, 1, co as isize, img, hw as isize, 1, out);
+        if let Some(b) = bias {
+            for (plane, &bc) in out.chunks_exact_mut(hw).zip(b) {
+                plane.iter_mut().for_each(|v| *v += bc);
+            }
+        }
+    }
+    Some(ArrayD::from_shape_vec(IxDyn(&[n, co, h, w]), y).map_err(|e| e.to_string()))
 }
