@@ -2,9 +2,9 @@
 """Side-by-side throughput: quantir's interpreter vs onnxruntime on MobileNet v2 0.35.
 
 The 16 test images (tests/data/mobilenet_test.npz, repeated 8 times) run through onnxruntime (the ONNX
-export of the model, CPU provider, all graph optimisations) and through `quantir run` on the
-TF-dialect MLIR export, batch 1, with 1 and with 2 threads, in one run. Prints samples/s and the
-quantir / onnxruntime ratio.
+export of the model, CPU provider, all graph optimisations) and through `quantir run` on both
+exports — the TF-dialect MLIR (NHWC) and the same ONNX file onnxruntime runs (NCHW) — batch 1,
+with 1 and with 2 threads, in one run. Prints samples/s and the quantir / onnxruntime ratios.
 
 Usage: .venv/bin/python benches/compare_runtime.py   (builds quantir in release first)
 """
@@ -63,18 +63,21 @@ def main():
         print(f"MobileNet v2 0.35, {len(x)} images of 224x224, batch 1; medians of {REPS} alternating runs; onnxruntime {onnxruntime.__version__}")
         # the two tools alternate, and the ratio is taken per pair before the median, so that
         # a slow phase of this shared machine hits both sides of a pair
-        print(f"{'threads':>7} {'onnxruntime/s':>14} {'quantir/s':>10} {'ratio (median of pairs)':>24}")
+        print(f"{'threads':>7} {'onnxruntime/s':>14} {'quantir TF/s':>13} {'quantir ONNX/s':>15} {'TF ratio':>9} {'ONNX ratio':>11}")
+        onnx_model = os.path.join(ROOT, "tests/data/mobilenet_v2_035.onnx")
         for t in (1, 2):
             session = ort_session(t)
-            os_, qs, ratios = [], [], []
+            os_, tfs, ons, tf_r, on_r = [], [], [], [], []
             for _ in range(REPS):
                 o = ort_rate(session, x)
                 q = quantir_rate(model, data, t, d)
+                n = quantir_rate(onnx_model, data, t, d)
                 os_.append(o)
-                qs.append(q)
-                ratios.append(q / o)
-            print(f"{t:>7} {median(os_):>14.1f} {median(qs):>10.1f} {median(ratios):>24.2f}")
-
+                tfs.append(q)
+                ons.append(n)
+                tf_r.append(q / o)
+                on_r.append(n / o)
+            print(f"{t:>7} {median(os_):>14.1f} {median(tfs):>13.1f} {median(ons):>15.1f} {median(tf_r):>9.2f} {median(on_r):>11.2f}")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,4 +1,5 @@
-//! Interpreter speed: whole MobileNet v2 0.35 per sample (single thread), the conv and
+//! Interpreter speed: whole MobileNet v2 0.35 per sample (single thread, TF-dialect and ONNX
+//! exports), an NCHW → NHWC permutation, the conv and
 //! depthwise shapes it runs, the digits MLP matmuls, and transformer-sized batch matmuls.
 mod common;
 
@@ -25,6 +26,11 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("model");
     g.sample_size(20);
     g.bench_function("mobilenet_v2_035_1thread", |b| b.iter(|| black_box(p.run(&x).unwrap())));
+    // the same network as shipped in ONNX (NCHW inside, an NHWC input transposed in)
+    let onnx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mobilenet_v2_035.onnx");
+    let mo = quantir::formats::model::load(&ctx, &onnx).unwrap();
+    let po = Program::compile(&mo, None).unwrap();
+    g.bench_function("mobilenet_v2_035_onnx_1thread", |b| b.iter(|| black_box(po.run(&x).unwrap())));
     g.finish();
 
     let mut g = c.benchmark_group("kernels");
@@ -44,6 +50,11 @@ fn bench(c: &mut Criterion) {
     let (xd2, fd2) = (arr(&[1, 112, 112, 48]), arr(&[3, 3, 48, 1]));
     g.bench_function("depthwise3x3_s2_112x112x48", |b| {
         b.iter(|| depthwise_conv2d(&xd2, &fd2, [2, 2], [1, 1], &Padding::Same, None).unwrap())
+    });
+    // NCHW -> NHWC of a MobileNet activation (what an ONNX conv without an NCHW kernel pays)
+    let xt = arr(&[1, 16, 112, 112]);
+    g.bench_function("permute_nchw_to_nhwc_1x16x112x112", |b| {
+        b.iter(|| quantir::interp::kernels::permute::permute(xt.view(), &[0, 2, 3, 1]))
     });
     // digits MLP: [1,64]·[64,64]; transformer-sized: 4×16×8 · 4×8×16
     let (a, w) = (arr(&[1, 64]), arr(&[64, 64]));
