@@ -7,6 +7,7 @@
 //! one thread, and results never depend on the thread count.
 
 pub mod desc;
+pub mod fusion;
 pub mod infer_types;
 pub mod kernels;
 pub mod onnx;
@@ -373,26 +374,26 @@ impl Program {
                 None => false,
             })
             .collect();
-        // compute op → [Mul(per-channel const)] → [BiasAdd | AddV2 | Add (per-channel const)]
-        // → [Relu | Relu6], at least one of them, each intermediate value used once
+        // compute op → [Mul(per-channel const)] → [Add (per-channel const)] → [ReLU | ReLU6],
+        // at least one of them, each intermediate value used once (`fusion`'s tables)
         let uses_of = |slot: usize| steps.iter().filter(|st| st.inputs.contains(&slot)).count();
         let sole_user = |slot: usize, at: usize| -> bool {
             at < steps.len()
                 && !outs.contains(&slot)
                 && uses_of(slot) == 1
-                && steps[at].inputs.len() <= 2
+                && steps[at].inputs.len() <= 3
                 && steps[at].inputs.first() == Some(&slot)
                 && steps[at].outputs.len() == 1
         };
-        let per_channel = |slot: usize, of: usize| matches!(&consts[slot], Some(Tensor::F32(t)) if t.ndim() == 1 && values[of].dims.last() == Some(&Dim::Static(t.len())));
         let mut fusions: Vec<Option<Fusion>> = vec![None; steps.len()];
         for i in 0..steps.len() {
             let head = &steps[i];
-            if !matches!(head.op.as_str(), "tf.Conv2D" | "tf.DepthwiseConv2dNative" | "tf.MatMul")
-                || head.outputs.len() != 1
-            {
+            let Some((axis, affine)) = fusion::head(&head.op, head.inputs.len()).filter(|_| head.outputs.len() == 1)
+            else {
                 continue;
-            }
+            };
+            let per_channel =
+                |slot: usize, of: usize| fusion::per_channel(consts[slot].as_ref(), &values[of].dims, axis);
             let (mut cur, mut at) = (head.outputs[0], i + 1);
             let mut f = Fusion {
                 tail: vec![],
@@ -408,32 +409,31 @@ impl Program {
                 *cur = steps[*at].outputs[0];
                 *at += 1;
             };
-            if sole_user(cur, at)
-                && steps[at].op == "tf.Mul"
-                && steps[at].inputs.len() == 2
+            let binary = |at: usize| steps[at].inputs.len() == 2;
+            if affine
+                && sole_user(cur, at)
+                && fusion::SCALES.contains(&steps[at].op.as_str())
+                && binary(at)
                 && per_channel(steps[at].inputs[1], cur)
             {
                 f.scale = Some(steps[at].inputs[1]);
                 take(&mut f, &mut cur, &mut at);
             }
-            if sole_user(cur, at)
-                && matches!(steps[at].op.as_str(), "tf.BiasAdd" | "tf.AddV2" | "tf.Add")
-                && steps[at].inputs.len() == 2
+            if affine
+                && sole_user(cur, at)
+                && fusion::BIASES.contains(&steps[at].op.as_str())
+                && binary(at)
                 && per_channel(steps[at].inputs[1], cur)
             {
                 f.bias = Some(steps[at].inputs[1]);
                 take(&mut f, &mut cur, &mut at);
             }
-            if sole_user(cur, at)
-                && matches!(steps[at].op.as_str(), "tf.Relu" | "tf.Relu6")
-                && steps[at].inputs.len() == 1
-            {
-                f.act = Some(if steps[at].op == "tf.Relu" {
-                    kernels::elementwise::UnOp::Relu
-                } else {
-                    kernels::elementwise::UnOp::Relu6
-                });
-                take(&mut f, &mut cur, &mut at);
+            if sole_user(cur, at) {
+                let bounds: Vec<Option<&Tensor>> = steps[at].inputs[1..].iter().map(|&s| consts[s].as_ref()).collect();
+                if let Some(act) = fusion::activation(&steps[at].op, &bounds) {
+                    f.act = Some(act);
+                    take(&mut f, &mut cur, &mut at);
+                }
             }
             if !f.tail.is_empty() {
                 f.out = cur;

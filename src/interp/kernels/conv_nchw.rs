@@ -78,6 +78,26 @@ pub struct OnnxConv {
 
 impl Kernel for OnnxConv {
     fn run(&self, x: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        self.go(x, None)
+    }
+
+    /// With the per-channel scale, bias and activation of the ops after it (`interp::fusion`,
+    /// which gives a conv with a bias of its own only an activation).
+    fn run_fused(&self, x: &[&Tensor], ep: &Epilogue) -> Option<KernelResult<Vec<Tensor>>> {
+        let own_bias = matches!(x.get(2), Some(Tensor::F32(b)) if !b.is_empty());
+        if own_bias && (ep.scale.is_some() || ep.bias.is_some()) {
+            return Some(Err(
+                "a conv with a bias of its own cannot take a fused scale or bias".into()
+            ));
+        }
+        Some(self.go(x, Some(ep)))
+    }
+}
+
+impl OnnxConv {
+    /// The convolution, then `fused` (whose bias, if any, stands in for the conv's own: the
+    /// caller never gives both).
+    fn go(&self, x: &[&Tensor], fused: Option<&Epilogue>) -> KernelResult<Vec<Tensor>> {
         let input = f32_arg(x, 0)?;
         let owned;
         let f = match &self.filter {
@@ -108,18 +128,32 @@ impl Kernel for OnnxConv {
                 bias.map(|b| b.len()).unwrap_or(0)
             ));
         }
-        if let Some(y) = pointwise_nchw(input, f, self, bias.as_deref()) {
+        let own = Epilogue {
+            bias: bias.as_deref(),
+            ..Default::default()
+        };
+        let ep = match fused {
+            Some(f) => Some(Epilogue {
+                bias: f.bias.or(bias.as_deref()),
+                ..*f
+            }),
+            None => bias.as_ref().map(|_| own),
+        };
+        if [ep.and_then(|e| e.scale), ep.and_then(|e| e.bias)]
+            .iter()
+            .flatten()
+            .any(|v| v.len() != co)
+        {
+            return Err(format!("the fused epilogue does not have {co} values per channel"));
+        }
+        let ep = ep.as_ref();
+        if let Some(y) = pointwise_nchw(input, f, self, ep) {
             return Ok(vec![Tensor::F32(y?)]);
         }
         let xs = nchw_to_nhwc(input)?;
         let pad = self
             .pads
             .resolve([xs.shape()[1], xs.shape()[2]], [kh, kw], self.strides, self.dilations);
-        let ep = Epilogue {
-            bias: bias.as_deref(),
-            ..Default::default()
-        };
-        let ep = bias.as_ref().map(|_| &ep);
         let y = if g == 1 {
             conv2d(&xs, f, self.strides, self.dilations, &pad, ep)?
         } else if ci == 1 {
@@ -146,10 +180,8 @@ impl Kernel for OnnxConv {
             }
             let views: Vec<_> = parts.iter().map(|p| p.view()).collect();
             let mut y = ndarray::concatenate(Axis(3), &views).map_err(|e| e.to_string())?;
-            if let Some(b) = &bias {
-                for (ch, mut sub) in y.axis_iter_mut(Axis(3)).enumerate() {
-                    sub.mapv_inplace(|v| v + b[ch]);
-                }
+            if let (Some(e), Some(v)) = (ep, y.as_slice_mut()) {
+                e.apply(v, co);
             }
             y
         };
@@ -165,7 +197,7 @@ fn pointwise_nchw(
     x: &ArrayD<f32>,
     f: &ArrayD<f32>,
     conv: &OnnxConv,
-    bias: Option<&[f32]>,
+    ep: Option<&Epilogue>,
 ) -> Option<KernelResult<ArrayD<f32>>> {
     let (&[n, c, h, w], &[1, 1, ci, co]) = (x.shape(), f.shape()) else {
         return None;
@@ -183,9 +215,15 @@ fn pointwise_nchw(
     for (img, out) in xs.chunks_exact(ci * hw).zip(y.chunks_exact_mut(co * hw)) {
         // the HWIO filter [ci, co] read as W[co, ci]: row stride 1, column stride co
         super::matmul::gemm_strided(co, hw, ci, fs, 1, co as isize, img, hw as isize, 1, out);
-        if let Some(b) = bias {
-            for (plane, &bc) in out.chunks_exact_mut(hw).zip(b) {
-                plane.iter_mut().for_each(|v| *v += bc);
+        if let Some(e) = ep {
+            // channel oc is the plane oc: the epilogue of that one channel over it
+            for (oc, plane) in out.chunks_exact_mut(hw).enumerate() {
+                let one = Epilogue {
+                    scale: e.scale.map(|v| &v[oc..oc + 1]),
+                    bias: e.bias.map(|v| &v[oc..oc + 1]),
+                    act: e.act,
+                };
+                one.apply(plane, 1);
             }
         }
     }
