@@ -122,6 +122,8 @@ struct Fusion {
     scale: Option<usize>,
     bias: Option<usize>,
     act: Option<kernels::elementwise::UnOp>,
+    /// Where the head's output keeps its channels.
+    axis: fusion::ChannelAxis,
     /// Values the fused step does not materialise, and the value it produces.
     skipped: Vec<usize>,
     out: usize,
@@ -400,6 +402,7 @@ impl Program {
                 scale: None,
                 bias: None,
                 act: None,
+                axis,
                 skipped: vec![],
                 out: cur,
             };
@@ -552,10 +555,11 @@ impl Program {
                     return Err(self.kernel_error(st, "fused epilogue on a non-f32 value".into()));
                 };
                 if !applied {
-                    let c = *y.shape().last().unwrap_or(&0);
-                    if let Some(x) = y.as_slice_mut() {
-                        ep.apply(x, c);
-                    }
+                    let axis = match f.axis {
+                        fusion::ChannelAxis::Second => 1,
+                        fusion::ChannelAxis::Last => y.ndim().saturating_sub(1),
+                    };
+                    ep.apply_on_axis(&mut y, axis).map_err(|m| self.kernel_error(st, m))?;
                 }
                 let t = Tensor::F32(y);
                 if watch.slots.contains(&f.out) {

@@ -180,8 +180,9 @@ impl OnnxConv {
             }
             let views: Vec<_> = parts.iter().map(|p| p.view()).collect();
             let mut y = ndarray::concatenate(Axis(3), &views).map_err(|e| e.to_string())?;
-            if let (Some(e), Some(v)) = (ep, y.as_slice_mut()) {
-                e.apply(v, co);
+            if let Some(e) = ep {
+                // NHWC here: channels last (concatenate's result need not be in C order)
+                e.apply_on_axis(&mut y, 3)?;
             }
             y
         };

@@ -471,6 +471,26 @@ mod tests {
     use ndarray::array;
 
     #[test]
+    fn an_epilogue_applies_on_any_channel_axis_or_says_it_cannot() {
+        let ep = Epilogue {
+            scale: Some(&[2.0, 3.0]),
+            bias: Some(&[1.0, -1.0]),
+            act: Some(UnOp::Relu),
+        };
+        // NCHW [1, 2, 1, 2]: channel 0 is (1, 2), channel 1 is (-1, 4)
+        let mut y = array![[[[1.0f32, 2.0]], [[-1.0, 4.0]]]].into_dyn();
+        ep.apply_on_axis(&mut y, 1).unwrap();
+        assert_eq!(y, array![[[[3.0f32, 5.0]], [[0.0, 11.0]]]].into_dyn());
+        // channels last, on a transposed (not C-order) value
+        let mut t = array![[1.0f32, -1.0], [2.0, 4.0]].reversed_axes().into_dyn();
+        ep.apply_on_axis(&mut t, 1).unwrap();
+        assert_eq!(t, array![[3.0f32, 5.0], [0.0, 11.0]].into_dyn());
+        // three channels against two values per channel
+        let mut z = ArrayD::<f32>::zeros(IxDyn(&[1, 3]));
+        assert!(ep.apply_on_axis(&mut z, 1).is_err());
+    }
+
+    #[test]
     fn broadcasting_rules() {
         assert_eq!(broadcast_shape(&[2, 1, 3], &[4, 1]).unwrap(), vec![2, 4, 3]);
         assert!(broadcast_shape(&[2, 3], &[4]).is_err());
@@ -667,6 +687,38 @@ pub struct Epilogue<'a> {
 }
 
 impl Epilogue<'_> {
+    /// Applies the epilogue to `y` with its channels on `axis` (made C order first if need
+    /// be); an error, never a silent skip, when `scale` or `bias` does not have one value per
+    /// channel.
+    pub fn apply_on_axis(&self, y: &mut ArrayD<f32>, axis: usize) -> Result<(), String> {
+        let Some(&c) = y.shape().get(axis) else {
+            return Err(format!("no channel axis {axis} in a value of shape {:?}", y.shape()));
+        };
+        if [self.scale, self.bias].iter().flatten().any(|v| v.len() != c) {
+            return Err(format!("the fused epilogue does not have {c} values per channel"));
+        }
+        if !y.is_standard_layout() {
+            *y = y.as_standard_layout().into_owned();
+        }
+        let inner: usize = y.shape()[axis + 1..].iter().product();
+        let x = y.as_slice_mut().ok_or("a fused epilogue on a strided value")?;
+        if inner == 1 {
+            self.apply(x, c);
+            return Ok(());
+        }
+        // channels outside the last axis: each channel's plane of `inner` values on its own
+        for (i, plane) in x.chunks_exact_mut(inner).enumerate() {
+            let ch = i % c;
+            let one = Epilogue {
+                scale: self.scale.map(|v| &v[ch..ch + 1]),
+                bias: self.bias.map(|v| &v[ch..ch + 1]),
+                act: self.act,
+            };
+            one.apply(plane, 1);
+        }
+        Ok(())
+    }
+
     /// Applies the epilogue to whole rows of `c` channels (`x.len()` a multiple of `c`, and
     /// `scale`/`bias` of length `c`; anything else is left untouched).
     pub fn apply(&self, x: &mut [f32], c: usize) {
