@@ -30,7 +30,9 @@ fn bench(c: &mut Criterion) {
     let onnx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mobilenet_v2_035.onnx");
     let mo = quantir::formats::model::load(&ctx, &onnx).unwrap();
     let po = Program::compile(&mo, None).unwrap();
-    g.bench_function("mobilenet_v2_035_onnx_1thread", |b| b.iter(|| black_box(po.run(&x).unwrap())));
+    g.bench_function("mobilenet_v2_035_onnx_1thread", |b| {
+        b.iter(|| black_box(po.run(&x).unwrap()))
+    });
     g.finish();
 
     let mut g = c.benchmark_group("kernels");

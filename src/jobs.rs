@@ -91,6 +91,8 @@ pub struct RecipeFlags {
     /// Raise the fewest activations (int8 → int16 → float) until the mean output SQNR on the
     /// calibration data reaches this many dB (see [`crate::target`]).
     pub target_sqnr: Option<f64>,
+    /// Bias correction on or off [default: the recipe's].
+    pub bias_correction: Option<bool>,
 }
 
 /// The settings; `target` is the output model, whose format picks the default scheme (ONNX's
@@ -121,6 +123,7 @@ pub fn config(flags: &RecipeFlags, target: Option<&Path>) -> Result<QuantConfig,
     c.quantize_outputs |= flags.quantize_outputs;
     c.reduce_range |= flags.reduce_range;
     c.exclude.extend(flags.exclude.iter().cloned());
+    c.bias_correction = flags.bias_correction.unwrap_or(c.bias_correction);
     Ok(c)
 }
 
@@ -333,6 +336,31 @@ fn first_samples(
         .collect::<Result<_, _>>()?)
 }
 
+/// Calibration samples bias correction measures each layer's shift on (the first ones).
+pub const BIAS_SAMPLES: usize = 128;
+
+/// Bias correction's shifts for `module` (prepared, calibrated as `stats` say), measured on
+/// the first [`BIAS_SAMPLES`] of `data` on `threads` workers (0 = all cores).
+pub fn correct_biases(
+    module: &Module,
+    stats: &StatsFile,
+    config: &QuantConfig,
+    data: &Dataset,
+    (threads, overrides): (usize, &[(String, String)]),
+) -> Result<quantize::bias_correction::BiasCorrection, JobError> {
+    let program = interp::Program::compile(module, None)?;
+    let binding = data::bind(data, &program.inputs, overrides)?;
+    drop(program);
+    let indices: Vec<usize> = (0..binding.samples.min(BIAS_SAMPLES)).collect();
+    let feed = crate::run::Feed::Indexed {
+        data: &binding,
+        indices: &indices,
+    };
+    Ok(quantize::bias_correction::measure_bias_shifts(
+        module, stats, config, feed, threads,
+    )?)
+}
+
 /// Calibration samples [`choose_method`] scores each candidate on.
 pub const CHOOSE_SAMPLES: usize = 16;
 
@@ -525,7 +553,8 @@ pub fn quantize(
         StatsSource::Calibrate { flags, .. } => (flags.threads, flags.overrides.clone()),
         _ => (0, Vec::new()),
     };
-    if flags.target_sqnr.is_some() && !matches!(stats, StatsSource::Calibrate { .. }) {
+    let stats_source_calibrates = matches!(stats, StatsSource::Calibrate { .. });
+    if flags.target_sqnr.is_some() && !stats_source_calibrates {
         return Err(usage("a quality target needs calibration data to score on (--data)"));
     }
     let mut kept: Option<Dataset> = None;
@@ -576,7 +605,8 @@ pub fn quantize(
                         (Some(_), _) => crate::target::TARGET_SAMPLES.max(CHOOSE_SAMPLES),
                         (None, Some(_)) => CHOOSE_SAMPLES,
                         (None, None) => 0,
-                    };
+                    }
+                    .max(if config.bias_correction { BIAS_SAMPLES } else { 0 });
                     let (c, first) = calibrate_keeping(&module, samples, cf, &opts, cache.as_deref(), keep)
                         .map_err(|e| e.within(model))?;
                     kept = first;
@@ -612,6 +642,23 @@ pub fn quantize(
             StatsFile::new(quantize::model_hash(&module), Method::MinMax, 0, Default::default())
         }
     };
+    let mut config = config;
+    if config.bias_correction {
+        match (target_data.or(kept.as_ref()), stats_source_calibrates) {
+            (Some(data), _) => {
+                quantize::prepare(&module)?;
+                let bc = correct_biases(&module, &stats, &config, data, (target_feed.0, &target_feed.1)).map_err(|e| e.within(model))?;
+                say(bc.to_string());
+                config.bias_shifts = bc.shifts;
+            }
+            (None, true) => {
+                return Err(usage(
+                    "bias correction measures on the calibration stream's first samples, but their shapes differ; give the data as a file or arrays, or --no-bias-correction",
+                ))
+            }
+            (None, false) => say("warning: bias correction needs calibration data (--data); not made".into()),
+        }
+    }
     let (config, target) = match (flags.target_sqnr, target_data.or(kept.as_ref())) {
         (Some(db), Some(data)) => {
             let twin = || -> Result<Module<'_>, crate::target::TargetError> {

@@ -85,6 +85,11 @@ impl RecipeArgs {
             reduce_range: self.reduce_range,
             exclude: self.exclude.clone(),
             target_sqnr: None,
+            bias_correction: match (self.bias_correction, self.no_bias_correction) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            },
         }
     }
 

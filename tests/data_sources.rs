@@ -7,7 +7,7 @@ use common::{arg, ok, peak_rss_kb, quantir, quantir_env, stderr};
 
 use ndarray_npy::NpzWriter;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 /// Exit 1, a one-line message containing every part of `needles`.
 fn fails_with(o: &Output, needles: &[&str]) {

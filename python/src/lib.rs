@@ -266,6 +266,7 @@ impl RecipeArgs {
             reduce_range: self.reduce_range,
             exclude: self.exclude.clone(),
             target_sqnr: self.target_sqnr,
+            bias_correction: None,
         })
     }
 }

@@ -332,6 +332,13 @@ pub struct RecipeArgs {
     /// Leave ops (by name, `*` wildcards) or tensors (by key) in float (repeatable).
     #[arg(long, value_name = "PATTERN")]
     pub exclude: Vec<String>,
+    /// Bias correction when quantize calibrates: each layer's mean output shift from
+    /// quantizing its weights and input, measured on calibration samples, taken off its bias.
+    #[arg(long, overrides_with = "no_bias_correction")]
+    pub bias_correction: bool,
+    /// No bias correction.
+    #[arg(long)]
+    pub no_bias_correction: bool,
 }
 
 /// The name a value enum is spelled with on the command line (what the library parses).

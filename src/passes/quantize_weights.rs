@@ -69,7 +69,11 @@ fn revive_dead_channels(mins: &mut [f64], maxs: &mut [f64]) -> usize {
     n
 }
 
-fn weight_params(w: &ArrayD<f32>, axis: Option<usize>, res: &Resolved) -> Result<(QuantParams, usize), PassError> {
+pub(crate) fn weight_params(
+    w: &ArrayD<f32>,
+    axis: Option<usize>,
+    res: &Resolved,
+) -> Result<(QuantParams, usize), PassError> {
     let dtype = if res.weights == WeightMode::Int4 {
         StorageType::Int4
     } else {
@@ -195,6 +199,67 @@ fn half_constant<'c, 'a>(
     )
 }
 
+/// A compute op's constant f32 weight and how the recipe quantizes it.
+pub struct WeightSite<'c, 'a> {
+    pub rule: &'static OpRule,
+    /// The weight's operand index, value and defining constant.
+    pub index: usize,
+    pub value: Value<'c, 'a>,
+    pub def: OperationRef<'c, 'a>,
+    pub values: ArrayD<f32>,
+    /// Its per-channel axis, `None` per tensor.
+    pub axis: Option<usize>,
+    pub res: Resolved,
+    /// The weight's key (`<constant>/weight`) and the op's output key.
+    pub key: String,
+    pub out_key: String,
+}
+
+/// The weight of `op` that `config` quantizes; `None` for an op with no rule or weight
+/// operand, a weight that is not a constant f32, or an op the recipe excludes.
+pub fn weight_site<'c, 'a>(
+    op: OperationRef<'c, 'a>,
+    config: &crate::recipe::QuantConfig,
+) -> Option<WeightSite<'c, 'a>> {
+    let name = op_name(&op);
+    let r = rule(&name)?;
+    let (wi, axis_rule) = r.weight?;
+    let w = op.operand(wi).ok()?;
+    let def = defining_op(w).filter(is_constant_op)?;
+    let Some(Tensor::F32(wt)) = constant_value(def) else {
+        return None;
+    };
+    let key = format!(
+        "{}/weight",
+        crate::ir::keys::location_name(def.location()).unwrap_or_else(|| location_string(def.location()))
+    );
+    let out_key = op
+        .result(0)
+        .ok()
+        .and_then(|r| crate::ir::keys::location_name(r.owner().location()))
+        .unwrap_or_default();
+    let res = config.resolve(&[&name, &out_key, &key]);
+    if res.exclude {
+        return None;
+    }
+    let axis = if res.per_channel {
+        axis_rule.axis(wt.shape(), &op_attrs(&op))
+    } else {
+        None
+    };
+    Some(WeightSite {
+        rule: r,
+        index: wi,
+        value: w,
+        def,
+        values: wt,
+        axis,
+        res,
+        key,
+        out_key,
+    })
+}
+
 pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, PassError> {
     let plan = plan(module, options.stats.as_ref(), &options.config)?;
     run_with_plan(module, &options.config, &plan)
@@ -216,35 +281,19 @@ pub fn run_with_plan<'c, 'a>(
         if erased.contains(&(op.to_raw().ptr as usize)) {
             continue;
         }
-        let name = op_name(&op);
-        let Some(r) = rule(&name) else { continue };
-        let Some((wi, axis_rule)) = r.weight else { continue };
-        let Ok(w) = op.operand(wi) else { continue };
-        let Some(def) = defining_op(w).filter(is_constant_op) else {
-            continue;
-        };
-        let Some(Tensor::F32(wt)) = constant_value(def) else {
-            continue;
-        };
+        let Some(site) = weight_site(op, config) else { continue };
+        let WeightSite {
+            rule: r,
+            index: wi,
+            value: w,
+            def,
+            values: wt,
+            axis,
+            res,
+            key,
+            out_key,
+        } = site;
         let tf = op_name(&def).starts_with("tf.");
-        let key = format!(
-            "{}/weight",
-            crate::ir::keys::location_name(def.location()).unwrap_or_else(|| location_string(def.location()))
-        );
-        let out_key = op
-            .result(0)
-            .ok()
-            .and_then(|r| crate::ir::keys::location_name(r.owner().location()))
-            .unwrap_or_default();
-        let res = config.resolve(&[&name, &out_key, &key]);
-        if res.exclude {
-            continue;
-        }
-        let axis = if res.per_channel {
-            axis_rule.axis(wt.shape(), &op_attrs(&op))
-        } else {
-            None
-        };
         let id = (def.to_raw().ptr as usize, axis);
         if let Some((v, _)) = done.get(&id) {
             set_operand(op, wi, *v);
@@ -268,7 +317,11 @@ pub fn run_with_plan<'c, 'a>(
                 }
                 // the bias after this op, at input scale × weight scale
                 if let Some(bias) = bias_site(op, r, plan) {
-                    let (badd, bidx, bdef, bvals, s_in) = bias;
+                    let (badd, bidx, bdef, mut bvals, s_in) = bias;
+                    // bias correction's measured shift of this layer's output
+                    if let Some(shift) = config.bias_shifts.get(&out_key).filter(|s| s.len() == bvals.len()) {
+                        bvals.iter_mut().zip(shift).for_each(|(b, s)| *b -= s);
+                    }
                     let q = quantize_bias(bvals.as_slice().unwrap_or(&[]), s_in, &p.scale, config.bias_overflow)
                         .map_err(err)?;
                     // how small the channel's weights are, next to the layer's largest
@@ -341,12 +394,12 @@ pub fn run_with_plan<'c, 'a>(
 
 /// A bias to quantize: the op that reads it, the operand index, the constant, its values and
 /// the scale of the compute op's quantized activation input.
-type BiasSite<'c, 'a> = (OperationRef<'c, 'a>, usize, OperationRef<'c, 'a>, ArrayD<f32>, f64);
+pub(crate) type BiasSite<'c, 'a> = (OperationRef<'c, 'a>, usize, OperationRef<'c, 'a>, ArrayD<f32>, f64);
 
 /// The bias to quantize with compute op `op`: its own bias operand when the table names one
 /// (ONNX Conv/Gemm input C), else the bias add right after it (its single use). The bias must
 /// be a constant f32 rank-1 tensor and the activation input quantized per tensor.
-fn bias_site<'c, 'a>(
+pub(crate) fn bias_site<'c, 'a>(
     op: OperationRef<'c, 'a>,
     r: &OpRule,
     plan: &crate::recipe::Plan<'c, 'a>,

@@ -16,15 +16,13 @@
 //! Each point is scored from float inputs, alone, so its choice does not depend on the order
 //! of the others'.
 
+use super::local_op::LocalOp;
 use super::{plan, QuantConfig, QuantizeError};
 use crate::calibration::{Method, State, StatsFile};
-use crate::interp::{build_kernel, Program, Watch};
-use crate::ir::graph::{defining_op, find_function, op_name, uses};
-use crate::ir::ops::{constant_value, is_constant_op};
-use crate::ir::value_key;
+use crate::interp::{Program, Watch};
+use crate::ir::graph::{find_function, uses};
 use crate::params::{fake_quant, Rounding};
 use crate::tensor::Tensor;
-use melior::ir::operation::OperationLike;
 use melior::ir::{Module, Value};
 use std::collections::HashMap;
 
@@ -56,25 +54,11 @@ impl std::fmt::Display for RangeChoice {
     }
 }
 
-/// One op reading a point, ready to run: its kernel and, per operand, the key of the runtime
-/// value it reads or the constant it is.
-struct Consumer {
-    kernel: Box<dyn crate::interp::Kernel>,
-    operands: Vec<Operand>,
-}
-
-enum Operand {
-    /// The point itself.
-    Point,
-    Const(Tensor),
-    Runtime(String),
-}
-
 /// A point being chosen for: its key, candidate parameters, consumers and running scores.
 struct Point {
     key: String,
     candidates: Vec<(usize, (f32, f32), crate::params::QuantParams)>,
-    consumers: Vec<Consumer>,
+    consumers: Vec<LocalOp>,
     error: Vec<f64>,
 }
 
@@ -136,11 +120,7 @@ pub fn choose_ranges(
     for p in &points {
         keys.push(p.key.clone());
         for c in &p.consumers {
-            for o in &c.operands {
-                if let Operand::Runtime(k) = o {
-                    keys.push(k.clone());
-                }
-            }
+            keys.extend(c.runtime_keys().map(str::to_string));
         }
     }
     keys.retain(|k| known.contains(k.as_str()));
@@ -183,63 +163,16 @@ fn consumers_of<'c, 'a>(
     v: Value<'c, 'a>,
     func: melior::ir::OperationRef<'c, 'a>,
     folded: &HashMap<&str, &Tensor>,
-) -> Vec<Consumer> {
-    let mut out = Vec::new();
+) -> Vec<LocalOp> {
     let mut owners = Vec::new();
     for u in uses(v) {
         if !owners.contains(&u.owner) {
             owners.push(u.owner);
         }
     }
-    'ops: for op in owners {
-        if op_name(&op) == "func.return" {
-            continue;
-        }
-        let mut operands = Vec::new();
-        for x in op.operands() {
-            if x == v {
-                operands.push(Operand::Point);
-                continue;
-            }
-            let key = value_key(func, x);
-            let constant = defining_op(x)
-                .filter(|d| is_constant_op(d))
-                .and_then(constant_value)
-                .or_else(|| key.as_deref().and_then(|k| folded.get(k)).map(|c| (*c).clone()));
-            operands.push(match (constant, key) {
-                (Some(c), _) => Operand::Const(c),
-                (None, Some(k)) => Operand::Runtime(k),
-                (None, None) => continue 'ops,
-            });
-        }
-        // what the kernel is built with: the constant operands' values
-        let consts = operands
-            .iter()
-            .map(|o| match o {
-                Operand::Const(t) => Some(t.clone()),
-                _ => None,
-            })
-            .collect();
-        if let Ok(kernel) = build_kernel(op, consts) {
-            out.push(Consumer { kernel, operands });
-        }
-    }
-    out
-}
-
-/// The operands of a consumer for one run, with `x` in the point's place.
-fn operand_refs<'t>(
-    operands: &'t [Operand],
-    x: &'t Tensor,
-    seen: &'t HashMap<String, Tensor>,
-) -> Option<Vec<&'t Tensor>> {
-    operands
-        .iter()
-        .map(|o| match o {
-            Operand::Point => Some(x),
-            Operand::Const(t) => Some(t),
-            Operand::Runtime(k) => seen.get(k),
-        })
+    owners
+        .into_iter()
+        .filter_map(|op| LocalOp::new(op, v, func, folded, &[]))
         .collect()
 }
 
@@ -254,20 +187,12 @@ fn score(p: &mut Point, seen: &HashMap<String, Tensor>) -> Result<(), String> {
         .map(|(_, _, q)| fake_quant(&x.view(), q, Rounding::HalfEven).map(Tensor::F32))
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
-    let first_f32 = |r: Vec<Tensor>| match r.into_iter().next() {
-        Some(Tensor::F32(y)) => Some(y),
-        _ => None,
-    };
     for c in &p.consumers {
-        let Some(args) = operand_refs(&c.operands, point, seen) else {
-            continue;
-        };
-        let Some(y) = first_f32(c.kernel.run(&args)?) else {
+        let Some(y) = c.run(point, seen)? else {
             continue;
         };
         for (k, q) in quantized.iter().enumerate() {
-            let args = operand_refs(&c.operands, q, seen).expect("the float run had every operand");
-            let Some(yq) = first_f32(c.kernel.run(&args)?) else {
+            let Some(yq) = c.run(q, seen)? else {
                 continue;
             };
             p.error[k] += y

@@ -2,9 +2,11 @@
 //! [`calibrate`] it on sample data, [`quantize_module`] it from statistics, and
 //! [`evaluate`](crate::evaluate) the result.
 
+pub mod bias_correction;
 pub mod cache;
 pub mod calibrate;
 pub mod choose_range;
+pub mod local_op;
 pub mod summary;
 
 pub use crate::recipe::file as recipe;

@@ -8,6 +8,7 @@
 //! method = "minmax"           # calibration method (when quantize calibrates itself)
 //! exclude = ["*Softmax*"]
 //! bias_overflow = "enlarge-weight-scale"  # or "clip": an int32 bias that would not fit
+//! bias_correction = true      # each layer's mean output shift on calibration data off its bias
 //!
 //! [[override]]
 //! match = "tf.MatMul"         # glob over op names and tensor keys
@@ -57,6 +58,8 @@ struct RecipeFile {
     reduce_range: Option<bool>,
     /// `enlarge-weight-scale` (the default) or `clip`
     bias_overflow: Option<crate::params::BiasOverflowPolicy>,
+    /// each layer's mean output shift taken off its bias when quantize calibrates
+    bias_correction: Option<bool>,
     exclude: Vec<String>,
     method: Option<String>,
     percentile: Option<f64>,
@@ -131,6 +134,7 @@ pub fn parse_onto(text: &str, base: QuantConfig) -> Result<QuantConfig, String> 
     c.symmetric_activations = f.symmetric_activations.unwrap_or(c.symmetric_activations);
     c.quantize_outputs = f.quantize_outputs.unwrap_or(c.quantize_outputs);
     c.reduce_range = f.reduce_range.unwrap_or(c.reduce_range);
+    c.bias_correction = f.bias_correction.unwrap_or(c.bias_correction);
     c.bias_overflow = f.bias_overflow.unwrap_or(c.bias_overflow);
     c.exclude = f.exclude;
     c.method = f.method;

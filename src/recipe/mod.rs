@@ -49,6 +49,14 @@ pub struct QuantConfig {
     pub percentile: Option<f64>,
     /// Per-op / per-tensor overrides, later ones winning.
     pub overrides: Vec<file::Override>,
+    /// Bias correction when `quantize` calibrates: the mean shift that quantizing each
+    /// layer's weights and input causes in its output on calibration samples is taken off its
+    /// bias (`quantize::bias_correction`).
+    pub bias_correction: bool,
+    /// The shifts bias correction measured, by compute op output key: computed, never read
+    /// from a recipe.
+    #[serde(skip)]
+    pub bias_shifts: std::collections::BTreeMap<String, Vec<f32>>,
 }
 
 impl Default for QuantConfig {
@@ -66,6 +74,8 @@ impl Default for QuantConfig {
             method: None,
             percentile: None,
             overrides: Vec::new(),
+            bias_correction: false,
+            bias_shifts: Default::default(),
         }
     }
 }

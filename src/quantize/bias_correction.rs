@@ -1,0 +1,316 @@
+//! Bias correction (Nagel et al., "Data-Free Quantization Through Weight Equalization and Bias
+//! Correction", ICCV 2019, §4.2, in its empirical form; NNCF's fast bias correction): the mean
+//! shift that quantizing a layer's weights and input causes in its output on calibration
+//! samples, taken off the layer's bias before the bias is quantized.
+//!
+//! ```text
+//! %y = onnx.Conv(%x, %w, %b)
+//!   shift[c] = mean over samples and positions of (Conv(fq(x), fq(w), b) − Conv(x, w, b))[c]
+//!   b[c] ← b[c] − shift[c]          // then int32 at input scale × weight scale, as ever
+//! ```
+//!
+//! Rounding to nearest is unbiased per value but not per channel: a channel's rounded weights
+//! sum to a little more or less than its float ones, and an input clipped at its range loses
+//! a one-sided mass; either moves the channel's mean output by an amount the next layers read
+//! as signal. Each layer is measured from float inputs, alone (its own rounding, not its
+//! inputs' drift), so the shifts do not depend on each other and one float run per sample
+//! measures them all. Layers without a constant bias the rewriter quantizes are counted, not
+//! corrected.
+
+use super::{plan, QuantConfig, QuantizeError};
+use crate::calibration::StatsFile;
+use crate::interp::fusion::ChannelAxis;
+use crate::interp::Program;
+use crate::ir::attrs::op_attrs;
+use crate::ir::graph::{body_ops, find_function, op_name};
+use crate::ir::keys::TensorKeys;
+use crate::params::{fake_quant, QuantParams, Rounding};
+use crate::passes::quantize_weights::{bias_site, weight_params, weight_site};
+use crate::recipe::WeightMode;
+use crate::run::{run_samples_fold, Feed};
+use crate::tensor::Tensor;
+use melior::ir::operation::OperationLike;
+use melior::ir::Module;
+use ndarray::Axis;
+use std::collections::{BTreeMap, HashMap};
+
+use super::local_op::LocalOp;
+
+/// What [`measure_bias_shifts`] measured.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BiasCorrection {
+    /// The shift of each corrected layer, by its output key.
+    pub shifts: BTreeMap<String, Vec<f32>>,
+    /// Quantized layers with no constant bias to take a shift.
+    pub without_bias: usize,
+    pub samples: usize,
+    /// The layer whose largest channel shift is the largest share of the standard deviation
+    /// of its output, and the share.
+    pub largest: Option<(String, f64)>,
+}
+
+impl std::fmt::Display for BiasCorrection {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "bias correction: {} layers on {} calibration samples",
+            self.shifts.len(),
+            self.samples
+        )?;
+        if let Some((k, share)) = &self.largest {
+            write!(f, " (largest shift {:.2} % of its output's std, {k})", 100.0 * share)?;
+        }
+        if self.without_bias > 0 {
+            write!(f, "; {} without a bias to correct", self.without_bias)?;
+        }
+        Ok(())
+    }
+}
+
+/// One layer being measured.
+struct Layer {
+    /// The compute op's output key (the rewriter's `bias_shifts` key) and runtime key.
+    out_key: String,
+    out_value: String,
+    /// The activation input's runtime key and its quantization.
+    input: String,
+    input_params: QuantParams,
+    /// The op with quantized weights, run on the fake-quantized input.
+    quantized: LocalOp,
+    channel_axis: ChannelAxis,
+    channels: usize,
+}
+
+/// A layer's sums over samples: per channel Σ (quantized − float) and the values counted;
+/// over the whole output Σ float and Σ float² (for the report).
+#[derive(Clone, Default)]
+struct Sums {
+    diff: Vec<f64>,
+    count: u64,
+    sum: f64,
+    sum_sq: f64,
+}
+
+impl Sums {
+    fn add(&mut self, o: &Sums) {
+        if self.diff.is_empty() {
+            self.diff = vec![0.0; o.diff.len()];
+        }
+        self.diff.iter_mut().zip(&o.diff).for_each(|(a, b)| *a += b);
+        self.count += o.count;
+        self.sum += o.sum;
+        self.sum_sq += o.sum_sq;
+    }
+}
+
+/// One sample in flight: the watched values its layers still need, and its layers' sums.
+struct Sample {
+    seen: HashMap<String, Tensor>,
+    /// Uses left of each key in `seen`.
+    left: HashMap<String, usize>,
+    sums: Vec<Option<Sums>>,
+}
+
+/// The axis of a compute op's output that its bias runs along: channels of NCHW for ONNX's
+/// convolutions and a BiasAdd in NCHW, the last axis otherwise (ONNX Gemm's C, a rank-1 Add's
+/// broadcast, TF's NHWC).
+fn bias_axis(bias_owner: melior::ir::OperationRef, own_bias: bool) -> ChannelAxis {
+    let name = op_name(&bias_owner);
+    let nchw = (own_bias && matches!(name.as_str(), "onnx.Conv" | "onnx.ConvTranspose"))
+        || op_attrs(&bias_owner)
+            .get("data_format")
+            .and_then(|v| v.as_str())
+            .is_some_and(|f| f.starts_with("NC"));
+    if nchw {
+        ChannelAxis::Second
+    } else {
+        ChannelAxis::Last
+    }
+}
+
+/// Measures, on the samples of `feed` (inputs of the prepared, calibrated `module`), the
+/// output shift of every layer whose int8/int4 weight and bias `config` quantizes, with its
+/// activation input quantized as `stats` say. Samples run on `threads` workers and their sums
+/// are added in sample order: the shifts do not depend on the thread count.
+pub fn measure_bias_shifts(
+    module: &Module,
+    stats: &StatsFile,
+    config: &QuantConfig,
+    feed: Feed,
+    threads: usize,
+) -> Result<BiasCorrection, QuantizeError> {
+    let failed = |m: String| QuantizeError::Stats(format!("bias correction: {m}"));
+    let plan = plan(module, Some(stats), config)?;
+    let func = find_function(module, None)?;
+    let program = Program::compile(module, None).map_err(|e| failed(e.to_string()))?;
+    let folded: HashMap<&str, &Tensor> = program.constant_values().collect();
+    let tensor_keys = TensorKeys::new(func);
+    let key_of = |v: melior::ir::Value| tensor_keys.get(v).map(str::to_string);
+    let mut layers: Vec<Layer> = Vec::new();
+    let mut without_bias = 0usize;
+    for op in body_ops(func) {
+        let Some(site) = weight_site(op, config) else { continue };
+        if !matches!(site.res.weights, WeightMode::Int8 | WeightMode::Int4) {
+            continue;
+        }
+        let Some(&ai) = site.rule.activations.first() else {
+            continue;
+        };
+        let Ok(x) = op.operand(ai) else { continue };
+        let Some(input_params) = plan.params_of(x).cloned() else {
+            continue;
+        };
+        let Some((owner, _, _, bias, _)) = bias_site(op, site.rule, &plan) else {
+            without_bias += 1;
+            continue;
+        };
+        let (p, _) = weight_params(&site.values, site.axis, &site.res).map_err(|e| failed(e.to_string()))?;
+        let wq = fake_quant(&site.values.view(), &p, Rounding::HalfEven).map_err(|e| failed(e.to_string()))?;
+        let (Some(input), Some(out_value)) = (key_of(x), op.result(0).ok().and_then(|r| key_of(r.into()))) else {
+            continue;
+        };
+        let Some(quantized) = LocalOp::new(op, x, func, &folded, &[(site.index, Tensor::F32(wq))]) else {
+            continue;
+        };
+        layers.push(Layer {
+            out_key: site.out_key,
+            out_value,
+            input,
+            input_params,
+            quantized,
+            channel_axis: bias_axis(owner, owner == op),
+            channels: bias.len(),
+        });
+    }
+    drop(plan);
+    // what each sample's values are kept for: the layers that read them, and how many
+    let mut uses: HashMap<String, usize> = HashMap::new();
+    let mut ready: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, l) in layers.iter().enumerate() {
+        let mut keys = vec![l.input.clone(), l.out_value.clone()];
+        keys.extend(l.quantized.runtime_keys().map(str::to_string));
+        keys.sort();
+        keys.dedup();
+        for k in keys {
+            *uses.entry(k).or_default() += 1;
+        }
+        ready.entry(l.out_value.clone()).or_default().push(i);
+    }
+    let mut keys: Vec<String> = uses.keys().cloned().collect();
+    keys.sort();
+    let watch = program.watch(&keys).map_err(|e| failed(e.to_string()))?;
+    let init = || Sample {
+        seen: HashMap::new(),
+        left: uses.clone(),
+        sums: vec![None; layers.len()],
+    };
+    // a layer is measured when its float output arrives: its input came before it
+    let fold = |s: &mut Sample, _: usize, key: &str, t: &Tensor| -> Result<(), String> {
+        let measured = ready.get(key).map_or(&[][..], |v| v.as_slice());
+        // a layer's output read by nothing else is measured where it arrives, not copied
+        if s.left.get(key) != Some(&measured.len()) || measured.is_empty() {
+            s.seen.insert(key.to_string(), t.clone());
+        }
+        for &i in measured {
+            let l = &layers[i];
+            s.sums[i] = measure(l, t, &s.seen).map_err(|e| format!("{}: {e}", l.out_key))?;
+            let mut keys = vec![l.input.as_str(), l.out_value.as_str()];
+            keys.extend(l.quantized.runtime_keys());
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                if let Some(n) = s.left.get_mut(k) {
+                    *n -= 1;
+                    if *n == 0 {
+                        s.seen.remove(k);
+                    }
+                }
+            }
+        }
+        Ok(())
+    };
+    let mut totals: Vec<Sums> = vec![Sums::default(); layers.len()];
+    let mut combine = |_: usize, s: Sample| -> Result<(), String> {
+        for (t, x) in totals.iter_mut().zip(&s.sums) {
+            if let Some(x) = x {
+                t.add(x);
+            }
+        }
+        Ok(())
+    };
+    let n = run_samples_fold(
+        &program,
+        feed,
+        threads,
+        &watch,
+        &init,
+        &fold,
+        &mut combine,
+        "bias correction",
+    )
+    .map_err(|e| failed(e.to_string()))?;
+    let mut out = BiasCorrection {
+        without_bias,
+        samples: n,
+        ..Default::default()
+    };
+    for (l, t) in layers.into_iter().zip(totals) {
+        if t.count == 0 {
+            continue;
+        }
+        let m = t.count as f64;
+        let shift: Vec<f32> = t.diff.iter().map(|d| (d / m) as f32).collect();
+        // the largest channel shift against the spread of the layer's whole output
+        let all = m * l.channels as f64;
+        let mean = t.sum / all;
+        let std = (t.sum_sq / all - mean * mean).max(0.0).sqrt();
+        let top = shift.iter().fold(0f64, |a, s| a.max(s.abs() as f64));
+        let share = if std > 0.0 { top / std } else { 0.0 };
+        if out.largest.as_ref().is_none_or(|(_, s)| share > *s) {
+            out.largest = Some((l.out_key.clone(), share));
+        }
+        out.shifts.insert(l.out_key, shift);
+    }
+    Ok(out)
+}
+
+/// One sample's sums of layer `l`, from its float output `y` and its float input in `seen`;
+/// `None` when they are not f32 or the op did not run.
+fn measure(l: &Layer, y: &Tensor, seen: &HashMap<String, Tensor>) -> Result<Option<Sums>, String> {
+    let (Some(Tensor::F32(x)), Tensor::F32(y)) = (seen.get(&l.input), y) else {
+        return Ok(None);
+    };
+    let xq = Tensor::F32(fake_quant(&x.view(), &l.input_params, Rounding::HalfEven).map_err(|e| e.to_string())?);
+    let Some(yq) = l.quantized.run(&xq, seen)? else {
+        return Ok(None);
+    };
+    let axis = match l.channel_axis {
+        ChannelAxis::Second => 1,
+        ChannelAxis::Last => y.ndim().saturating_sub(1),
+    };
+    if yq.shape() != y.shape() || axis >= y.ndim() || y.shape()[axis] != l.channels {
+        return Err(format!(
+            "outputs of shape {:?} and {:?} for a bias of {} channels",
+            y.shape(),
+            yq.shape(),
+            l.channels
+        ));
+    }
+    let mut s = Sums {
+        diff: vec![0.0; l.channels],
+        count: (y.len() / l.channels) as u64,
+        ..Default::default()
+    };
+    for c in 0..l.channels {
+        let (yf, yq) = (y.index_axis(Axis(axis), c), yq.index_axis(Axis(axis), c));
+        let mut d = 0f64;
+        for (a, b) in yf.iter().zip(yq.iter()) {
+            let a = *a as f64;
+            d += *b as f64 - a;
+            s.sum += a;
+            s.sum_sq += a * a;
+        }
+        s.diff[c] = d;
+    }
+    Ok(Some(s))
+}

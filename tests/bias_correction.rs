@@ -1,0 +1,160 @@
+//! `quantize --bias-correction`: the mean shift that rounding a layer's weights and input
+//! causes in its output, measured on calibration samples, is taken off the layer's bias.
+
+mod common;
+
+use common::{arg, ok, quantir, stderr};
+use std::path::Path;
+
+/// `y = Gemm(x, w, b)`, x of 3 features, w 3×2 with values int8 per-channel rounding moves:
+/// column 0's scale is 1/127, so 0.5 → 63.5 → 64 (+0.0039); column 1's is 0.3/127, so
+/// 0.1 → 42.33 → 42 (−0.00079). Row 2 is 0.
+fn model(dir: &Path) -> String {
+    let text = r#"func.func @main(%x: tensor<1x3xf32> loc("x")) -> tensor<1x2xf32> {
+  %w = "onnx.Constant"() {value = dense<[[1.0, 0.3], [0.5, 0.1], [0.0, 0.0]]> : tensor<3x2xf32>} : () -> tensor<3x2xf32> loc("w")
+  %b = "onnx.Constant"() {value = dense<[0.25, -0.5]> : tensor<2xf32>} : () -> tensor<2xf32> loc("b")
+  %y = "onnx.Gemm"(%x, %w, %b) : (tensor<1x3xf32>, tensor<3x2xf32>, tensor<2xf32>) -> tensor<1x2xf32> loc("y")
+  return %y : tensor<1x2xf32>
+}
+"#;
+    let p = dir.join("gemm.mlir");
+    std::fs::write(&p, text).unwrap();
+    arg(&p)
+}
+
+/// `n` samples of x; `vary` false: every one [1, 1, 0] (exact at the range [0, 1]).
+fn data(dir: &Path, n: usize, vary: bool) -> String {
+    let mut x = ndarray::Array3::<f32>::ones((n, 1, 3));
+    x.slice_mut(ndarray::s![.., .., 2]).fill(0.0);
+    if vary {
+        for s in 0..n {
+            x[[s, 0, 0]] = ((s * 37) % 100) as f32 / 100.0;
+            x[[s, 0, 1]] = ((s * 61 + 13) % 100) as f32 / 100.0;
+        }
+    }
+    let p = dir.join(format!("x{n}{vary}.npy"));
+    ndarray_npy::write_npy(&p, &x).unwrap();
+    arg(&p)
+}
+
+fn quantize(model: &str, data: &str, out: &Path, flag: &str) -> String {
+    let o = ok(quantir(&[
+        "quantize",
+        model,
+        "--data",
+        data,
+        "--no-cache",
+        flag,
+        "-o",
+        &arg(out),
+    ]));
+    stderr(&o)
+}
+
+/// (max |error|, mean error per output) of `q` against `model` on `data`.
+fn errors(model: &str, q: &Path, data: &str) -> (f64, Vec<f64>) {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |m: &str, name: &str| -> ndarray::ArrayD<f32> {
+        let out = dir.path().join(name);
+        ok(quantir(&["run", m, "--data", data, "-o", &arg(&out)]));
+        let mut npz = ndarray_npy::NpzReader::new(std::fs::File::open(&out).unwrap()).unwrap();
+        let names = npz.names().unwrap();
+        npz.by_name(&names[0]).unwrap()
+    };
+    let (f, q) = (run(model, "f.npz"), run(&arg(q), "q.npz"));
+    assert_eq!(f.shape(), q.shape());
+    let d = &q.mapv(f64::from) - &f.mapv(f64::from);
+    let max = d.iter().fold(0f64, |m, v| m.max(v.abs()));
+    let c = *d.shape().last().unwrap();
+    let flat = d.into_shape_with_order((f.len() / c, c)).unwrap();
+    (max, flat.mean_axis(ndarray::Axis(0)).unwrap().to_vec())
+}
+
+#[test]
+fn a_constant_rounding_shift_is_taken_off_the_bias() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = model(dir.path());
+    let x = data(dir.path(), 8, false);
+    let plain = dir.path().join("plain.mlir");
+    quantize(&m, &x, &plain, "--no-bias-correction");
+    let (max, mean) = errors(&m, &plain, &x);
+    // the weights' rounding alone: +0.0039 on y0, −0.0008 on y1 (bias rounding is ≤ 1.6e-5)
+    assert!((mean[0] - (64.0 / 127.0 - 0.5)).abs() < 5e-5, "{mean:?}");
+    assert!((mean[1] - (42.0 * 0.3 / 127.0 - 0.1)).abs() < 5e-5, "{mean:?}");
+    assert!(max > 3.5e-3, "{max}");
+    let corrected = dir.path().join("corrected.mlir");
+    let said = quantize(&m, &x, &corrected, "--bias-correction");
+    assert!(
+        said.contains("bias correction: 1 layers on 8 calibration samples"),
+        "{said}"
+    );
+    let (max, _) = errors(&m, &corrected, &x);
+    // what is left: the int32 bias's rounding at input scale × weight scale
+    assert!(max < 5e-5, "{max}");
+}
+
+#[test]
+fn the_mean_error_on_the_measured_samples_goes_to_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = model(dir.path());
+    let x = data(dir.path(), 32, true);
+    let (plain, corrected) = (dir.path().join("p.mlir"), dir.path().join("c.mlir"));
+    quantize(&m, &x, &plain, "--no-bias-correction");
+    quantize(&m, &x, &corrected, "--bias-correction");
+    let (_, before) = errors(&m, &plain, &x);
+    let (_, after) = errors(&m, &corrected, &x);
+    for (b, a) in before.iter().zip(&after) {
+        // per sample the input's rounding still varies; its mean and the weights' are gone
+        assert!(
+            a.abs() < 2e-5 && a.abs() < b.abs() / 10.0,
+            "before {before:?}, after {after:?}"
+        );
+    }
+}
+
+#[test]
+fn the_shifts_do_not_depend_on_the_thread_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = model(dir.path());
+    let x = data(dir.path(), 40, true);
+    let out = |t: &str| {
+        let p = dir.path().join(format!("t{t}.onnx"));
+        ok(quantir(&[
+            "quantize",
+            &m,
+            "--data",
+            &x,
+            "--no-cache",
+            "--bias-correction",
+            "--threads",
+            t,
+            "-o",
+            &arg(&p),
+        ]));
+        std::fs::read(p).unwrap()
+    };
+    assert_eq!(out("1"), out("2"));
+}
+
+#[test]
+fn without_calibration_data_it_says_it_made_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = model(dir.path());
+    let x = data(dir.path(), 4, true);
+    let stats = dir.path().join("s.json");
+    ok(quantir(&["calibrate", &m, "--data", &x, "-o", &arg(&stats)]));
+    let o = ok(quantir(&[
+        "quantize",
+        &m,
+        "--stats",
+        &arg(&stats),
+        "--bias-correction",
+        "-o",
+        &arg(&dir.path().join("q.mlir")),
+    ]));
+    assert!(
+        stderr(&o).contains("warning: bias correction needs calibration data (--data); not made"),
+        "{}",
+        stderr(&o)
+    );
+}
