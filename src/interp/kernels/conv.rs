@@ -161,6 +161,11 @@ pub fn conv2d(
     let (xs, fs) = (x.as_slice().ok_or("layout")?, f.as_slice().ok_or("layout")?);
     let pixels = g.oh * g.ow;
     let kdim = kh * kw * ci;
+    if kdim == 0 {
+        return Err(format!(
+            "a convolution window of {kh}x{kw} over {ci} channels holds no values"
+        ));
+    }
     let total = g.n * pixels * co;
     // every output value is written by a GEMM before anything reads it: no zero-fill
     let mut out: Vec<f32> = Vec::with_capacity(total);
@@ -180,14 +185,30 @@ pub fn conv2d(
             } else {
                 for (p, row) in (p0..p1).zip(patches.chunks_exact_mut(kdim)) {
                     let (oy, ox) = (p / g.ow, p % g.ow);
-                    for ky in 0..kh {
-                        for kx in 0..kw {
-                            let seg = &mut row[(ky * kw + kx) * ci..(ky * kw + kx + 1) * ci];
-                            match (g.ih(oy, ky), g.iw(ox, kx)) {
-                                (Some(iy), Some(ix)) => {
-                                    seg.copy_from_slice(&img[(iy * g.w + ix) * ci..(iy * g.w + ix + 1) * ci])
-                                }
-                                _ => seg.fill(0.0),
+                    for (ky, taps) in row.chunks_exact_mut(kw * ci).enumerate() {
+                        let Some(iy) = g.ih(oy, ky) else {
+                            taps.fill(0.0);
+                            continue;
+                        };
+                        let line = &img[iy * g.w * ci..(iy + 1) * g.w * ci];
+                        if g.dw == 1 {
+                            // undilated: the taps inside the row are one run of the input
+                            // (one copy, not kw of ci values each: conv1d has ci = 1)
+                            let start = ox * g.sw;
+                            let k0 = g.pw.saturating_sub(start).min(kw);
+                            let k1 = (g.w + g.pw).saturating_sub(start).clamp(k0, kw);
+                            taps[..k0 * ci].fill(0.0);
+                            if k1 > k0 {
+                                let ix0 = start + k0 - g.pw;
+                                taps[k0 * ci..k1 * ci].copy_from_slice(&line[ix0 * ci..(ix0 + k1 - k0) * ci]);
+                            }
+                            taps[k1 * ci..].fill(0.0);
+                            continue;
+                        }
+                        for (kx, seg) in taps.chunks_exact_mut(ci).enumerate() {
+                            match g.iw(ox, kx) {
+                                Some(ix) => seg.copy_from_slice(&line[ix * ci..(ix + 1) * ci]),
+                                None => seg.fill(0.0),
                             }
                         }
                     }

@@ -126,7 +126,25 @@ fn slice_axes(t: &Tensor, ranges: &[(isize, isize, isize)], shape: &[usize]) -> 
             let (b, e, s) = ranges[ax.axis.index()];
             if s > 0 { Slice::new(b, Some(e.max(b)), s) } else { Slice::new((e + 1).min(b + 1), Some(b + 1), s) }
         });
-        v.as_standard_layout().into_owned().into_shape_with_order(IxDyn(shape)).map_err(|e| e.to_string())?
+        // the innermost axis longer than 1: the value in C order is its lanes one after
+        // another (axes after it have length 1)
+        let lane_axis = (0..v.ndim()).rev().find(|&a| v.shape()[a] > 1);
+        let owned = match lane_axis {
+            Some(k) if !v.is_standard_layout() => {
+                // lane by lane, each a strided run, not element by element over every axis
+                // (basic_pitch's frames: [1, C, 43844] sliced by 2 along time)
+                let mut out = Vec::with_capacity(v.len());
+                for lane in v.lanes(ndarray::Axis(k)) {
+                    match lane.as_slice() {
+                        Some(r) => out.extend_from_slice(r),
+                        None => out.extend(lane.iter().cloned()),
+                    }
+                }
+                ndarray::ArrayD::from_shape_vec(v.raw_dim(), out).map_err(|e| e.to_string())?
+            }
+            _ => v.as_standard_layout().into_owned(),
+        };
+        owned.into_shape_with_order(IxDyn(shape)).map_err(|e| e.to_string())?
     }))
 }
 
@@ -547,6 +565,19 @@ pub fn space_to_depth(x: &Tensor, b: i64, crd: bool) -> KernelResult<Tensor> {
 mod tests {
     use super::*;
     use ndarray::array;
+
+    #[test]
+    fn slices_agree_with_ndarray_on_every_step_and_trailing_unit_axes() {
+        // [2, 5, 7, 1]: steps ±1, ±2, 3 on each axis, the lane path and the element path
+        let x = ndarray::Array::from_shape_fn((2, 5, 7, 1), |(a, b, c, _)| (a * 100 + b * 10 + c) as i32).into_dyn();
+        for &(s1, s2) in &[(1, 1), (2, 1), (1, 2), (2, 3), (-1, 1), (1, -2), (-2, -1)] {
+            let r = |n: isize, s: isize| if s > 0 { (0, n, s) } else { (n - 1, -1, s) };
+            let ranges = [(0, 2, 1), r(5, s1), r(7, s2), (0, 1, 1)];
+            let want = x.slice(ndarray::s![.., ..;s1, ..;s2, ..]).to_owned().into_dyn();
+            let got = slice_axes(&Tensor::I32(x.clone()), &ranges, want.shape()).unwrap();
+            assert_eq!(got, Tensor::I32(want), "steps {s1}, {s2}");
+        }
+    }
 
     fn t(v: Vec<i32>, s: &[usize]) -> Tensor {
         Tensor::I32(ArrayD::from_shape_vec(IxDyn(s), v).unwrap())
