@@ -179,7 +179,7 @@ impl OnnxConv {
                 parts.push(conv2d(&xg, &fg, self.strides, self.dilations, &pad, None)?);
             }
             let views: Vec<_> = parts.iter().map(|p| p.view()).collect();
-            let mut y = ndarray::concatenate(Axis(3), &views).map_err(|e| e.to_string())?;
+            let mut y = super::layout::concat_axis(&views, 3)?;
             if let Some(e) = ep {
                 // NHWC here: channels last (concatenate's result need not be in C order)
                 e.apply_on_axis(&mut y, 3)?;

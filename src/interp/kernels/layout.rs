@@ -80,7 +80,39 @@ macro_rules! over_types {
 pub fn concat(ts: &[&Tensor], axis: i64) -> KernelResult<Tensor> {
     let r = ts.first().ok_or("concat of nothing")?.shape().len();
     let a = norm_axis(axis, r)?;
-    Ok(over_types!(ts, v => ndarray::concatenate(Axis(a), &v).map_err(|e| format!("concat: {e}"))?))
+    Ok(over_types!(ts, v => concat_axis(&v, a).map_err(|e| format!("concat: {e}"))?))
+}
+
+/// `parts` joined along `axis`: for each index of the axes before it, each part's block
+/// copied whole (ndarray's `concatenate` appends lane by lane). The shapes must agree off
+/// `axis`.
+pub fn concat_axis<T: Clone>(parts: &[ndarray::ArrayViewD<T>], axis: usize) -> Result<ArrayD<T>, String> {
+    let first = parts.first().ok_or("nothing to join")?;
+    let shape = first.shape();
+    if axis >= shape.len() {
+        return Err(format!("axis {axis} of a rank-{} value", shape.len()));
+    }
+    let mut dims = shape.to_vec();
+    dims[axis] = 0;
+    for p in parts {
+        let s = p.shape();
+        if s.len() != shape.len() || (0..s.len()).any(|i| i != axis && s[i] != shape[i]) {
+            return Err(format!("shapes {shape:?} and {s:?} differ off axis {axis}"));
+        }
+        dims[axis] += s[axis];
+    }
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let std: Vec<_> = parts.iter().map(|p| p.as_standard_layout()).collect();
+    let mut out: Vec<T> = Vec::with_capacity(dims.iter().product());
+    for o in 0..outer {
+        for p in &std {
+            let block = p.shape()[axis] * inner;
+            let xs = p.as_slice().ok_or("layout")?;
+            out.extend_from_slice(&xs[o * block..(o + 1) * block]);
+        }
+    }
+    ArrayD::from_shape_vec(IxDyn(&dims), out).map_err(|e| e.to_string())
 }
 
 pub fn pack(ts: &[&Tensor], axis: i64) -> KernelResult<Tensor> {
@@ -280,11 +312,45 @@ pub fn strided_slice(t: &Tensor, begin: &[i64], end: &[i64], strides: &[i64], m:
 
 /// For each output position along one axis, the input position (mirror padding, tiling).
 fn gather_axes(t: &Tensor, maps: &[Vec<usize>]) -> Tensor {
-    let mut cur = t.clone();
+    let mut cur: Option<Tensor> = None;
     for (a, idx) in maps.iter().enumerate() {
-        cur = map_tensor!(&cur, x => x.select(Axis(a), idx));
+        // an axis taken whole, in order, is left as it is (not copied once per axis)
+        if idx.iter().copied().eq(0..t.shape()[a]) {
+            continue;
+        }
+        let from = cur.as_ref().unwrap_or(t);
+        cur = Some(map_tensor!(from, x => gather_axis(x, a, idx)));
     }
-    cur
+    cur.unwrap_or_else(|| t.clone())
+}
+
+/// `x` with its `axis` indexed by `idx` (every index < the axis length): the runs of the axes
+/// after it copied whole, where ndarray's `select` appends lane by lane.
+fn gather_axis<T: Clone>(x: &ArrayD<T>, axis: usize, idx: &[usize]) -> ArrayD<T> {
+    let x = x.as_standard_layout();
+    let shape = x.shape();
+    let (outer, d, inner) = (
+        shape[..axis].iter().product::<usize>(),
+        shape[axis],
+        shape[axis + 1..].iter().product::<usize>(),
+    );
+    let mut dims = shape.to_vec();
+    dims[axis] = idx.len();
+    let Some(xs) = x.as_slice() else {
+        return x.select(Axis(axis), idx);
+    };
+    let mut out: Vec<T> = Vec::with_capacity(outer * idx.len() * inner);
+    for o in 0..outer {
+        let block = &xs[o * d * inner..(o + 1) * d * inner];
+        if inner == 1 {
+            out.extend(idx.iter().map(|&k| block[k].clone()));
+        } else {
+            for &k in idx {
+                out.extend_from_slice(&block[k * inner..(k + 1) * inner]);
+            }
+        }
+    }
+    ArrayD::from_shape_vec(IxDyn(&dims), out).unwrap_or_else(|_| x.select(Axis(axis), idx))
 }
 
 /// Pads with a constant; `paddings` is [before, after] per dim.
@@ -565,6 +631,49 @@ pub fn space_to_depth(x: &Tensor, b: i64, crd: bool) -> KernelResult<Tensor> {
 mod tests {
     use super::*;
     use ndarray::array;
+
+    #[test]
+    fn joins_agree_with_ndarray_concatenate_on_every_axis() {
+        let a = ndarray::Array::from_shape_fn((2, 3, 4), |(i, j, k)| (i * 100 + j * 10 + k) as i32).into_dyn();
+        for axis in 0..3 {
+            let mut shape = vec![2, 3, 4];
+            shape[axis] = 1;
+            let b = ArrayD::from_elem(IxDyn(&shape), -1);
+            let c = a.clone().reversed_axes().reversed_axes();
+            let parts = [a.view(), b.view(), c.view()];
+            assert_eq!(
+                concat_axis(&parts, axis).unwrap(),
+                ndarray::concatenate(Axis(axis), &parts).unwrap(),
+                "axis {axis}"
+            );
+        }
+        // a transposed part, and parts that do not fit
+        let t = a.clone().permuted_axes(vec![0, 2, 1]).as_standard_layout().into_owned();
+        let tv = a.view().permuted_axes(vec![0, 2, 1]);
+        assert_eq!(
+            concat_axis(&[tv.clone(), tv.clone()], 2).unwrap(),
+            ndarray::concatenate(Axis(2), &[t.view(), t.view()]).unwrap()
+        );
+        assert!(concat_axis(&[a.view(), tv], 0).is_err());
+        assert!(concat_axis(&[a.view()], 3).is_err());
+    }
+
+    #[test]
+    fn gathers_agree_with_ndarray_select_on_every_axis() {
+        let x = ndarray::Array::from_shape_fn((2, 3, 4), |(a, b, c)| (a * 100 + b * 10 + c) as i32).into_dyn();
+        for axis in 0..3 {
+            let n = x.shape()[axis];
+            let idx: Vec<usize> = (0..n).rev().chain(0..n).chain([n - 1, 0]).collect();
+            assert_eq!(gather_axis(&x, axis, &idx), x.select(Axis(axis), &idx), "axis {axis}");
+        }
+        // a transposed (not C-order) input
+        let t = x.clone().permuted_axes(vec![2, 0, 1]);
+        assert_eq!(gather_axis(&t, 1, &[1, 0, 1]), t.select(Axis(1), &[1, 0, 1]));
+        // identity maps are skipped, the others applied
+        let maps = vec![vec![0, 1], vec![2, 1, 0], vec![0, 1, 2, 3]];
+        let got = gather_axes(&Tensor::I32(x.clone()), &maps);
+        assert_eq!(got, Tensor::I32(x.select(Axis(1), &[2, 1, 0])));
+    }
 
     #[test]
     fn slices_agree_with_ndarray_on_every_step_and_trailing_unit_axes() {
