@@ -542,7 +542,7 @@ impl Program {
                         .and_then(Tensor::as_f32)
                         .and_then(|a| a.as_slice())
                 };
-                let ep = kernels::elementwise::Epilogue {
+                let ep = kernels::epilogue::Epilogue {
                     scale: vec_of(f.scale),
                     bias: vec_of(f.bias),
                     act: f.act,

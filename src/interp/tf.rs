@@ -10,7 +10,7 @@ use super::kernels::norm::{batch_norm, softmax};
 use super::kernels::pool::pool2d;
 use super::kernels::reduce::{reduce, reduce_bool, Reduce};
 use super::kernels::{einsum::einsum, f32_arg, int_arg, ints_of, one, FnKernel, Kernel, KernelResult};
-use crate::interp::kernels::elementwise::Epilogue;
+use crate::interp::kernels::epilogue::Epilogue;
 use crate::tensor::{DType, Tensor};
 
 pub type Builder = fn(&OpDesc) -> Result<Box<dyn Kernel>, String>;

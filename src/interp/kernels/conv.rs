@@ -1,7 +1,7 @@
 //! 2-D convolution (NHWC input, HWIO filter) by im2col + GEMM — a 1×1 stride-1 convolution is
 //! a GEMM on the input itself — and depthwise convolution as its own direct kernel.
 
-use super::elementwise::{Epilogue, TiledEpilogue};
+use super::epilogue::{Epilogue, TiledEpilogue};
 use super::matmul::gemm_strided_into;
 use super::{from_vec, KernelResult};
 use ndarray::ArrayD;

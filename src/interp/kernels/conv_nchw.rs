@@ -3,7 +3,7 @@
 //! channel per group) or as one convolution per group.
 
 use super::conv::{conv2d, depthwise_conv2d, Padding};
-use super::elementwise::Epilogue;
+use super::epilogue::Epilogue;
 use super::permute::permute;
 use super::{f32_arg, Kernel, KernelResult};
 use crate::tensor::Tensor;

@@ -6,6 +6,7 @@ pub mod conv_nchw;
 pub mod conv_transpose;
 pub mod einsum;
 pub mod elementwise;
+pub mod epilogue;
 pub mod indexing;
 pub mod integer;
 pub mod layout;
@@ -33,7 +34,7 @@ pub trait Kernel: Send + Sync {
     /// Runs with a per-channel scale, bias and activation applied to the result inside the
     /// kernel, block by block while the data is in cache; `None` when the kernel has no fused
     /// form (the caller then applies the epilogue in a separate pass).
-    fn run_fused(&self, _inputs: &[&Tensor], _ep: &elementwise::Epilogue) -> Option<KernelResult<Vec<Tensor>>> {
+    fn run_fused(&self, _inputs: &[&Tensor], _ep: &epilogue::Epilogue) -> Option<KernelResult<Vec<Tensor>>> {
         None
     }
 

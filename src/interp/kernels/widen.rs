@@ -9,7 +9,7 @@
 //! the fallback: it runs only after the kernel itself said no.
 
 use super::layout::cast;
-use super::{elementwise::Epilogue, Kernel, KernelResult};
+use super::{epilogue::Epilogue, Kernel, KernelResult};
 use crate::tensor::{DType, Tensor};
 
 pub struct FloatWidening(pub Box<dyn Kernel>);

@@ -1,0 +1,185 @@
+//! The fused epilogue of a convolution or matmul (`interp::fusion` decides which ops fold
+//! into it): y = act(y · scale + bias) per output channel, in the head kernel's own pass over
+//! its output.
+
+use super::elementwise::{relu, relu6, UnOp};
+use ndarray::ArrayD;
+
+/// The fused epilogue of a convolution or matmul: y[..., c] = act(y[..., c] · scale[c] +
+/// bias[c]) over arrays whose last axis is the channel. The operations and their order are
+/// those of the separate Mul, Add and activation ops, so results are bit-identical to running
+/// them one by one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Epilogue<'a> {
+    pub scale: Option<&'a [f32]>,
+    pub bias: Option<&'a [f32]>,
+    pub act: Option<UnOp>,
+}
+
+impl Epilogue<'_> {
+    /// Applies the epilogue to `y` with its channels on `axis` (made C order first if need
+    /// be); an error, never a silent skip, when `scale` or `bias` does not have one value per
+    /// channel.
+    pub fn apply_on_axis(&self, y: &mut ArrayD<f32>, axis: usize) -> Result<(), String> {
+        let Some(&c) = y.shape().get(axis) else {
+            return Err(format!("no channel axis {axis} in a value of shape {:?}", y.shape()));
+        };
+        if [self.scale, self.bias].iter().flatten().any(|v| v.len() != c) {
+            return Err(format!("the fused epilogue does not have {c} values per channel"));
+        }
+        if !y.is_standard_layout() {
+            *y = y.as_standard_layout().into_owned();
+        }
+        let inner: usize = y.shape()[axis + 1..].iter().product();
+        let x = y.as_slice_mut().ok_or("a fused epilogue on a strided value")?;
+        if inner == 1 {
+            self.apply(x, c);
+            return Ok(());
+        }
+        // channels outside the last axis: each channel's plane of `inner` values on its own
+        for (i, plane) in x.chunks_exact_mut(inner).enumerate() {
+            let ch = i % c;
+            let one = Epilogue {
+                scale: self.scale.map(|v| &v[ch..ch + 1]),
+                bias: self.bias.map(|v| &v[ch..ch + 1]),
+                act: self.act,
+            };
+            one.apply(plane, 1);
+        }
+        Ok(())
+    }
+
+    /// Applies the epilogue to whole rows of `c` channels (`x.len()` a multiple of `c`, and
+    /// `scale`/`bias` of length `c`; anything else is left untouched).
+    pub fn apply(&self, x: &mut [f32], c: usize) {
+        if let Some(t) = self.tiled(c) {
+            t.apply(x);
+        }
+    }
+
+    /// The epilogue prepared for rows of `c` channels, once per kernel call; `None` when
+    /// `scale` or `bias` does not have `c` values.
+    pub fn tiled(&self, c: usize) -> Option<TiledEpilogue> {
+        if c == 0 || [self.scale, self.bias].iter().flatten().any(|v| v.len() != c) {
+            return None;
+        }
+        // Channels are often few (8–48): repeat scale and bias to a tile of ≥ 64 values so the
+        // inner loops are long enough to vectorise
+        let reps = 64usize.div_ceil(c).max(1);
+        let tile = |v: Option<&[f32]>, neutral: f32| -> Vec<f32> {
+            match v {
+                Some(v) => v.iter().copied().cycle().take(c * reps).collect(),
+                None => vec![neutral; c * reps],
+            }
+        };
+        Some(TiledEpilogue {
+            k: tile(self.scale, 1.0),
+            b: tile(self.bias, 0.0),
+            has_k: self.scale.is_some(),
+            has_b: self.bias.is_some(),
+            act: self.act,
+            c,
+        })
+    }
+}
+
+/// An [`Epilogue`] with scale and bias repeated to tiles of whole rows.
+#[derive(Debug, Clone)]
+pub struct TiledEpilogue {
+    k: Vec<f32>,
+    b: Vec<f32>,
+    has_k: bool,
+    has_b: bool,
+    act: Option<UnOp>,
+    c: usize,
+}
+
+impl TiledEpilogue {
+    /// Applies it to whole rows (`x.len()` a multiple of the channel count; else untouched);
+    /// rows that do not fill a tile go one by one.
+    pub fn apply(&self, x: &mut [f32]) {
+        if x.len() % self.c != 0 {
+            return;
+        }
+        let (k, b, has_k, has_b) = (&self.k, &self.b, self.has_k, self.has_b);
+        #[inline(always)]
+        fn run(x: &mut [f32], k: &[f32], b: &[f32], has_k: bool, has_b: bool, f: impl Fn(f32) -> f32 + Copy) {
+            let t = k.len();
+            let mut chunks = x.chunks_exact_mut(t);
+            for row in &mut chunks {
+                match (has_k, has_b) {
+                    (true, true) => row
+                        .iter_mut()
+                        .zip(k)
+                        .zip(b)
+                        .for_each(|((p, &kk), &bb)| *p = f(*p * kk + bb)),
+                    (true, false) => row.iter_mut().zip(k).for_each(|(p, &kk)| *p = f(*p * kk)),
+                    (false, true) => row.iter_mut().zip(b).for_each(|(p, &bb)| *p = f(*p + bb)),
+                    (false, false) => row.iter_mut().for_each(|p| *p = f(*p)),
+                }
+            }
+            let rest = chunks.into_remainder();
+            for (p, (&kk, &bb)) in rest.iter_mut().zip(k.iter().zip(b)) {
+                let mut v = *p;
+                if has_k {
+                    v *= kk;
+                }
+                if has_b {
+                    v += bb;
+                }
+                *p = f(v);
+            }
+        }
+        // inlined into the AVX2 wrapper below: a separate function would be compiled for the
+        // baseline target only, and the wrapper's target feature would reach no loop
+        #[inline(always)]
+        fn dispatch(x: &mut [f32], k: &[f32], b: &[f32], has_k: bool, has_b: bool, act: Option<UnOp>) {
+            match act {
+                Some(UnOp::Relu) => run(x, k, b, has_k, has_b, relu),
+                Some(UnOp::Relu6) => run(x, k, b, has_k, has_b, relu6),
+                _ if !has_k && !has_b => {}
+                _ => run(x, k, b, has_k, has_b, |v| v),
+            }
+        }
+        // the same code compiled for AVX2 where the CPU has it (mul and add stay separate
+        // instructions, so results are identical to the portable path)
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2")]
+        unsafe fn dispatch_avx2(x: &mut [f32], k: &[f32], b: &[f32], has_k: bool, has_b: bool, act: Option<UnOp>) {
+            dispatch(x, k, b, has_k, has_b, act)
+        }
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked above)
+            unsafe { dispatch_avx2(x, k, b, has_k, has_b, self.act) };
+            return;
+        }
+        dispatch(x, k, b, has_k, has_b, self.act)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{array, IxDyn};
+
+    #[test]
+    fn an_epilogue_applies_on_any_channel_axis_or_says_it_cannot() {
+        let ep = Epilogue {
+            scale: Some(&[2.0, 3.0]),
+            bias: Some(&[1.0, -1.0]),
+            act: Some(UnOp::Relu),
+        };
+        // NCHW [1, 2, 1, 2]: channel 0 is (1, 2), channel 1 is (-1, 4)
+        let mut y = array![[[[1.0f32, 2.0]], [[-1.0, 4.0]]]].into_dyn();
+        ep.apply_on_axis(&mut y, 1).unwrap();
+        assert_eq!(y, array![[[[3.0f32, 5.0]], [[0.0, 11.0]]]].into_dyn());
+        // channels last, on a transposed (not C-order) value
+        let mut t = array![[1.0f32, -1.0], [2.0, 4.0]].reversed_axes().into_dyn();
+        ep.apply_on_axis(&mut t, 1).unwrap();
+        assert_eq!(t, array![[3.0f32, 5.0], [0.0, 11.0]].into_dyn());
+        // three channels against two values per channel
+        let mut z = ArrayD::<f32>::zeros(IxDyn(&[1, 3]));
+        assert!(ep.apply_on_axis(&mut z, 1).is_err());
+    }
+}
