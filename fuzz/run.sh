@@ -62,6 +62,12 @@ for t in "${targets[@]}"; do
   else
     echo "fuzz $t: FAILED after $execs executions (exit status $rc)"
     grep -E "ERROR|panicked|overflow|==[0-9]+==|artifact" "$log" | head -20 || true; status=1
+    if [ "$rc" -ge 128 ]; then
+      # killed by a signal libFuzzer's handler never saw, so no input was saved: the seed and
+      # the last progress line are what replays the run (`-seed=N -runs=EXECUTIONS`)
+      grep -E "^INFO: Seed:" "$log" | head -1 || true
+      grep -E "^#[0-9]+" "$log" | tail -1 || true
+    fi
   fi
   rm -f "$log"
 done
