@@ -348,16 +348,16 @@ pub fn correct_biases(
     data: &Dataset,
     (threads, overrides): (usize, &[(String, String)]),
 ) -> Result<quantize::bias_correction::BiasCorrection, JobError> {
+    // one compiled program binds the data and runs it
     let program = interp::Program::compile(module, None)?;
     let binding = data::bind(data, &program.inputs, overrides)?;
-    drop(program);
     let indices: Vec<usize> = (0..binding.samples.min(BIAS_SAMPLES)).collect();
     let feed = crate::run::Feed::Indexed {
         data: &binding,
         indices: &indices,
     };
     Ok(quantize::bias_correction::measure_bias_shifts(
-        module, stats, config, feed, threads,
+        module, &program, stats, config, feed, threads,
     )?)
 }
 

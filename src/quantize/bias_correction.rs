@@ -79,6 +79,8 @@ struct Layer {
     quantized: LocalOp,
     channel_axis: ChannelAxis,
     channels: usize,
+    /// Every runtime key the layer reads (input, float output, other operands), once each.
+    keys: Vec<String>,
 }
 
 /// A layer's sums over samples: per channel Σ (quantized − float) and the values counted;
@@ -128,12 +130,14 @@ fn bias_axis(bias_owner: melior::ir::OperationRef, own_bias: bool) -> ChannelAxi
     }
 }
 
-/// Measures, on the samples of `feed` (inputs of the prepared, calibrated `module`), the
+/// Measures, on the samples of `feed` (inputs of `program`, the prepared, calibrated `module`
+/// compiled), the
 /// output shift of every layer whose int8/int4 weight and bias `config` quantizes, with its
 /// activation input quantized as `stats` say. Samples run on `threads` workers and their sums
 /// are added in sample order: the shifts do not depend on the thread count.
 pub fn measure_bias_shifts(
     module: &Module,
+    program: &Program,
     stats: &StatsFile,
     config: &QuantConfig,
     feed: Feed,
@@ -142,7 +146,6 @@ pub fn measure_bias_shifts(
     let failed = |m: String| QuantizeError::Stats(format!("bias correction: {m}"));
     let plan = plan(module, Some(stats), config)?;
     let func = find_function(module, None)?;
-    let program = Program::compile(module, None).map_err(|e| failed(e.to_string()))?;
     let folded: HashMap<&str, &Tensor> = program.constant_values().collect();
     let tensor_keys = TensorKeys::new(func);
     let key_of = |v: melior::ir::Value| tensor_keys.get(v).map(str::to_string);
@@ -172,6 +175,10 @@ pub fn measure_bias_shifts(
         let Some(quantized) = LocalOp::new(op, x, func, &folded, &[(site.index, Tensor::F32(wq))]) else {
             continue;
         };
+        let mut keys = vec![input.clone(), out_value.clone()];
+        keys.extend(quantized.runtime_keys().map(str::to_string));
+        keys.sort();
+        keys.dedup();
         layers.push(Layer {
             out_key: site.out_key,
             out_value,
@@ -180,6 +187,7 @@ pub fn measure_bias_shifts(
             quantized,
             channel_axis: bias_axis(owner, owner == op),
             channels: bias.len(),
+            keys,
         });
     }
     drop(plan);
@@ -187,12 +195,8 @@ pub fn measure_bias_shifts(
     let mut uses: HashMap<String, usize> = HashMap::new();
     let mut ready: HashMap<String, Vec<usize>> = HashMap::new();
     for (i, l) in layers.iter().enumerate() {
-        let mut keys = vec![l.input.clone(), l.out_value.clone()];
-        keys.extend(l.quantized.runtime_keys().map(str::to_string));
-        keys.sort();
-        keys.dedup();
-        for k in keys {
-            *uses.entry(k).or_default() += 1;
+        for k in &l.keys {
+            *uses.entry(k.clone()).or_default() += 1;
         }
         ready.entry(l.out_value.clone()).or_default().push(i);
     }
@@ -214,11 +218,7 @@ pub fn measure_bias_shifts(
         for &i in measured {
             let l = &layers[i];
             s.sums[i] = measure(l, t, &s.seen).map_err(|e| format!("{}: {e}", l.out_key))?;
-            let mut keys = vec![l.input.as_str(), l.out_value.as_str()];
-            keys.extend(l.quantized.runtime_keys());
-            keys.sort();
-            keys.dedup();
-            for k in keys {
+            for k in &l.keys {
                 if let Some(n) = s.left.get_mut(k) {
                     *n -= 1;
                     if *n == 0 {
@@ -239,7 +239,7 @@ pub fn measure_bias_shifts(
         Ok(())
     };
     let n = run_samples_fold(
-        &program,
+        program,
         feed,
         threads,
         &watch,

@@ -139,12 +139,8 @@ impl OnnxConv {
             }),
             None => bias.as_ref().map(|_| own),
         };
-        if [ep.and_then(|e| e.scale), ep.and_then(|e| e.bias)]
-            .iter()
-            .flatten()
-            .any(|v| v.len() != co)
-        {
-            return Err(format!("the fused epilogue does not have {co} values per channel"));
+        if let Some(e) = &ep {
+            e.check(co)?;
         }
         let ep = ep.as_ref();
         if let Some(y) = pointwise_nchw(input, f, self, ep) {
@@ -217,15 +213,8 @@ fn pointwise_nchw(
         // the HWIO filter [ci, co] read as W[co, ci]: row stride 1, column stride co
         super::matmul::gemm_strided(co, hw, ci, fs, 1, co as isize, img, hw as isize, 1, out);
         if let Some(e) = ep {
-            // channel oc is the plane oc: the epilogue of that one channel over it
-            for (oc, plane) in out.chunks_exact_mut(hw).enumerate() {
-                let one = Epilogue {
-                    scale: e.scale.map(|v| &v[oc..oc + 1]),
-                    bias: e.bias.map(|v| &v[oc..oc + 1]),
-                    act: e.act,
-                };
-                one.apply(plane, 1);
-            }
+            // channel oc is the plane oc
+            e.apply_planes(out, co, hw);
         }
     }
     Some(ArrayD::from_shape_vec(IxDyn(&[n, co, h, w]), y).map_err(|e| e.to_string()))

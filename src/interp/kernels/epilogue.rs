@@ -24,9 +24,7 @@ impl Epilogue<'_> {
         let Some(&c) = y.shape().get(axis) else {
             return Err(format!("no channel axis {axis} in a value of shape {:?}", y.shape()));
         };
-        if [self.scale, self.bias].iter().flatten().any(|v| v.len() != c) {
-            return Err(format!("the fused epilogue does not have {c} values per channel"));
-        }
+        self.check(c)?;
         if !y.is_standard_layout() {
             *y = y.as_standard_layout().into_owned();
         }
@@ -34,10 +32,24 @@ impl Epilogue<'_> {
         let x = y.as_slice_mut().ok_or("a fused epilogue on a strided value")?;
         if inner == 1 {
             self.apply(x, c);
-            return Ok(());
+        } else {
+            self.apply_planes(x, c, inner);
         }
-        // channels outside the last axis: each channel's plane of `inner` values on its own
-        for (i, plane) in x.chunks_exact_mut(inner).enumerate() {
+        Ok(())
+    }
+
+    /// An error unless `scale` and `bias`, where given, have one value per each of `c` channels.
+    pub fn check(&self, c: usize) -> Result<(), String> {
+        match [self.scale, self.bias].iter().flatten().any(|v| v.len() != c) {
+            true => Err(format!("the fused epilogue does not have {c} values per channel")),
+            false => Ok(()),
+        }
+    }
+
+    /// Applies the epilogue to planes of `inner` values, plane i being channel i mod `c`
+    /// (channels outside the last axis: NCHW's planes of H·W); `check(c)` first.
+    pub fn apply_planes(&self, x: &mut [f32], c: usize, inner: usize) {
+        for (i, plane) in x.chunks_exact_mut(inner.max(1)).enumerate() {
             let ch = i % c;
             let one = Epilogue {
                 scale: self.scale.map(|v| &v[ch..ch + 1]),
@@ -46,7 +58,6 @@ impl Epilogue<'_> {
             };
             one.apply(plane, 1);
         }
-        Ok(())
     }
 
     /// Applies the epilogue to whole rows of `c` channels (`x.len()` a multiple of `c`, and
@@ -60,7 +71,7 @@ impl Epilogue<'_> {
     /// The epilogue prepared for rows of `c` channels, once per kernel call; `None` when
     /// `scale` or `bias` does not have `c` values.
     pub fn tiled(&self, c: usize) -> Option<TiledEpilogue> {
-        if c == 0 || [self.scale, self.bias].iter().flatten().any(|v| v.len() != c) {
+        if c == 0 || self.check(c).is_err() {
             return None;
         }
         // Channels are often few (8–48): repeat scale and bias to a tile of ≥ 64 values so the
