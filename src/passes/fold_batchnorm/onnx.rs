@@ -1,5 +1,6 @@
-//! The ONNX half of `fold-batchnorm`: a per-channel `Mul` and/or `Add` of constants after a
-//! `Conv` or `Gemm` (the batch normalisation tf2onnx leaves after depthwise convolutions)
+//! The ONNX half of `fold-batchnorm`: an inference-mode `BatchNormalization` (what PyTorch and
+//! paddle2onnx export after a convolution) or a per-channel `Mul` and/or `Add` of constants (the
+//! batch normalisation tf2onnx leaves after depthwise convolutions) after a `Conv` or `Gemm`
 //! folds into the op's weight and bias input, so that the output point of the convolution is
 //! the tensor an int8 kernel produces, not a pre-scale value quantized per tensor.
 //!
@@ -41,16 +42,26 @@ fn channel_values(v: Value, c: usize, axis: usize, rank: usize) -> Option<Vec<f3
     (at.0 == axis).then(|| a.iter().copied().collect())
 }
 
-/// A single-use Mul/Add of a per-channel constant after `v`: (op, constant values).
+/// The per-channel affine map `y = x · mul + add` of the single-use op after `v`, when it is
+/// a Mul/Add/Sub of a per-channel constant or an inference-mode BatchNormalization whose four
+/// parameters are constants:
+///
+/// ```mlir
+/// %1 = "onnx.BatchNormalization"(%0, %g, %b, %m, %v) {epsilon = 1.0e-05 : f32}
+/// //   mul = g / sqrt(v + eps),  add = b - m · mul
+/// ```
 fn next_affine<'c, 'a>(
     v: Value<'c, 'a>,
     c: usize,
     axis: usize,
     rank: usize,
-) -> Option<(OperationRef<'c, 'a>, String, Vec<f32>)> {
+) -> Option<(OperationRef<'c, 'a>, Vec<f32>, Vec<f32>)> {
     let [u] = uses(v).as_slice().try_into().ok()?;
     let u: crate::ir::graph::Use = u;
     let name = op_name(&u.owner);
+    if name == "onnx.BatchNormalization" {
+        return batch_norm_affine(u.owner, u.operand, c, axis).map(|(m, a)| (u.owner, m, a));
+    }
     if !matches!(name.as_str(), "onnx.Mul" | "onnx.Add" | "onnx.Sub") || u.owner.operand_count() != 2 {
         return None;
     }
@@ -59,7 +70,45 @@ fn next_affine<'c, 'a>(
     }
     let other = u.owner.operand(1 - u.operand).ok()?;
     let k = channel_values(other, c, axis, rank)?;
-    Some((u.owner, name, k))
+    Some(match name.as_str() {
+        "onnx.Mul" => (u.owner, k, vec![0.0; c]),
+        "onnx.Add" => (u.owner, vec![1.0; c], k),
+        _ => (u.owner, vec![1.0; c], k.iter().map(|v| -v).collect()),
+    })
+}
+
+/// `bn`'s per-channel (mul, add) when `x` is its data operand, it runs in inference mode with
+/// one result, and scale, B, mean and var are `c`-element constants on the channel axis.
+fn batch_norm_affine(bn: OperationRef, x: usize, c: usize, axis: usize) -> Option<(Vec<f32>, Vec<f32>)> {
+    if x != 0 || bn.operand_count() != 5 || bn.result_count() != 1 || axis != 1 {
+        return None;
+    }
+    let attrs = op_attrs(&bn);
+    if attrs.get("training_mode").and_then(|v| v.as_int()).unwrap_or(0) != 0 {
+        return None;
+    }
+    let eps = attrs.get("epsilon").and_then(|v| v.as_f64()).unwrap_or(1e-5);
+    let p: Vec<Vec<f32>> = (1..5)
+        .map(|i| {
+            let v = bn.operand(i).ok()?;
+            channel_values(v, c, 0, 1).filter(|_| const_len(v) == Some(c))
+        })
+        .collect::<Option<_>>()?;
+    let (g, b, m, var) = (&p[0], &p[1], &p[2], &p[3]);
+    // in f64, so that the folded weight is within one f32 rounding of the two ops' product
+    let mul: Vec<f32> = (0..c)
+        .map(|i| (g[i] as f64 / (var[i] as f64 + eps).sqrt()) as f32)
+        .collect();
+    let add: Vec<f32> = (0..c)
+        .map(|i| (b[i] as f64 - m[i] as f64 * mul[i] as f64) as f32)
+        .collect();
+    Some((mul, add))
+}
+
+/// The element count of a constant operand.
+fn const_len(v: Value) -> Option<usize> {
+    let d = defining_op(v).filter(is_constant_op)?;
+    constant_value(d).map(|t| t.len())
 }
 
 pub fn run(func: OperationRef, report: &mut PassReport) -> Result<(), PassError> {
@@ -108,16 +157,10 @@ pub fn run(func: OperationRef, report: &mut PassReport) -> Result<(), PassError>
         let mut scale = vec![1.0f32; c];
         let mut cur = out;
         let mut chain = Vec::new();
-        while let Some((next, nname, k)) = next_affine(cur, c, 1, rank) {
+        while let Some((next, mul, add)) = next_affine(cur, c, 1, rank) {
             for ch in 0..c {
-                match nname.as_str() {
-                    "onnx.Mul" => {
-                        scale[ch] *= k[ch];
-                        bias[ch] *= k[ch];
-                    }
-                    "onnx.Add" => bias[ch] += k[ch],
-                    _ => bias[ch] -= k[ch],
-                }
+                scale[ch] *= mul[ch];
+                bias[ch] = bias[ch] * mul[ch] + add[ch];
             }
             chain.push(next);
             cur = next.result(0).map_err(err)?.into();
