@@ -93,6 +93,10 @@ pub struct RecipeFlags {
     pub target_sqnr: Option<f64>,
     /// Bias correction on or off [default: the recipe's].
     pub bias_correction: Option<bool>,
+    /// Per-channel scales at depthwise convolution inputs on or off [default: the recipe's].
+    pub per_channel_depthwise_inputs: Option<bool>,
+    /// Q/DQ on compute op outputs that only float ops read (on when set; else the recipe's).
+    pub float_read_outputs: bool,
 }
 
 /// The settings; `target` is the output model, whose format picks the default scheme (ONNX's
@@ -124,6 +128,10 @@ pub fn config(flags: &RecipeFlags, target: Option<&Path>) -> Result<QuantConfig,
     c.reduce_range |= flags.reduce_range;
     c.exclude.extend(flags.exclude.iter().cloned());
     c.bias_correction = flags.bias_correction.unwrap_or(c.bias_correction);
+    c.float_read_outputs |= flags.float_read_outputs;
+    c.per_channel_depthwise_inputs = flags
+        .per_channel_depthwise_inputs
+        .unwrap_or(c.per_channel_depthwise_inputs);
     Ok(c)
 }
 

@@ -90,6 +90,15 @@ impl RecipeArgs {
                 (_, true) => Some(false),
                 _ => None,
             },
+            per_channel_depthwise_inputs: match (
+                self.per_channel_depthwise_inputs,
+                self.no_per_channel_depthwise_inputs,
+            ) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            },
+            float_read_outputs: self.float_read_outputs,
         }
     }
 

@@ -267,6 +267,8 @@ impl RecipeArgs {
             exclude: self.exclude.clone(),
             target_sqnr: self.target_sqnr,
             bias_correction: None,
+            per_channel_depthwise_inputs: None,
+            float_read_outputs: false,
         })
     }
 }

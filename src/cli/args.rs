@@ -339,6 +339,19 @@ pub struct RecipeArgs {
     /// No bias correction.
     #[arg(long)]
     pub no_bias_correction: bool,
+    /// One scale and zero point per channel at the activation input of each depthwise
+    /// convolution (ONNX models): an integer kernel takes them as it takes per-channel weight
+    /// scales; onnxruntime runs those convolutions in float.
+    #[arg(long, overrides_with = "no_per_channel_depthwise_inputs")]
+    pub per_channel_depthwise_inputs: bool,
+    /// One scale per tensor at depthwise convolution inputs.
+    #[arg(long)]
+    pub no_per_channel_depthwise_inputs: bool,
+    /// Q/DQ on a compute op's output even when only float ops read it (an exported
+    /// HardSwish, a Sigmoid): onnxruntime then runs the op as an int8 kernel, at the cost of
+    /// one more rounding; by default such outputs stay float.
+    #[arg(long)]
+    pub float_read_outputs: bool,
 }
 
 /// The name a value enum is spelled with on the command line (what the library parses).

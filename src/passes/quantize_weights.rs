@@ -322,8 +322,34 @@ pub fn run_with_plan<'c, 'a>(
                     if let Some(shift) = config.bias_shifts.get(&out_key).filter(|s| s.len() == bvals.len()) {
                         bvals.iter_mut().zip(shift).for_each(|(b, s)| *b -= s);
                     }
-                    let q = quantize_bias(bvals.as_slice().unwrap_or(&[]), s_in, &p.scale, config.bias_overflow)
-                        .map_err(err)?;
+                    let per_channel_in = s_in.len() > 1;
+                    if per_channel_in && p.scale.len() == 1 {
+                        // one input scale per channel makes the bias scale per channel: the
+                        // weight takes its one scale once per channel, so that an enlarged
+                        // channel scale has somewhere to go
+                        p.axis = Some(0);
+                        p.scale = vec![p.scale[0]; s_in.len()];
+                        p.zero_point = vec![p.zero_point[0]; s_in.len()];
+                    }
+                    // input scale × weight scale per channel, the input's part folded into
+                    // the weight's when it is per channel
+                    let (s0, ws): (f64, Vec<f64>) = match per_channel_in {
+                        false => (s_in[0], p.scale.clone()),
+                        true => (1.0, s_in.iter().zip(&p.scale).map(|(a, w)| a * w).collect()),
+                    };
+                    let mut q =
+                        quantize_bias(bvals.as_slice().unwrap_or(&[]), s0, &ws, config.bias_overflow).map_err(err)?;
+                    if per_channel_in {
+                        // back to weight scales; only an enlarged channel's changes
+                        let mut back = p.scale.clone();
+                        let n = back.len();
+                        for o in q.overflows.iter().filter(|o| o.channel < n) {
+                            if config.bias_overflow == crate::params::BiasOverflowPolicy::EnlargeWeightScale {
+                                back[o.channel] = q.weight_scale[o.channel] / s_in[o.channel];
+                            }
+                        }
+                        q.weight_scale = back;
+                    }
                     // how small the channel's weights are, next to the layer's largest
                     let absmax = |c: Option<usize>| -> f64 {
                         match (axis, c) {
@@ -393,21 +419,19 @@ pub fn run_with_plan<'c, 'a>(
 }
 
 /// A bias to quantize: the op that reads it, the operand index, the constant, its values and
-/// the scale of the compute op's quantized activation input.
-pub(crate) type BiasSite<'c, 'a> = (OperationRef<'c, 'a>, usize, OperationRef<'c, 'a>, ArrayD<f32>, f64);
+/// the scale of the compute op's quantized activation input: one, or one per output channel
+/// (a depthwise convolution's per-channel input, channel `o` reading input channel `o / m`).
+pub(crate) type BiasSite<'c, 'a> = (OperationRef<'c, 'a>, usize, OperationRef<'c, 'a>, ArrayD<f32>, Vec<f64>);
 
 /// The bias to quantize with compute op `op`: its own bias operand when the table names one
 /// (ONNX Conv/Gemm input C), else the bias add right after it (its single use). The bias must
-/// be a constant f32 rank-1 tensor and the activation input quantized per tensor.
+/// be a constant f32 rank-1 tensor, and a per-channel input's channel count must divide it.
 pub(crate) fn bias_site<'c, 'a>(
     op: OperationRef<'c, 'a>,
     r: &OpRule,
     plan: &crate::recipe::Plan<'c, 'a>,
 ) -> Option<BiasSite<'c, 'a>> {
     let s_in = plan.params_of(op.operand(*r.activations.first()?).ok()?)?;
-    if s_in.scale.len() != 1 {
-        return None;
-    }
     let (owner, idx) = match r.bias_operand {
         Some(bi) => (op, bi),
         None => {
@@ -424,7 +448,13 @@ pub(crate) fn bias_site<'c, 'a>(
     let Tensor::F32(b) = constant_value(bdef)? else {
         return None;
     };
-    (b.ndim() == 1).then_some((owner, idx, bdef, b, s_in.scale[0]))
+    let (n, c) = (s_in.scale.len(), b.len());
+    let scales = match n {
+        1 => s_in.scale.clone(),
+        _ if n <= c && c % n == 0 => (0..c).map(|o| s_in.scale[o / (c / n)]).collect(),
+        _ => return None,
+    };
+    (b.ndim() == 1).then_some((owner, idx, bdef, b, scales))
 }
 
 #[cfg(test)]

@@ -77,6 +77,8 @@ struct Observation {
     hash: String,
     keys: Vec<String>,
     methods: BTreeMap<String, Method>,
+    /// Keys observed per channel, and their channel axis.
+    axes: BTreeMap<String, usize>,
 }
 
 fn observation(module: &Module, opts: &CalibrateOptions) -> Result<Observation, CalibrateError> {
@@ -101,7 +103,13 @@ fn observation(module: &Module, opts: &CalibrateOptions) -> Result<Observation, 
             }
         }
     }
-    Ok(Observation { hash, keys, methods })
+    let axes = plan.channel_axes();
+    Ok(Observation {
+        hash,
+        keys,
+        methods,
+        axes,
+    })
 }
 
 /// Prepares `module` (in place), runs it over the samples and returns the statistics.
@@ -201,8 +209,8 @@ pub fn calibrate_cached(
         h.field(k);
     }
     h.field(&format!(
-        "{:?}|{:?}|{}|{:?}|{:?}|{:?}",
-        obs.methods, opts.method, opts.bins, opts.non_finite, opts.limit, opts.shard
+        "{:?}|{:?}|{:?}|{}|{:?}|{:?}|{:?}",
+        obs.methods, obs.axes, opts.method, opts.bins, opts.non_finite, opts.limit, opts.shard
     ));
     hash_data(&mut h, data).map_err(|e| read_error(data, e))?;
     let key = h.hex();
@@ -298,6 +306,7 @@ fn run_observation(
     let watch = program.watch(&obs.keys)?;
     let mut stats = StatsFile::new(obs.hash, opts.method, opts.bins, opts.non_finite);
     stats.method_overrides = obs.methods;
+    let axes = obs.axes;
     let mut first_error = None;
     let mergeable = |m: &Method| !matches!(m, Method::EmaMinMax { .. });
     let ran = if mergeable(&opts.method) && stats.method_overrides.values().all(mergeable) {
@@ -319,7 +328,7 @@ fn run_observation(
             },
             &|p: &mut Partial, sample, key, value: &Tensor| {
                 if let (Tensor::F32(a), None) = (value, &p.error) {
-                    if let Err(e) = p.stats.observe(key, sample, &a.view(), None) {
+                    if let Err(e) = p.stats.observe(key, sample, &a.view(), axes.get(key).copied()) {
                         p.error = Some(e);
                     }
                 }
@@ -344,7 +353,7 @@ fn run_observation(
             &watch,
             &mut |sample, key, value: &Tensor| {
                 let Tensor::F32(a) = value else { return Ok(()) };
-                if let Err(e) = stats.observe(key, sample, &a.view(), None) {
+                if let Err(e) = stats.observe(key, sample, &a.view(), axes.get(key).copied()) {
                     let msg = e.to_string();
                     first_error.get_or_insert(e);
                     return Err(msg);

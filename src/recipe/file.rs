@@ -9,6 +9,8 @@
 //! exclude = ["*Softmax*"]
 //! bias_overflow = "enlarge-weight-scale"  # or "clip": an int32 bias that would not fit
 //! bias_correction = true      # each layer's mean output shift on calibration data off its bias
+//! per_channel_depthwise_inputs = true  # one scale per channel at depthwise conv inputs
+//! float_read_outputs = false  # no Q/DQ on a compute op's output that only float ops read
 //!
 //! [[override]]
 //! match = "tf.MatMul"         # glob over op names and tensor keys
@@ -60,6 +62,10 @@ struct RecipeFile {
     bias_overflow: Option<crate::params::BiasOverflowPolicy>,
     /// each layer's mean output shift taken off its bias when quantize calibrates
     bias_correction: Option<bool>,
+    /// per-channel scales at the activation input of depthwise convolutions
+    per_channel_depthwise_inputs: Option<bool>,
+    /// Q/DQ on compute op outputs that only float ops read
+    float_read_outputs: Option<bool>,
     exclude: Vec<String>,
     method: Option<String>,
     percentile: Option<f64>,
@@ -135,6 +141,8 @@ pub fn parse_onto(text: &str, base: QuantConfig) -> Result<QuantConfig, String> 
     c.quantize_outputs = f.quantize_outputs.unwrap_or(c.quantize_outputs);
     c.reduce_range = f.reduce_range.unwrap_or(c.reduce_range);
     c.bias_correction = f.bias_correction.unwrap_or(c.bias_correction);
+    c.per_channel_depthwise_inputs = f.per_channel_depthwise_inputs.unwrap_or(c.per_channel_depthwise_inputs);
+    c.float_read_outputs = f.float_read_outputs.unwrap_or(c.float_read_outputs);
     c.bias_overflow = f.bias_overflow.unwrap_or(c.bias_overflow);
     c.exclude = f.exclude;
     c.method = f.method;

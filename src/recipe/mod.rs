@@ -53,6 +53,17 @@ pub struct QuantConfig {
     /// layer's weights and input causes in its output on calibration samples is taken off its
     /// bias (`quantize::bias_correction`).
     pub bias_correction: bool,
+    /// Per-channel scales and zero points for the activation input of a depthwise
+    /// convolution (ONNX `Conv` with one input channel per group): each output channel reads
+    /// one input channel, so an integer kernel takes one input scale per channel as it takes
+    /// one weight scale per channel, and channels whose ranges differ by 10× (after a batch
+    /// norm, a HardSwish) keep their resolution. onnxruntime's QLinearConv takes one input
+    /// scale, so it runs such a convolution (and the op producing its input) in float.
+    pub per_channel_depthwise_inputs: bool,
+    /// Quantize a compute op's output point even when only float ops read it (an exported
+    /// HardSwish, a Sigmoid, a LayerNorm): onnxruntime then runs the op as its int8 kernel
+    /// with an int8 output, at the cost of one more rounding of a pre-activation range.
+    pub float_read_outputs: bool,
     /// The shifts bias correction measured, by compute op output key: computed, never read
     /// from a recipe.
     #[serde(skip)]
@@ -75,6 +86,8 @@ impl Default for QuantConfig {
             percentile: None,
             overrides: Vec::new(),
             bias_correction: false,
+            per_channel_depthwise_inputs: true,
+            float_read_outputs: false,
             bias_shifts: Default::default(),
         }
     }

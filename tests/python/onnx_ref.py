@@ -11,6 +11,12 @@
                                   outputs by graph output name into OUT (.npz)
   fix_dims MODEL OUT SHAPE        MODEL with its first input's dims fixed to SHAPE (1,3,48,192)
                                   and every other dim left as it was, written to OUT
+  layers DIR                      small models of the layer patterns real exports have (Conv →
+                                  BatchNormalization → Relu; a Conv whose channels differ 100×
+                                  in range → depthwise Conv; Conv → Sigmoid → Conv), each with
+                                  NAME_calib.npz and NAME_test.npz (key x)
+  qdq MODEL                       per QuantizeLinear: the tensor it quantizes, its number of
+                                  scales and its axis; and the model's op types
 
 Every command prints one JSON object.
 """
@@ -216,6 +222,94 @@ def fix_dims(model, out, shape):
     print(json.dumps({"input": m.graph.input[0].name, "shape": [d.dim_value for d in dims]}))
 
 
+def layers(out_dir):
+    rng = np.random.default_rng(11)
+
+    def save(name, nodes, inits, x_shape, opset=13):
+        g = helper.make_graph(
+            nodes,
+            name,
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4] + list(x_shape[2:]))],
+            [numpy_helper.from_array(a.astype(np.float32), n) for n, a in inits.items()],
+        )
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        m.ir_version = 8
+        onnx.checker.check_model(m, full_check=True)
+        onnx.save(m, os.path.join(out_dir, name + ".onnx"))
+        for split, n in (("calib", 32), ("test", 16)):
+            x = rng.standard_normal((n,) + tuple(x_shape[1:])).astype(np.float32)
+            np.savez(os.path.join(out_dir, f"{name}_{split}.npz"), x=x)
+
+    # Conv → BatchNormalization (channels scaled 0.05..4) → Relu → Conv
+    c = 8
+    save(
+        "conv_bn_relu",
+        [
+            helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+            helper.make_node("BatchNormalization", ["c1", "g", "b", "m", "v"], ["bn"], epsilon=1e-3),
+            helper.make_node("Relu", ["bn"], ["r"]),
+            helper.make_node("Conv", ["r", "w2", "b2"], ["y"]),
+        ],
+        {
+            "w1": rng.standard_normal((c, 3, 3, 3)) * 0.3,
+            "g": np.geomspace(0.05, 4.0, c),
+            "b": rng.standard_normal(c) * 0.1,
+            "m": rng.standard_normal(c) * 0.2,
+            "v": rng.uniform(0.5, 2.0, c),
+            "w2": rng.standard_normal((4, c, 1, 1)) * 0.3,
+            "b2": rng.standard_normal(4) * 0.1,
+        },
+        [1, 3, 10, 10],
+        opset=12,
+    )
+    # a 1x1 Conv whose output channels differ 100× in range, read by a depthwise Conv alone
+    w1 = rng.standard_normal((c, 3, 1, 1)) * np.geomspace(0.02, 2.0, c)[:, None, None, None]
+    save(
+        "depthwise_ranges",
+        [
+            helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
+            helper.make_node("Conv", ["c1", "wd", "bd"], ["d"], group=c, pads=[1, 1, 1, 1]),
+            helper.make_node("Conv", ["d", "w2"], ["y"]),
+        ],
+        {
+            "w1": w1,
+            "b1": rng.standard_normal(c) * 0.01,
+            "wd": rng.standard_normal((c, 1, 3, 3)) / np.geomspace(0.02, 2.0, c)[:, None, None, None] * 0.3,
+            "bd": rng.standard_normal(c) * 0.1,
+            "w2": rng.standard_normal((4, c, 1, 1)) * 0.3,
+        },
+        [1, 3, 8, 8],
+    )
+    # Conv → Sigmoid → Conv: the first Conv's output is read by a float op only
+    save(
+        "conv_sigmoid_conv",
+        [
+            helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
+            helper.make_node("Sigmoid", ["c1"], ["s"]),
+            helper.make_node("Conv", ["s", "w2"], ["y"]),
+        ],
+        {
+            "w1": rng.standard_normal((c, 3, 1, 1)) * 3.0,
+            "b1": rng.standard_normal(c),
+            "w2": rng.standard_normal((4, c, 1, 1)) * 0.3,
+        },
+        [1, 3, 6, 6],
+    )
+    print(json.dumps({"models": ["conv_bn_relu", "depthwise_ranges", "conv_sigmoid_conv"]}))
+
+
+def qdq(model):
+    m = onnx.load(model)
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    qs = []
+    for n in m.graph.node:
+        if n.op_type == "QuantizeLinear":
+            axis = [a.i for a in n.attribute if a.name == "axis"]
+            qs.append({"input": n.input[0], "scales": int(inits[n.input[1]].size), "axis": axis[0] if axis else None})
+    print(json.dumps({"quantize": qs, "ops": [n.op_type for n in m.graph.node]}))
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"roundtrip": roundtrip, "eval": eval_quant, "ops": ops, "run": run, "levels": levels, "fix_dims": fix_dims}[cmd](*args)
+    {"roundtrip": roundtrip, "eval": eval_quant, "ops": ops, "run": run, "levels": levels, "fix_dims": fix_dims, "layers": layers, "qdq": qdq}[cmd](*args)

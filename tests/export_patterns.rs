@@ -1,0 +1,129 @@
+//! Layer patterns of real exports, quantized and run in the real onnxruntime (the models are
+//! made by tests/python/onnx_ref.py `layers`): a BatchNormalization after a Conv is folded
+//! into it, a depthwise Conv whose input channels differ 100× in range reads them at one scale
+//! per channel, and a Conv output that only a float op (Sigmoid) reads stays float.
+
+mod common;
+
+use common::{arg, ok, onnx_ref as python, quantir};
+use std::path::Path;
+
+fn quantize(dir: &Path, model: &str, out: &str, extra: &[&str]) -> std::path::PathBuf {
+    let p = |s: &str| dir.join(s);
+    let q = p(out);
+    let mut args = vec![
+        "quantize".to_string(),
+        arg(&p(&format!("{model}.onnx"))),
+        "--data".into(),
+        arg(&p(&format!("{model}_calib.npz"))),
+        "--no-cache".into(),
+        "-o".into(),
+        arg(&q),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    ok(quantir(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    q
+}
+
+/// SQNR of `q` against the float model on its test data, at onnxruntime's ORT_DISABLE_ALL and
+/// at its default level.
+fn sqnr(dir: &Path, model: &str, q: &Path) -> (f64, f64) {
+    let r = python(&[
+        "levels",
+        &arg(&dir.join(format!("{model}.onnx"))),
+        &arg(q),
+        &arg(&dir.join(format!("{model}_test.npz"))),
+    ]);
+    (
+        r["ORT_DISABLE_ALL"].as_f64().unwrap(),
+        r["ORT_ENABLE_ALL"].as_f64().unwrap(),
+    )
+}
+
+/// (tensor, number of scales, axis) of every QuantizeLinear, and the model's op types.
+fn qdq(q: &Path) -> (Vec<(String, u64, Option<i64>)>, Vec<String>) {
+    let r = python(&["qdq", &arg(q)]);
+    let qs = r["quantize"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| {
+            (
+                q["input"].as_str().unwrap().to_string(),
+                q["scales"].as_u64().unwrap(),
+                q["axis"].as_i64(),
+            )
+        })
+        .collect();
+    let ops = r["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_str().unwrap().to_string())
+        .collect();
+    (qs, ops)
+}
+
+fn layers() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    python(&["layers", &arg(dir.path())]);
+    dir
+}
+
+#[test]
+fn batch_normalization_after_a_conv_is_folded_into_it() {
+    let dir = layers();
+    let q = quantize(dir.path(), "conv_bn_relu", "q.onnx", &[]);
+    let (qs, ops) = qdq(&q);
+    assert!(!ops.iter().any(|o| o == "BatchNormalization"), "{ops:?}");
+    // the Relu after the folded op is the fused output point: the Conv input and the Relu
+    // output, nothing between Conv and Relu
+    let points: Vec<&str> = qs.iter().map(|(t, _, _)| t.as_str()).collect();
+    assert_eq!(points, ["x", "r"]);
+    // channels whose batch-norm scale differs 80× are quantized as the folded weight's
+    // per-channel scales, not as one pre-scale range
+    let (off, default) = sqnr(dir.path(), "conv_bn_relu", &q);
+    assert!(off >= 35.0 && default >= 35.0, "SQNR {off} / {default} dB");
+}
+
+#[test]
+fn a_depthwise_input_with_unequal_channels_is_quantized_per_channel() {
+    let dir = layers();
+    let q = quantize(dir.path(), "depthwise_ranges", "q.onnx", &[]);
+    let (qs, _) = qdq(&q);
+    assert!(qs.contains(&("c1".to_string(), 8, Some(1))), "{qs:?}");
+    // the input of the other convolutions keeps one scale
+    assert!(qs.contains(&("x".to_string(), 1, None)), "{qs:?}");
+    let pt = quantize(
+        dir.path(),
+        "depthwise_ranges",
+        "pt.onnx",
+        &["--no-per-channel-depthwise-inputs"],
+    );
+    assert!(qdq(&pt).0.iter().all(|(_, n, _)| *n == 1));
+    let (pc_off, pc_default) = sqnr(dir.path(), "depthwise_ranges", &q);
+    let (pt_off, pt_default) = sqnr(dir.path(), "depthwise_ranges", &pt);
+    // channel ranges 100× apart: one scale leaves the small channels a few levels
+    assert!(
+        pc_off >= pt_off + 15.0,
+        "per channel {pc_off} dB, per tensor {pt_off} dB"
+    );
+    assert!(
+        (pc_default - pc_off).abs() < 0.5 && (pt_default - pt_off).abs() < 0.5,
+        "{pc_default} / {pt_default}"
+    );
+}
+
+#[test]
+fn a_conv_output_only_a_float_op_reads_stays_float() {
+    let dir = layers();
+    let q = quantize(dir.path(), "conv_sigmoid_conv", "q.onnx", &[]);
+    let points: Vec<String> = qdq(&q).0.into_iter().map(|(t, _, _)| t).collect();
+    assert_eq!(points, ["x", "s"], "the Sigmoid's input is not rounded");
+    let fro = quantize(dir.path(), "conv_sigmoid_conv", "fro.onnx", &["--float-read-outputs"]);
+    let points: Vec<String> = qdq(&fro).0.into_iter().map(|(t, _, _)| t).collect();
+    assert_eq!(points, ["x", "c1", "s"]);
+    let (a, _) = sqnr(dir.path(), "conv_sigmoid_conv", &q);
+    let (b, _) = sqnr(dir.path(), "conv_sigmoid_conv", &fro);
+    assert!(a > b, "one rounding fewer: {a} dB vs {b} dB");
+}
