@@ -481,6 +481,9 @@ pub fn quantize_warnings(report: &QuantizeReport) -> Vec<String> {
     w.extend(report.unmatched_overrides.iter().map(|p| {
         format!("recipe override match = \"{p}\" selects no op and no tensor of the model; it changes nothing")
     }));
+    w.extend(report.unmatched_excludes.iter().map(|p| {
+        format!("exclude pattern \"{p}\" selects no op (by type or node name) and no tensor of the model; nothing is left float by it")
+    }));
     w
 }
 

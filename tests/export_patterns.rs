@@ -1,7 +1,8 @@
 //! Layer patterns of real exports, quantized and run in the real onnxruntime (the models are
 //! made by tests/python/onnx_ref.py `layers`): a BatchNormalization after a Conv is folded
 //! into it, a depthwise Conv whose input channels differ 100× in range reads them at one scale
-//! per channel, and a Conv output that only a float op (Sigmoid) reads stays float.
+//! per channel, a Conv output that only a float op (Sigmoid) reads stays float, and --exclude
+//! takes node names.
 
 mod common;
 
@@ -126,4 +127,33 @@ fn a_conv_output_only_a_float_op_reads_stays_float() {
     let (a, _) = sqnr(dir.path(), "conv_sigmoid_conv", &q);
     let (b, _) = sqnr(dir.path(), "conv_sigmoid_conv", &fro);
     assert!(a > b, "one rounding fewer: {a} dB vs {b} dB");
+}
+
+#[test]
+fn exclude_takes_node_names_and_warns_when_it_selects_nothing() {
+    let dir = layers();
+    let p = |s: &str| dir.path().join(s);
+    let o = ok(quantir(&[
+        "quantize",
+        &arg(&p("conv_sigmoid_conv.onnx")),
+        "--data",
+        &arg(&p("conv_sigmoid_conv_calib.npz")),
+        "--no-cache",
+        "--exclude",
+        "conv_sigmoid_conv_0",
+        "--exclude",
+        "no_such_node*",
+        "-o",
+        &arg(&p("q.onnx")),
+    ]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("quantized: 1 onnx.Conv"), "{err}");
+    assert!(
+        err.contains("left float: onnx.Conv c1 (excluded by --exclude / recipe)"),
+        "{err}"
+    );
+    assert!(err.contains("exclude pattern \"no_such_node*\" selects no op"), "{err}");
+    // the excluded Conv's input is not quantized for it; the second Conv's is
+    let points: Vec<String> = qdq(&p("q.onnx")).0.into_iter().map(|(t, _, _)| t).collect();
+    assert_eq!(points, ["s"]);
 }

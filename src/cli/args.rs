@@ -329,7 +329,8 @@ pub struct RecipeArgs {
     /// without VNNI, whose int8 kernels saturate on full-range weights.
     #[arg(long)]
     pub reduce_range: bool,
-    /// Leave ops (by name, `*` wildcards) or tensors (by key) in float (repeatable).
+    /// Leave ops (by op name such as onnx.Conv, or by node name; `*` wildcards) or tensors (by
+    /// key) in float (repeatable); a pattern that selects nothing is warned about.
     #[arg(long, value_name = "PATTERN")]
     pub exclude: Vec<String>,
     /// Bias correction when quantize calibrates: each layer's mean output shift from

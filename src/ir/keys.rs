@@ -27,6 +27,28 @@ pub fn location_name(loc: Location) -> Option<String> {
     None
 }
 
+/// Every name in `loc`, outermost first: an ONNX op's output tensor name, then its node's name
+/// (`loc("y"(loc("node"(...))))`), and the names inside fused locations.
+pub fn location_names(loc: Location) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![loc];
+    while let Some(l) = stack.pop() {
+        if l.is_name() {
+            if let Ok(n) = crate::ir::ref_str(l.name_value().as_string_ref()) {
+                out.push(n.to_string());
+            }
+            // SAFETY: `l` is a name location of a live context; the child is one of its own
+            let child = unsafe { mlir_sys::mlirLocationNameGetChildLoc(l.to_raw()) };
+            stack.push(unsafe { Location::from_raw(child) });
+        } else if l.is_fused() {
+            stack.extend((0..l.fused_num_locations()).rev().map(|i| l.fused_location(i)));
+        } else if l.is_call_site() {
+            stack.push(l.call_site_callee());
+        }
+    }
+    out
+}
+
 /// Keys of every value in one function, computed once (positional keys need the op index).
 pub struct TensorKeys {
     by_value: HashMap<usize, String>,

@@ -238,7 +238,10 @@ pub fn weight_site<'c, 'a>(
         .ok()
         .and_then(|r| crate::ir::keys::location_name(r.owner().location()))
         .unwrap_or_default();
-    let res = config.resolve(&[&name, &out_key, &key]);
+    let locs = crate::ir::keys::location_names(op.location());
+    let mut names: Vec<&str> = vec![&name, &out_key, &key];
+    names.extend(locs.iter().map(String::as_str));
+    let res = config.resolve(&names);
     if res.exclude {
         return None;
     }

@@ -171,28 +171,33 @@ pub struct QuantizeReport {
     pub stages: Vec<(String, f64)>,
     /// Recipe overrides whose pattern selects nothing in the model (a typo changes nothing).
     pub unmatched_overrides: Vec<String>,
+    /// `--exclude` / recipe `exclude` patterns that select nothing in the model.
+    pub unmatched_excludes: Vec<String>,
 }
 
-/// The `match` patterns of `config`'s overrides that select no op (by name or location) and
-/// no tensor key of the main function.
-fn unmatched_overrides(module: &Module, config: &QuantConfig) -> Result<Vec<String>, QuantizeError> {
-    if config.overrides.is_empty() {
-        return Ok(Vec::new());
+/// The `match` patterns of `config`'s overrides, then its `exclude` patterns, that select no op
+/// (by name or location) and no tensor key of the main function.
+fn unmatched_patterns(module: &Module, config: &QuantConfig) -> Result<(Vec<String>, Vec<String>), QuantizeError> {
+    if config.overrides.is_empty() && config.exclude.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
     }
     let func = crate::ir::graph::find_function(module, None)?;
     let keys = crate::ir::keys::TensorKeys::new(func);
     let mut names: Vec<String> = Vec::new();
     for op in crate::ir::graph::body_ops(func) {
         names.push(crate::ir::graph::op_name(&op));
-        names.extend(crate::ir::keys::location_name(op.location()));
+        names.extend(crate::ir::keys::location_names(op.location()));
         names.extend(op.results().filter_map(|r| keys.get(r.into()).map(str::to_string)));
     }
-    Ok(config
-        .overrides
-        .iter()
-        .map(|o| o.pattern.clone())
-        .filter(|p| !names.iter().any(|n| crate::recipe::glob(p, n)))
-        .collect())
+    let unmatched = |ps: &mut dyn Iterator<Item = &String>| -> Vec<String> {
+        ps.filter(|p| !names.iter().any(|n| crate::recipe::glob(p, n)))
+            .cloned()
+            .collect()
+    };
+    Ok((
+        unmatched(&mut config.overrides.iter().map(|o| &o.pattern)),
+        unmatched(&mut config.exclude.iter()),
+    ))
 }
 
 impl std::fmt::Display for QuantizeReport {
@@ -263,7 +268,7 @@ pub fn quantize_module(
         .as_ref()
         .and_then(|s| crate::interp::infer_types::shapes_at_sample(module, s).ok());
     lap("prepare", &mut stages);
-    let unmatched_overrides = unmatched_overrides(module, config)?;
+    let (unmatched_overrides, unmatched_excludes) = unmatched_patterns(module, config)?;
     // one plan for both passes: quantize-weights changes weights only, never the activation
     // values the plan points at
     let plan = plan(module, Some(stats), config)?;
@@ -290,5 +295,6 @@ pub fn quantize_module(
         bytes_after,
         stages,
         unmatched_overrides,
+        unmatched_excludes,
     })
 }

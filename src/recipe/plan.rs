@@ -286,10 +286,14 @@ pub fn plan<'c, 'a>(
             let name = op_name(op);
             let Some(r) = rule(&name) else { continue };
             let out_key = op.result(0).ok().map(|v| key(v.into())).unwrap_or_default();
-            if r.is_compute() && !config.resolve(&[&name, &out_key]).exclude {
+            // the node name (an ONNX node's, a TF node's) as well as the op and tensor names
+            let locs = crate::ir::keys::location_names(op.location());
+            let mut names: Vec<&str> = vec![&name, &out_key];
+            names.extend(locs.iter().map(String::as_str));
+            if r.is_compute() && !config.resolve(&names).exclude {
                 for &i in r.activations {
                     if let Ok(v) = op.operand(i) {
-                        add(v, None, &[&name, &out_key], &mut points);
+                        add(v, None, &names, &mut points);
                     }
                 }
                 // follow the fused bias and activation to the output point
@@ -313,7 +317,7 @@ pub fn plan<'c, 'a>(
                     false => config.float_read_outputs || read_as_int8(out),
                 };
                 if wanted {
-                    add(out, None, &[&name, &out_key], &mut points);
+                    add(out, None, &names, &mut points);
                 }
             }
         }
@@ -327,7 +331,11 @@ pub fn plan<'c, 'a>(
                 continue;
             };
             let out: Value = out.into();
-            if config.resolve(&[&name, &key(out)]).exclude {
+            let out_key = key(out);
+            let locs = crate::ir::keys::location_names(op.location());
+            let mut names: Vec<&str> = vec![&name, &out_key];
+            names.extend(locs.iter().map(String::as_str));
+            if config.resolve(&names).exclude {
                 continue;
             }
             // a per-channel point's scales belong to its channel axis, which a Reshape or

@@ -226,6 +226,8 @@ def layers(out_dir):
     rng = np.random.default_rng(11)
 
     def save(name, nodes, inits, x_shape, opset=13):
+        for i, n in enumerate(nodes):
+            n.name = f"{name}_{i}"
         g = helper.make_graph(
             nodes,
             name,
