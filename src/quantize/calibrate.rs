@@ -103,7 +103,13 @@ fn observation(module: &Module, opts: &CalibrateOptions) -> Result<Observation, 
             }
         }
     }
-    let axes = plan.channel_axes();
+    // per channel only under min/max: a per-channel observer keeps extremes, and a point whose
+    // method reads a histogram (percentile, MSE, entropy) keeps its one range from it
+    let axes = plan
+        .channel_axes()
+        .into_iter()
+        .filter(|(k, _)| methods.get(k).copied().unwrap_or(opts.method) == Method::MinMax)
+        .collect();
     Ok(Observation {
         hash,
         keys,
