@@ -71,6 +71,15 @@ impl ImageArgs {
     }
 }
 
+/// A `--flag` / `--no-flag` pair: on, off, or the recipe's (neither given).
+fn on_off(on: bool, off: bool) -> Option<bool> {
+    match (on, off) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
+    }
+}
+
 impl RecipeArgs {
     /// The flags as the library's jobs take them.
     fn flags(&self) -> quantir::jobs::RecipeFlags {
@@ -85,19 +94,11 @@ impl RecipeArgs {
             reduce_range: self.reduce_range,
             exclude: self.exclude.clone(),
             target_sqnr: None,
-            bias_correction: match (self.bias_correction, self.no_bias_correction) {
-                (true, _) => Some(true),
-                (_, true) => Some(false),
-                _ => None,
-            },
-            per_channel_depthwise_inputs: match (
+            bias_correction: on_off(self.bias_correction, self.no_bias_correction),
+            per_channel_depthwise_inputs: on_off(
                 self.per_channel_depthwise_inputs,
                 self.no_per_channel_depthwise_inputs,
-            ) {
-                (true, _) => Some(true),
-                (_, true) => Some(false),
-                _ => None,
-            },
+            ),
             float_read_outputs: self.float_read_outputs,
         }
     }

@@ -10,6 +10,12 @@ use common::{arg, ok, onnx_ref as python, quantir};
 use std::path::Path;
 
 fn quantize(dir: &Path, model: &str, out: &str, extra: &[&str]) -> std::path::PathBuf {
+    quantize_logged(dir, model, out, extra).0
+}
+
+/// `quantize DIR/MODEL.onnx --data DIR/MODEL_calib.npz --no-cache -o DIR/OUT EXTRA...`, which
+/// must succeed: the output and what it printed on stderr.
+fn quantize_logged(dir: &Path, model: &str, out: &str, extra: &[&str]) -> (std::path::PathBuf, String) {
     let p = |s: &str| dir.join(s);
     let q = p(out);
     let mut args = vec![
@@ -22,8 +28,13 @@ fn quantize(dir: &Path, model: &str, out: &str, extra: &[&str]) -> std::path::Pa
         arg(&q),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
-    ok(quantir(&args.iter().map(String::as_str).collect::<Vec<_>>()));
-    q
+    let o = ok(quantir(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    (q, String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// The tensors the QuantizeLinear nodes of `q` quantize, in order.
+fn points(q: &Path) -> Vec<String> {
+    qdq(q).0.into_iter().map(|(t, _, _)| t).collect()
 }
 
 /// SQNR of `q` against the float model on its test data, at onnxruntime's ORT_DISABLE_ALL and
@@ -75,12 +86,11 @@ fn layers() -> tempfile::TempDir {
 fn batch_normalization_after_a_conv_is_folded_into_it() {
     let dir = layers();
     let q = quantize(dir.path(), "conv_bn_relu", "q.onnx", &[]);
-    let (qs, ops) = qdq(&q);
+    let ops = qdq(&q).1;
     assert!(!ops.iter().any(|o| o == "BatchNormalization"), "{ops:?}");
     // the Relu after the folded op is the fused output point: the Conv input and the Relu
     // output, nothing between Conv and Relu
-    let points: Vec<&str> = qs.iter().map(|(t, _, _)| t.as_str()).collect();
-    assert_eq!(points, ["x", "r"]);
+    assert_eq!(points(&q), ["x", "r"]);
     // channels whose batch-norm scale differs 80× are quantized as the folded weight's
     // per-channel scales, not as one pre-scale range
     let (off, default) = sqnr(dir.path(), "conv_bn_relu", &q);
@@ -119,11 +129,9 @@ fn a_depthwise_input_with_unequal_channels_is_quantized_per_channel() {
 fn a_conv_output_only_a_float_op_reads_stays_float() {
     let dir = layers();
     let q = quantize(dir.path(), "conv_sigmoid_conv", "q.onnx", &[]);
-    let points: Vec<String> = qdq(&q).0.into_iter().map(|(t, _, _)| t).collect();
-    assert_eq!(points, ["x", "s"], "the Sigmoid's input is not rounded");
+    assert_eq!(points(&q), ["x", "s"], "the Sigmoid's input is not rounded");
     let fro = quantize(dir.path(), "conv_sigmoid_conv", "fro.onnx", &["--float-read-outputs"]);
-    let points: Vec<String> = qdq(&fro).0.into_iter().map(|(t, _, _)| t).collect();
-    assert_eq!(points, ["x", "c1", "s"]);
+    assert_eq!(points(&fro), ["x", "c1", "s"]);
     let (a, _) = sqnr(dir.path(), "conv_sigmoid_conv", &q);
     let (b, _) = sqnr(dir.path(), "conv_sigmoid_conv", &fro);
     assert!(a > b, "one rounding fewer: {a} dB vs {b} dB");
@@ -132,21 +140,12 @@ fn a_conv_output_only_a_float_op_reads_stays_float() {
 #[test]
 fn exclude_takes_node_names_and_warns_when_it_selects_nothing() {
     let dir = layers();
-    let p = |s: &str| dir.path().join(s);
-    let o = ok(quantir(&[
-        "quantize",
-        &arg(&p("conv_sigmoid_conv.onnx")),
-        "--data",
-        &arg(&p("conv_sigmoid_conv_calib.npz")),
-        "--no-cache",
-        "--exclude",
-        "conv_sigmoid_conv_0",
-        "--exclude",
-        "no_such_node*",
-        "-o",
-        &arg(&p("q.onnx")),
-    ]));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let (q, err) = quantize_logged(
+        dir.path(),
+        "conv_sigmoid_conv",
+        "q.onnx",
+        &["--exclude", "conv_sigmoid_conv_0", "--exclude", "no_such_node*"],
+    );
     assert!(err.contains("quantized: 1 onnx.Conv"), "{err}");
     assert!(
         err.contains("left float: onnx.Conv c1 (excluded by --exclude / recipe)"),
@@ -154,6 +153,5 @@ fn exclude_takes_node_names_and_warns_when_it_selects_nothing() {
     );
     assert!(err.contains("exclude pattern \"no_such_node*\" selects no op"), "{err}");
     // the excluded Conv's input is not quantized for it; the second Conv's is
-    let points: Vec<String> = qdq(&p("q.onnx")).0.into_iter().map(|(t, _, _)| t).collect();
-    assert_eq!(points, ["s"]);
+    assert_eq!(points(&q), ["s"]);
 }

@@ -34,26 +34,32 @@ pub struct QuantizedBias {
     pub overflows: Vec<BiasOverflow>,
 }
 
-/// Quantizes `bias` to int32 with scale `input_scale * weight_scale[c]` (ties to even, in f64).
-/// `weight_scale` has one element (per-tensor weight) or one per bias element.
+/// Quantizes `bias` to int32 with scale `input_scale[c] * weight_scale[c]` (ties to even, in
+/// f64). Each of `input_scale` and `weight_scale` has one element (per tensor) or one per bias
+/// element (an input quantized per channel feeding a depthwise convolution, channel `c`'s
+/// input scale given for output channel `c`; a per-channel weight).
 pub fn quantize_bias(
     bias: &[f32],
-    input_scale: f64,
+    input_scale: &[f64],
     weight_scale: &[f64],
     policy: BiasOverflowPolicy,
 ) -> Result<QuantizedBias, ParamsError> {
-    if weight_scale.len() != 1 && weight_scale.len() != bias.len() {
-        return Err(ParamsError::Invalid(format!(
-            "{} weight scales for a bias of {} elements",
-            weight_scale.len(),
-            bias.len()
-        )));
+    for (what, s) in [("weight", weight_scale), ("input", input_scale)] {
+        if s.len() != 1 && s.len() != bias.len() {
+            return Err(ParamsError::Invalid(format!(
+                "{} {what} scales for a bias of {} elements",
+                s.len(),
+                bias.len()
+            )));
+        }
     }
-    if !(input_scale.is_finite() && input_scale > 0.0) {
-        return Err(ParamsError::BadScale {
-            scale: input_scale,
-            channel: None,
-        });
+    for (c, &s) in input_scale.iter().enumerate() {
+        if !(s.is_finite() && s > 0.0) {
+            return Err(ParamsError::BadScale {
+                scale: s,
+                channel: (input_scale.len() > 1).then_some(c),
+            });
+        }
     }
     let limit = i32::MAX as f64;
     for (c, &b) in bias.iter().enumerate() {
@@ -74,11 +80,12 @@ pub fn quantize_bias(
     }
     let per_channel = weight_scale.len() == bias.len() && weight_scale.len() > 1;
     let ws_of = |c: usize| weight_scale[if weight_scale.len() == 1 { 0 } else { c }];
+    let is_of = |c: usize| input_scale[if input_scale.len() == 1 { 0 } else { c }];
     // how far each channel overflows at the given scales
     let factors: Vec<f64> = bias
         .iter()
         .enumerate()
-        .map(|(c, &b)| (b as f64 / (input_scale * ws_of(c))).round_ties_even().abs() / limit)
+        .map(|(c, &b)| (b as f64 / (is_of(c) * ws_of(c))).round_ties_even().abs() / limit)
         .collect();
     let overflows: Vec<BiasOverflow> = factors
         .iter()
@@ -100,7 +107,7 @@ pub fn quantize_bias(
             ws.iter_mut().for_each(|w| *w *= grow(f));
         }
     }
-    let scale: Vec<f64> = ws.iter().map(|w| input_scale * w).collect();
+    let scale: Vec<f64> = ws.iter().enumerate().map(|(c, w)| is_of(c) * w).collect();
     let values = bias
         .iter()
         .zip(&scale)
@@ -126,11 +133,11 @@ mod tests {
     #[test]
     fn per_channel_values_and_overflow() {
         // hand computation: 0.5 / (0.1 * 0.02) = 250; -0.3 / (0.1 * 0.03) = -100
-        let q = quantize_bias(&[0.5, -0.3], 0.1, &[0.02, 0.03], BiasOverflowPolicy::Clip).unwrap();
+        let q = quantize_bias(&[0.5, -0.3], &[0.1], &[0.02, 0.03], BiasOverflowPolicy::Clip).unwrap();
         assert_eq!(q.values, vec![250, -100]);
         assert!(q.overflows.is_empty());
         // 1e3 / (1e-4 * 1e-6) = 1e13 = 4656.6 × i32::MAX
-        let q = quantize_bias(&[1.0e3, 0.1], 1e-4, &[1e-6], BiasOverflowPolicy::Clip).unwrap();
+        let q = quantize_bias(&[1.0e3, 0.1], &[1e-4], &[1e-6], BiasOverflowPolicy::Clip).unwrap();
         assert_eq!(q.values[0], i32::MAX);
         assert_eq!(q.overflows.len(), 1);
         assert_eq!(q.overflows[0].channel, 0);
@@ -138,7 +145,7 @@ mod tests {
         // per-channel weight scales: only the overflowing channel's scale grows
         let q = quantize_bias(
             &[1.0e3, 0.1],
-            1e-4,
+            &[1e-4],
             &[1e-6, 1e-6],
             BiasOverflowPolicy::EnlargeWeightScale,
         )
@@ -146,8 +153,15 @@ mod tests {
         assert!(q.values[0] < i32::MAX && q.values[0] > i32::MAX - 100);
         assert!(q.weight_scale[0] > 1e-6 && q.weight_scale[1] == 1e-6);
         // a single weight scale grows for every channel
-        let q = quantize_bias(&[1.0e3, 0.1], 1e-4, &[1e-6], BiasOverflowPolicy::EnlargeWeightScale).unwrap();
+        let q = quantize_bias(&[1.0e3, 0.1], &[1e-4], &[1e-6], BiasOverflowPolicy::EnlargeWeightScale).unwrap();
         assert_eq!(q.weight_scale.len(), 1);
         assert!(q.weight_scale[0] > 4.6e-3 && q.values[0] > i32::MAX - 100);
+        // per-channel input scales (a depthwise convolution's): 0.5 / (0.1 · 0.02) = 250,
+        // -0.3 / (0.2 · 0.02) = -75, bias scales 0.002 and 0.004
+        let q = quantize_bias(&[0.5, -0.3], &[0.1, 0.2], &[0.02], BiasOverflowPolicy::Clip).unwrap();
+        assert_eq!(q.values, vec![250, -75]);
+        assert_eq!(q.scale, vec![0.1 * 0.02, 0.2 * 0.02]);
+        assert_eq!(q.weight_scale, vec![0.02]);
+        assert!(quantize_bias(&[0.5, -0.3, 1.0], &[0.1, 0.2], &[0.02], BiasOverflowPolicy::Clip).is_err());
     }
 }

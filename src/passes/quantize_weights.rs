@@ -238,10 +238,7 @@ pub fn weight_site<'c, 'a>(
         .ok()
         .and_then(|r| crate::ir::keys::location_name(r.owner().location()))
         .unwrap_or_default();
-    let locs = crate::ir::keys::location_names(op.location());
-    let mut names: Vec<&str> = vec![&name, &out_key, &key];
-    names.extend(locs.iter().map(String::as_str));
-    let res = config.resolve(&names);
+    let res = config.resolve_op(&op, &[&key]);
     if res.exclude {
         return None;
     }
@@ -325,34 +322,8 @@ pub fn run_with_plan<'c, 'a>(
                     if let Some(shift) = config.bias_shifts.get(&out_key).filter(|s| s.len() == bvals.len()) {
                         bvals.iter_mut().zip(shift).for_each(|(b, s)| *b -= s);
                     }
-                    let per_channel_in = s_in.len() > 1;
-                    if per_channel_in && p.scale.len() == 1 {
-                        // one input scale per channel makes the bias scale per channel: the
-                        // weight takes its one scale once per channel, so that an enlarged
-                        // channel scale has somewhere to go
-                        p.axis = Some(0);
-                        p.scale = vec![p.scale[0]; s_in.len()];
-                        p.zero_point = vec![p.zero_point[0]; s_in.len()];
-                    }
-                    // input scale × weight scale per channel, the input's part folded into
-                    // the weight's when it is per channel
-                    let (s0, ws): (f64, Vec<f64>) = match per_channel_in {
-                        false => (s_in[0], p.scale.clone()),
-                        true => (1.0, s_in.iter().zip(&p.scale).map(|(a, w)| a * w).collect()),
-                    };
-                    let mut q =
-                        quantize_bias(bvals.as_slice().unwrap_or(&[]), s0, &ws, config.bias_overflow).map_err(err)?;
-                    if per_channel_in {
-                        // back to weight scales; only an enlarged channel's changes
-                        let mut back = p.scale.clone();
-                        let n = back.len();
-                        for o in q.overflows.iter().filter(|o| o.channel < n) {
-                            if config.bias_overflow == crate::params::BiasOverflowPolicy::EnlargeWeightScale {
-                                back[o.channel] = q.weight_scale[o.channel] / s_in[o.channel];
-                            }
-                        }
-                        q.weight_scale = back;
-                    }
+                    let q = quantize_bias(bvals.as_slice().unwrap_or(&[]), &s_in, &p.scale, config.bias_overflow)
+                        .map_err(err)?;
                     // how small the channel's weights are, next to the layer's largest
                     let absmax = |c: Option<usize>| -> f64 {
                         match (axis, c) {

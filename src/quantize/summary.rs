@@ -175,9 +175,6 @@ pub fn summarize(
             continue;
         }
         let key = location_name(op.location()).unwrap_or_default();
-        let locs = crate::ir::keys::location_names(op.location());
-        let mut resolve_names: Vec<&str> = vec![&name, &key];
-        resolve_names.extend(locs.iter().map(String::as_str));
         let acts: Vec<Option<String>> = r
             .activations
             .iter()
@@ -198,7 +195,7 @@ pub fn summarize(
         let weights = match (&weight_storage, r.weight.is_some(), weight_half) {
             (Some(st), _, _) => st.clone(),
             (None, false, _) => "none".to_string(),
-            (None, true, true) => format!("{:?}", config.resolve(&resolve_names).weights).to_lowercase(),
+            (None, true, true) => format!("{:?}", config.resolve_op(&op, &[]).weights).to_lowercase(),
             (None, true, false) => "float".to_string(),
         };
         let activations = if acts_ok {
@@ -230,7 +227,7 @@ pub fn summarize(
             *s.quantized_ops.entry(name).or_default() += 1;
             continue;
         }
-        let res = config.resolve(&resolve_names);
+        let res = config.resolve_op(&op, &[]);
         let reason = if res.exclude {
             "excluded by --exclude / recipe".to_string()
         } else if weight_half {

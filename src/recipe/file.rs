@@ -180,7 +180,26 @@ pub struct Resolved {
     pub method: Option<(String, Option<f64>)>,
 }
 
+/// The names a recipe pattern can select op `op` by: its op name (`onnx.Conv`), `extra` (tensor
+/// keys), and every name in its location (an ONNX op's output tensor and node names).
+pub fn op_names<'c: 'a, 'a>(op: &impl melior::ir::operation::OperationLike<'c, 'a>, extra: &[&str]) -> Vec<String> {
+    let mut names = vec![crate::ir::graph::op_name(op)];
+    names.extend(extra.iter().map(|s| s.to_string()));
+    names.extend(crate::ir::keys::location_names(op.location()));
+    names
+}
+
 impl QuantConfig {
+    /// The settings for op `op` (by [`op_names`], with `extra` names such as tensor keys).
+    pub fn resolve_op<'c: 'a, 'a>(
+        &self,
+        op: &impl melior::ir::operation::OperationLike<'c, 'a>,
+        extra: &[&str],
+    ) -> Resolved {
+        let names = op_names(op, extra);
+        self.resolve(&names.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
     /// The settings for something named by any of `names` (op name, tensor keys).
     pub fn resolve(&self, names: &[&str]) -> Resolved {
         let hit = |p: &str| names.iter().any(|n| super::glob(p, n));

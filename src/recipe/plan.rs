@@ -100,12 +100,18 @@ pub fn activation_params(
     dtype: StorageType,
     (lo, hi): (f32, f32),
 ) -> Result<QuantParams, crate::params::ParamsError> {
-    let opts = RangeOptions {
+    let opts = activation_range_options(config, scheme);
+    compute(scheme, dtype, lo.min(0.0) as f64, hi.max(0.0) as f64, &opts)
+}
+
+/// How an activation range becomes parameters: symmetric when `config` asks, narrow only then
+/// and only in the `mlir` scheme.
+fn activation_range_options(config: &QuantConfig, scheme: Scheme) -> RangeOptions {
+    RangeOptions {
         symmetric: config.symmetric_activations,
         narrow_range: config.symmetric_activations && scheme == Scheme::Mlir,
         ..Default::default()
-    };
-    compute(scheme, dtype, lo.min(0.0) as f64, hi.max(0.0) as f64, &opts)
+    }
 }
 
 /// The least gain in rounding noise for which a depthwise input is quantized per channel:
@@ -136,11 +142,7 @@ pub fn channel_params(
     hi: &[f32],
     axis: usize,
 ) -> Result<QuantParams, crate::params::ParamsError> {
-    let opts = RangeOptions {
-        symmetric: config.symmetric_activations,
-        narrow_range: config.symmetric_activations && scheme == Scheme::Mlir,
-        ..Default::default()
-    };
+    let opts = activation_range_options(config, scheme);
     // widened to hold 0 per channel, as `activation_params` does per tensor
     let lo: Vec<f64> = lo.iter().map(|&x| x.min(0.0) as f64).collect();
     let hi: Vec<f64> = hi.iter().map(|&x| x.max(0.0) as f64).collect();
@@ -287,9 +289,8 @@ pub fn plan<'c, 'a>(
             let Some(r) = rule(&name) else { continue };
             let out_key = op.result(0).ok().map(|v| key(v.into())).unwrap_or_default();
             // the node name (an ONNX node's, a TF node's) as well as the op and tensor names
-            let locs = crate::ir::keys::location_names(op.location());
-            let mut names: Vec<&str> = vec![&name, &out_key];
-            names.extend(locs.iter().map(String::as_str));
+            let owned = super::file::op_names(op, &[&out_key]);
+            let names: Vec<&str> = owned.iter().map(String::as_str).collect();
             if r.is_compute() && !config.resolve(&names).exclude {
                 for &i in r.activations {
                     if let Ok(v) = op.operand(i) {
@@ -331,11 +332,7 @@ pub fn plan<'c, 'a>(
                 continue;
             };
             let out: Value = out.into();
-            let out_key = key(out);
-            let locs = crate::ir::keys::location_names(op.location());
-            let mut names: Vec<&str> = vec![&name, &out_key];
-            names.extend(locs.iter().map(String::as_str));
-            if config.resolve(&names).exclude {
+            if config.resolve_op(op, &[&key(out)]).exclude {
                 continue;
             }
             // a per-channel point's scales belong to its channel axis, which a Reshape or
