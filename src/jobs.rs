@@ -87,6 +87,9 @@ pub struct RecipeFlags {
     pub symmetric_activations: bool,
     pub quantize_outputs: bool,
     pub reduce_range: bool,
+    /// onnxruntime, onnxruntime-vnni or generic [default: onnxruntime for an .onnx output,
+    /// else the recipe's, else generic].
+    pub runtime: Option<String>,
     pub exclude: Vec<String>,
     /// Raise the fewest activations (int8 → int16 → float) until the mean output SQNR on the
     /// calibration data reaches this many dB (see [`crate::target`]).
@@ -105,6 +108,7 @@ pub fn config(flags: &RecipeFlags, target: Option<&Path>) -> Result<QuantConfig,
     let mut base = QuantConfig::default();
     if target.is_some_and(formats::model::is_onnx) {
         base.scheme = crate::params::Scheme::Onnx;
+        base.runtime = crate::recipe::Runtime::Onnxruntime;
     }
     let mut c = match &flags.recipe {
         Some(RecipeSource::File(p)) => quantize::recipe::load_onto(p, base)?,
@@ -126,6 +130,9 @@ pub fn config(flags: &RecipeFlags, target: Option<&Path>) -> Result<QuantConfig,
     c.symmetric_activations |= flags.symmetric_activations;
     c.quantize_outputs |= flags.quantize_outputs;
     c.reduce_range |= flags.reduce_range;
+    if let Some(r) = &flags.runtime {
+        c.runtime = r.parse().map_err(|e| usage(format!("runtime: {e}")))?;
+    }
     c.exclude.extend(flags.exclude.iter().cloned());
     c.bias_correction = flags.bias_correction.unwrap_or(c.bias_correction);
     c.float_read_outputs |= flags.float_read_outputs;
@@ -449,6 +456,7 @@ pub fn quantize_summary(output: &Path, done: &Quantized) -> serde_json::Value {
         "weights": format!("{:?}", config.weights).to_lowercase(),
         "activations": config.activations.map_or("float".to_string(), |s| s.to_string()),
         "scheme": config.scheme.to_string(),
+        "runtime": config.runtime.to_string(),
         "ops": report.summary.ops,
         "totals": {
             "macs": report.summary.totals.macs,

@@ -92,6 +92,7 @@ impl RecipeArgs {
             symmetric_activations: self.symmetric_activations,
             quantize_outputs: self.quantize_outputs,
             reduce_range: self.reduce_range,
+            runtime: self.runtime.as_ref().map(name_of),
             exclude: self.exclude.clone(),
             target_sqnr: None,
             bias_correction: on_off(self.bias_correction, self.no_bias_correction),
@@ -320,11 +321,12 @@ fn cmd_quantize(a: &QuantizeArgs, signature: Option<&str>) -> Result<()> {
     }
     eprintln!("{report}");
     eprintln!(
-        "wrote {} ({:?} weights, {} activations, scheme {})",
+        "wrote {} ({:?} weights, {} activations, scheme {}, runtime {})",
         a.output.display(),
         config.weights,
         config.activations.map_or("float".to_string(), |a| a.to_string()),
         config.scheme,
+        config.runtime,
     );
     Ok(())
 }

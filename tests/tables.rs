@@ -9,6 +9,7 @@
 //!   runs can also be written as `.onnx`;
 //! - the duplicate-shape pass reads every dialect's shape operands;
 //! - the opset-change table of the ONNX export names ops the ONNX table runs;
+//! - the ops of onnxruntime's u8s8 GEMM table are ONNX compute ops (activation 0, weight 1);
 //! - no table lists an op twice, and each lowering family is sorted.
 
 mod common;
@@ -179,4 +180,15 @@ func.func @main(%x: tensor<2x3xf32>) -> (tensor<3x2xf32>, tensor<2xi64>) {
     );
     let printed = quantir::ir::print_module(&module);
     assert_eq!(printed.matches("onnx.Constant").count(), 2, "{printed}");
+}
+
+/// Every op onnxruntime's u8s8 GEMM table names is an ONNX compute op whose activation is
+/// operand 0 and whose weight is operand 1, as `quantize-weights` reads them.
+#[test]
+fn the_u8s8_gemm_table_names_onnx_compute_ops() {
+    for (name, _, _) in dialects::ort_u8s8::U8S8_GEMM {
+        let r = dialects::rule(name).unwrap_or_else(|| panic!("{name}: no quantization rule"));
+        assert_eq!(r.activations.first(), Some(&0), "{name}");
+        assert_eq!(r.weight.map(|w| w.0), Some(1), "{name}");
+    }
 }

@@ -61,6 +61,9 @@ _RUNTIMES = {
     "onnx": "onnx",
     "onnxruntime": "onnx",
     "ort": "onnx",
+    "onnxruntime-vnni": "onnx",
+    "onnxruntime-arm": "onnx",
+    "generic": None,
     "mlir": "mlir",
     "tf": "mlir",
     "tensorflow": "mlir",
@@ -246,7 +249,10 @@ def quantize(
     neither, ``activations="none"`` quantizes the weights only. Every command-line option is a
     keyword: ``weights`` ("int8", "int4", "fp16", "bf16"), ``activations`` ("int8", "uint8",
     "int16", "none"),
-    ``scheme`` or ``runtime`` ("onnx"/"onnxruntime", "mlir"/"tflite", "torch"),
+    ``scheme`` or ``runtime`` ("onnx"/"onnxruntime", "onnxruntime-vnni", "mlir"/"tflite",
+    "torch", "generic": the parameter arithmetic and, as ``quantir quantize --runtime``, the
+    kernels the weights are made for; an ``.onnx`` output is made for onnxruntime on any x86
+    CPU by default),
     ``per_channel``, ``exclude`` (op or tensor name patterns), ``config`` (a recipe file or
     the same as a dict), ``method`` ("minmax", "avg-minmax", "ema-minmax", "percentile", "percentile-symmetric",
     "entropy", "mse", "mse-symmetric"),
@@ -264,6 +270,12 @@ def quantize(
         if runtime not in _RUNTIMES:
             raise ValueError(f"runtime: expected one of {', '.join(sorted(_RUNTIMES))}, got {runtime!r}")
         scheme = _RUNTIMES[runtime]
+        # and the kernels the weights are made for (`quantir quantize --runtime`): onnxruntime's
+        # u8s8 GEMM on x86 for onnxruntime, full-range weights for the others
+        deploy = {"onnx": "onnxruntime", "ort": "onnxruntime", "onnxruntime": "onnxruntime",
+                  "onnxruntime-vnni": "onnxruntime-vnni", "onnxruntime-arm": "onnxruntime-vnni"}.get(runtime, "generic")
+    else:
+        deploy = None
     if isinstance(exclude, str) or not all(isinstance(e, str) for e in exclude):
         raise ValueError(f"exclude: expected a list of name patterns, got {exclude!r}")
     config_path = config_json = None
@@ -304,6 +316,7 @@ def quantize(
         "symmetric_activations": bool(symmetric_activations),
         "quantize_outputs": bool(quantize_outputs),
         "reduce_range": bool(reduce_range),
+        "runtime": deploy,
         "exclude": list(exclude),
     }
     calib = _calib_args(method, percentile, bins, shard, skip_non_finite, threads, limit, inputs, image_size, mean, std, layout)

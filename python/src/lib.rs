@@ -237,6 +237,7 @@ struct RecipeArgs {
     symmetric_activations: bool,
     quantize_outputs: bool,
     reduce_range: bool,
+    runtime: Option<String>,
     exclude: Vec<String>,
     target_sqnr: Option<f64>,
 }
@@ -264,6 +265,7 @@ impl RecipeArgs {
             symmetric_activations: self.symmetric_activations,
             quantize_outputs: self.quantize_outputs,
             reduce_range: self.reduce_range,
+            runtime: self.runtime.clone(),
             exclude: self.exclude.clone(),
             target_sqnr: self.target_sqnr,
             bias_correction: None,

@@ -329,6 +329,12 @@ pub struct RecipeArgs {
     /// without VNNI, whose int8 kernels saturate on full-range weights.
     #[arg(long)]
     pub reduce_range: bool,
+    /// The runtime the model is made for [default: onnxruntime for an .onnx output, else
+    /// generic]: onnxruntime keeps every int16 pair sum of its x86 int8 kernels without VNNI
+    /// from saturating, widening the weight scale of just the output channels that could;
+    /// onnxruntime-vnni (also ARM) and generic keep full-range weights.
+    #[arg(long, value_enum)]
+    pub runtime: Option<RuntimeArg>,
     /// Leave ops (by op name such as onnx.Conv, or by node name; `*` wildcards) or tensors (by
     /// key) in float (repeatable); a pattern that selects nothing is warned about.
     #[arg(long, value_name = "PATTERN")]
@@ -360,6 +366,16 @@ pub fn name_of(v: &impl ValueEnum) -> String {
     v.to_possible_value()
         .map(|p| p.get_name().to_string())
         .unwrap_or_default()
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum RuntimeArg {
+    /// onnxruntime on any x86 CPU (u8s8 int16 pair sums kept from saturating)
+    Onnxruntime,
+    /// onnxruntime on CPUs with VNNI, or on ARM: full-range weights
+    OnnxruntimeVnni,
+    /// any runtime accumulating in int32: full-range weights
+    Generic,
 }
 
 #[derive(Clone, Copy, ValueEnum)]

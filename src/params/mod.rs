@@ -12,6 +12,7 @@
 
 mod bias;
 mod kernels;
+pub mod saturation;
 mod schemes;
 mod storage;
 

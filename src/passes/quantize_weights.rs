@@ -29,7 +29,7 @@ use crate::params::{
     StorageType,
 };
 use crate::passes::report::{err, Change, PassError};
-use crate::recipe::{plan, Resolved, WeightMode};
+use crate::recipe::{plan, Resolved, Runtime, WeightMode};
 use crate::tensor::Tensor;
 use melior::ir::operation::{OperationBuilder, OperationLike};
 use melior::ir::{Location, Module, OperationRef, Value, ValueLike};
@@ -170,6 +170,8 @@ fn quantized_constant<'c, 'a>(
                 loc,
             )?)
         }
+        // 8-bit unsigned storage: MLIR's quant storage is signless, the same bits as i8
+        (StorageType::Uint8, Tensor::U8(a)) => Ok(insert_constant(next, &Tensor::I8(a.mapv(|v| v as i8)), tf, loc)?),
         _ => Ok(insert_constant(next, storage, tf, loc)?),
     };
     let float = like.r#type();
@@ -315,6 +317,9 @@ pub fn run_with_plan<'c, 'a>(
                 if dead > 0 {
                     report.add(Change::DeadChannels, dead);
                 }
+                if config.runtime == Runtime::Onnxruntime && res.weights == WeightMode::Int8 && !res.reduce_range {
+                    widen_for_u8s8(op, &wt, &mut p, plan, &mut report);
+                }
                 // the bias after this op, at input scale × weight scale
                 if let Some(bias) = bias_site(op, r, plan) {
                     let (badd, bidx, bdef, mut bvals, s_in) = bias;
@@ -391,6 +396,146 @@ pub fn run_with_plan<'c, 'a>(
     }
     Ok(report)
 }
+
+/// For an op onnxruntime runs on its u8s8 GEMM (`dialects::ort_u8s8`) with an 8-bit
+/// per-tensor activation input, widens the weight scale of each output channel just enough
+/// that no int16 pair sum of that GEMM can saturate on x86 CPUs without VNNI
+/// (`params::saturation`), for activations within their calibrated per-channel ranges (the
+/// whole u8 range where the statistics have none). Channels that cannot saturate keep their
+/// full-range scale.
+///
+/// ```text
+/// Conv W[o] = [1.27, 1.0, ...] (adjacent input channels, one tap), inputs up to raw 255:
+/// scale 0.01 → q = 127, 100: 255·227 = 57885 > 32767, so scale 0.0178 → q = 71, 56
+/// ```
+fn widen_for_u8s8(
+    op: OperationRef,
+    wt: &ArrayD<f32>,
+    p: &mut QuantParams,
+    plan: &crate::recipe::Plan,
+    report: &mut PassReport,
+) {
+    use crate::dialects::ort_u8s8::{activation_axis, columns, reduction, runs_int8};
+    use crate::params::saturation::{bounded_scale, first_saturating_pair, safe_scale, RawRange};
+    let name = op_name(&op);
+    let Some(red) = reduction(&name) else { return };
+    // a Conv or Gemm whose output gets no Q/DQ runs in float: nothing to saturate
+    let out_quantized = crate::recipe::plan::fused_output(op).is_some_and(|v| plan.params_of(v).is_some());
+    if !runs_int8(&name, out_quantized) {
+        return;
+    }
+    let Ok(x) = op.operand(0) else { return };
+    let Some(xp) = plan.params_of(x) else { return };
+    if xp.scale.len() != 1 || !matches!(xp.dtype, StorageType::Int8 | StorageType::Uint8) {
+        return;
+    }
+    let attrs = op_attrs(&op);
+    let Some(cols) = columns(red, wt, &attrs) else { return };
+    report.count(Change::U8s8Layers);
+    let raw = |lo: f32, hi: f32| RawRange::of(lo as f64, hi as f64, xp.scale[0], xp.zero_point[0], xp.qmin, xp.qmax);
+    let rank = crate::ir::types::tensor_type(x.r#type()).map_or(0, |t| t.dims.len());
+    let channels = activation_axis(red, rank, &attrs)
+        .and_then(|a| crate::ir::types::tensor_type(x.r#type())?.dims.get(a).cloned())
+        .and_then(|d| match d {
+            crate::ir::types::Dim::Static(n) => Some(n),
+            _ => None,
+        });
+    let ranges: Option<Vec<RawRange>> = plan
+        .channel_range_of(x)
+        .filter(|(lo, hi)| Some(lo.len()) == channels && hi.len() == lo.len())
+        .map(|(lo, hi)| lo.iter().zip(hi).map(|(&l, &h)| raw(l, h)).collect());
+    if ranges.is_none() && channels != Some(1) {
+        report.count(Change::U8s8WithoutChannelRanges);
+    }
+    // the kernel sees int8 storage as u8 (q + 128): a raw range is relative to the type's qmin
+    let storage_min = match xp.dtype {
+        StorageType::Int8 => -128,
+        _ => 0,
+    };
+    let shift = |r: RawRange| RawRange {
+        lo: r.lo + xp.qmin - storage_min,
+        hi: r.hi + xp.qmin - storage_min,
+    };
+    // scales are stored as f32: the nearest f32 at or above
+    let up = |x: f64| {
+        let f = x as f32;
+        if (f as f64) < x {
+            f.next_up() as f64
+        } else {
+            f as f64
+        }
+    };
+    let slot = |c: &crate::dialects::ort_u8s8::Column| if p.scale.len() == 1 { 0 } else { c.channel };
+    let col_ranges: Vec<Vec<RawRange>> = cols
+        .iter()
+        .map(|c| {
+            let whole = RawRange {
+                lo: 0,
+                hi: xp.qmax - xp.qmin,
+            };
+            let at = |i: usize| ranges.as_ref().and_then(|r| r.get(i).copied()).unwrap_or(whole);
+            c.inputs.iter().map(|&i| shift(at(i))).collect()
+        })
+        .collect();
+    let mut scales = p.scale.clone();
+    for (c, rs) in cols.iter().zip(&col_ranges) {
+        if let Some(s) = scales.get_mut(slot(c)) {
+            let wide = safe_scale(&c.weights, rs, *s);
+            if wide > *s {
+                *s = up(wide);
+            }
+        }
+    }
+    // checked with the quantizer itself; a column that still saturates (its f32 division
+    // rounded a tie the other way) takes the bound that holds for any rounding
+    let trial = QuantParams {
+        scale: scales.clone(),
+        ..p.clone()
+    };
+    if let Ok(Tensor::I8(q)) = quantize(&wt.view(), &trial, Rounding::HalfEven) {
+        let qf = q.mapv(|v| v as f32);
+        for (c, rs) in columns(red, &qf, &attrs).unwrap_or_default().iter().zip(&col_ranges) {
+            let qi: Vec<i64> = c.weights.iter().map(|&v| v as i64).collect();
+            if first_saturating_pair(&qi, rs).is_some() {
+                let w = &cols
+                    .iter()
+                    .find(|k| k.channel == c.channel)
+                    .map(|k| k.weights.clone())
+                    .unwrap_or_default();
+                let s = &mut scales[slot(c)];
+                *s = up(bounded_scale(w, rs, *s));
+            }
+        }
+    }
+    let widened = scales.iter().zip(&p.scale).filter(|(a, b)| a != b).count();
+    if widened == 0 {
+        return;
+    }
+    // the weight rounding noise the wider scales add, over the layer (channels of one size)
+    let power = |v: &[f64]| v.iter().map(|s| s * s).sum::<f64>();
+    let noise_db = 10.0 * (power(&scales) / power(&p.scale).max(f64::MIN_POSITIVE)).log10();
+    if noise_db > U8_WEIGHTS_ABOVE_DB && p.qmin == -p.qmax {
+        // uint8 weights around 128: onnxruntime runs the layer on its u8u8 GEMM, which widens
+        // to int16 before multiplying and cannot saturate, at the full-range scales
+        report.count(Change::U8s8LayersAsU8u8);
+        let n = p.zero_point.len();
+        p.dtype = StorageType::Uint8;
+        p.zero_point = vec![128; n];
+        (p.qmin, p.qmax) = (128 - p.qmax, 128 + p.qmax);
+        return;
+    }
+    report.count(Change::U8s8LayersWidened);
+    report.add(Change::U8s8ChannelsWidened, widened);
+    p.scale = scales;
+}
+
+/// The weight noise (dB over the full-range scales) above which a layer whose u8s8 pair sums
+/// could saturate takes uint8 weights (onnxruntime's u8u8 kernel) rather than wider scales.
+/// Measured on the shared models at ORT_DISABLE_ALL against full-range weights everywhere
+/// (BENCHMARKS.md, "onnxruntime on x86 without VNNI"): at 0.5 every model is within 0.11 dB of
+/// them or above; at 1 dB fer lost 0.34 and ppocr_cls 0.63; widening every layer lost up to
+/// 1.9 dB (fer).
+pub const U8_WEIGHTS_ABOVE_DB: f64 = 0.5;
 
 /// A bias to quantize: the op that reads it, the operand index, the constant, its values and
 /// the scale of the compute op's quantized activation input: one, or one per output channel

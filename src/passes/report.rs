@@ -35,6 +35,19 @@ pub enum Change {
     BiasesQuantized,
     /// quantize-weights: dead output channels (weights ≈ 0) given their layer's largest scale.
     DeadChannels,
+    /// quantize-weights: layers that onnxruntime runs on its u8s8 GEMM (runtime onnxruntime).
+    U8s8Layers,
+    /// quantize-weights: of those, layers whose weight scale was widened so that no int16
+    /// pair sum can saturate on x86 CPUs without VNNI.
+    U8s8LayersWidened,
+    /// quantize-weights: of those, layers given uint8 weights with zero point 128 instead
+    /// (onnxruntime's u8u8 GEMM, which cannot saturate), where wider scales cost more.
+    U8s8LayersAsU8u8,
+    /// quantize-weights: output channels so widened.
+    U8s8ChannelsWidened,
+    /// quantize-weights: u8s8 layers whose input has no per-channel statistics (bounded at
+    /// the whole u8 range).
+    U8s8WithoutChannelRanges,
     /// insert-qdq: qcast → dcast pairs inserted.
     QdqPairsInserted,
     /// pin-keys: ops given their key as a name location.
@@ -57,6 +70,11 @@ impl std::fmt::Display for Change {
             Change::WeightsQuantized => f.write_str("weights quantized"),
             Change::SharedWeightsReused => f.write_str("shared weights reused"),
             Change::BiasesQuantized => f.write_str("biases quantized to int32"),
+            Change::U8s8Layers => f.write_str("layers on onnxruntime's u8s8 GEMM"),
+            Change::U8s8LayersWidened => f.write_str("u8s8 layers with widened weight scales"),
+            Change::U8s8LayersAsU8u8 => f.write_str("u8s8 layers given uint8 weights (u8u8 GEMM)"),
+            Change::U8s8ChannelsWidened => f.write_str("u8s8 output channels with widened weight scales"),
+            Change::U8s8WithoutChannelRanges => f.write_str("u8s8 layers bounded without per-channel input ranges"),
             Change::QdqPairsInserted => f.write_str("q/dq pairs inserted"),
             Change::KeysPinned => f.write_str("keys pinned"),
         }

@@ -218,6 +218,27 @@ impl std::fmt::Display for QuantizeReport {
                 crate::passes::quantize_weights::DEAD_CHANNEL
             )?;
         }
+        let u8s8 = self.weights.get(&Change::U8s8Layers);
+        if u8s8 > 0 {
+            let (layers, channels) = (
+                self.weights.get(&Change::U8s8LayersWidened),
+                self.weights.get(&Change::U8s8ChannelsWidened),
+            );
+            let blind = self.weights.get(&Change::U8s8WithoutChannelRanges);
+            let u8u8 = self.weights.get(&Change::U8s8LayersAsU8u8);
+            writeln!(
+                f,
+                "onnxruntime u8s8 GEMM (x86 without VNNI): {u8s8} layers; {} at full range, {layers} with {channels} \
+                 output channels given a wider weight scale, {u8u8} with uint8 weights (its u8u8 GEMM): no int16 \
+                 pair sum can saturate{}",
+                u8s8 - layers - u8u8,
+                if blind > 0 {
+                    format!(" ({blind} bounded at the whole u8 range: no per-channel input statistics)")
+                } else {
+                    String::new()
+                }
+            )?;
+        }
         for o in &self.summary.left_float {
             writeln!(f, "left float: {} {} ({})", o.op, o.key, o.reason)?;
         }

@@ -58,6 +58,8 @@ struct RecipeFile {
     symmetric_activations: Option<bool>,
     quantize_outputs: Option<bool>,
     reduce_range: Option<bool>,
+    /// onnxruntime, onnxruntime-vnni or generic
+    runtime: Option<String>,
     /// `enlarge-weight-scale` (the default) or `clip`
     bias_overflow: Option<crate::params::BiasOverflowPolicy>,
     /// each layer's mean output shift taken off its bias when quantize calibrates
@@ -140,6 +142,9 @@ pub fn parse_onto(text: &str, base: QuantConfig) -> Result<QuantConfig, String> 
     c.symmetric_activations = f.symmetric_activations.unwrap_or(c.symmetric_activations);
     c.quantize_outputs = f.quantize_outputs.unwrap_or(c.quantize_outputs);
     c.reduce_range = f.reduce_range.unwrap_or(c.reduce_range);
+    if let Some(r) = &f.runtime {
+        c.runtime = r.parse().map_err(|e| format!("runtime: {e}"))?;
+    }
     c.bias_correction = f.bias_correction.unwrap_or(c.bias_correction);
     c.per_channel_depthwise_inputs = f.per_channel_depthwise_inputs.unwrap_or(c.per_channel_depthwise_inputs);
     c.float_read_outputs = f.float_read_outputs.unwrap_or(c.float_read_outputs);

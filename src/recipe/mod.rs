@@ -22,6 +22,44 @@ pub enum WeightMode {
     Bf16,
 }
 
+/// The runtime a quantized model is made for, where its int8 kernels constrain the weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Runtime {
+    /// Any runtime that accumulates int8 products in int32: full-range weights.
+    #[default]
+    Generic,
+    /// onnxruntime on any x86 CPU: where its int8 GEMM without VNNI could saturate an int16
+    /// pair sum (`params::saturation`), those output channels get a wider weight scale.
+    Onnxruntime,
+    /// onnxruntime on CPUs with VNNI (AVX-512 VNNI, AVX-VNNI) or on ARM: full-range weights.
+    OnnxruntimeVnni,
+}
+
+impl std::str::FromStr for Runtime {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "generic" => Ok(Runtime::Generic),
+            "onnxruntime" | "ort" => Ok(Runtime::Onnxruntime),
+            "onnxruntime-vnni" | "onnxruntime-arm" => Ok(Runtime::OnnxruntimeVnni),
+            _ => Err(format!(
+                "unknown runtime '{s}' (expected onnxruntime, onnxruntime-vnni, onnxruntime-arm or generic)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Runtime::Generic => "generic",
+            Runtime::Onnxruntime => "onnxruntime",
+            Runtime::OnnxruntimeVnni => "onnxruntime-vnni",
+        })
+    }
+}
+
 /// The quantization recipe.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -44,6 +82,9 @@ pub struct QuantConfig {
     /// multiply u8×s8 pairs into int16 and saturate on full-range weights. Not in the `mlir`
     /// scheme.
     pub reduce_range: bool,
+    /// The runtime the model is made for ([`Runtime`]); `quantize` picks onnxruntime for an
+    /// .onnx output, generic otherwise.
+    pub runtime: Runtime,
     /// Calibration method when `quantize` calibrates itself (a recipe's `method`).
     pub method: Option<String>,
     pub percentile: Option<f64>,
@@ -83,6 +124,7 @@ impl Default for QuantConfig {
             bias_overflow: BiasOverflowPolicy::EnlargeWeightScale,
             quantize_outputs: false,
             reduce_range: false,
+            runtime: Runtime::Generic,
             method: None,
             percentile: None,
             overrides: Vec::new(),

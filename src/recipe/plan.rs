@@ -43,6 +43,12 @@ pub struct ActivationPoint<'c, 'a> {
     /// depthwise convolutions, [`QuantConfig::per_channel_depthwise_inputs`]): observed per
     /// channel (min/max, whatever the method) and given one scale and zero point per channel.
     pub channel_axis: Option<usize>,
+    /// The axis observed per channel for onnxruntime's u8s8 GEMM (the axis it reduces over,
+    /// [`u8s8_axis`]), whose per-channel extremes bound its int16 pair sums; quantized per
+    /// tensor all the same.
+    pub observe_axis: Option<usize>,
+    /// Per-channel (min, max) along `channel_axis` or `observe_axis`, from the statistics.
+    pub channel_range: Option<(Vec<f32>, Vec<f32>)>,
 }
 
 #[derive(Debug, Default)]
@@ -75,9 +81,19 @@ impl<'c, 'a> Plan<'c, 'a> {
     pub fn channel_axes(&self) -> std::collections::BTreeMap<String, usize> {
         self.activations
             .iter()
-            .filter(|a| a.same_as.is_none())
-            .filter_map(|a| a.channel_axis.map(|ax| (a.key.clone(), ax)))
+            .filter_map(|a| {
+                let quantized = a.channel_axis.filter(|_| a.same_as.is_none());
+                quantized.or(a.observe_axis).map(|ax| (a.key.clone(), ax))
+            })
             .collect()
+    }
+    /// The per-channel (min, max) the statistics hold for a value, if any.
+    pub fn channel_range_of(&self, v: Value) -> Option<(&[f32], &[f32])> {
+        self.activations
+            .iter()
+            .find(|a| a.value == v)
+            .and_then(|a| a.channel_range.as_ref())
+            .map(|(lo, hi)| (lo.as_slice(), hi.as_slice()))
     }
     /// The parameters of a value, if it is quantized.
     pub fn params_of(&self, v: Value) -> Option<&QuantParams> {
@@ -222,6 +238,63 @@ fn depthwise_input_axis(v: Value) -> Option<usize> {
     (depthwise && channels_known).then_some(1)
 }
 
+/// A compute op's result followed through the ops an int8 kernel fuses (a bias add with a
+/// constant bias, then Relu/Relu6), each the single user of the one before: where its output
+/// point goes.
+pub fn fused_output<'c, 'a>(op: OperationRef<'c, 'a>) -> Option<Value<'c, 'a>> {
+    let mut out: Value = op.result(0).ok()?.into();
+    while let Some((user, idx)) = single_user(out) {
+        let Some(ur) = rule(&op_name(&user)) else { break };
+        let fuses = (ur.bias && idx == 0 && user.operand(1).is_ok_and(is_constant_like)) || ur.fused_activation;
+        match (fuses, user.result(0)) {
+            (true, Ok(next)) => out = next.into(),
+            _ => break,
+        }
+    }
+    Some(out)
+}
+
+/// The axis onnxruntime's u8s8 GEMM reduces `v` over, when every compute op reading `v` as its
+/// activation is one that GEMM runs (`dialects::ort_u8s8`: a Conv that is not depthwise, a
+/// MatMul, a Gemm) and they agree on it; its dim must be static.
+///
+/// ```mlir
+/// %x = "onnx.Relu"(...)                                // tensor<1x16x40x40xf32>
+/// %y = "onnx.Conv"(%x, %w, %b) {group = 1 : si64}      // %w: tensor<32x16x3x3xf32>
+/// // %x: observed per channel along axis 1
+/// ```
+fn u8s8_axis(v: Value) -> Option<usize> {
+    use crate::dialects::ort_u8s8::{activation_axis, is_depthwise, reduction};
+    let t = tensor_type(v.r#type())?;
+    let mut axis = None;
+    for u in uses(v) {
+        let name = op_name(&u.owner);
+        if !rule(&name).is_some_and(|r| r.is_compute()) {
+            continue;
+        }
+        let r = reduction(&name).filter(|_| u.operand == 0)?;
+        let attrs = op_attrs(&u.owner);
+        let w = tensor_type(u.owner.operand(1).ok()?.r#type())?;
+        let wdims: Option<Vec<usize>> = w
+            .dims
+            .iter()
+            .map(|d| match d {
+                Dim::Static(n) => Some(*n),
+                _ => None,
+            })
+            .collect();
+        if is_depthwise(&wdims?, &attrs) {
+            return None;
+        }
+        let a = activation_axis(r, t.dims.len(), &attrs)?;
+        if axis.is_some_and(|b| b != a) {
+            return None;
+        }
+        axis = Some(a);
+    }
+    axis.filter(|&a| matches!(t.dims.get(a), Some(Dim::Static(c)) if *c > 1))
+}
+
 /// True when some op reads `v` as int8 — a compute op's activation operand, or a same-scale
 /// op whose output one reads. A compute op's output that only float ops read (the `Add`,
 /// `Clip`, `Mul`, `Div` of an exported HardSwish, a Sigmoid) gains nothing from a Q/DQ pair
@@ -281,6 +354,8 @@ pub fn plan<'c, 'a>(
                 scheme: res.scheme,
                 method: res.method,
                 channel_axis: per_channel.then(|| depthwise_input_axis(v)).flatten(),
+                observe_axis: u8s8_axis(v),
+                channel_range: None,
             });
         };
     if config.activations.is_some() || !config.overrides.is_empty() {
@@ -298,18 +373,9 @@ pub fn plan<'c, 'a>(
                     }
                 }
                 // follow the fused bias and activation to the output point
-                let Ok(mut out) = op.result(0).map(Value::from) else {
+                let Some(out) = fused_output(*op) else {
                     continue;
                 };
-                while let Some((user, idx)) = single_user(out) {
-                    let Some(ur) = rule(&op_name(&user)) else { break };
-                    let fuses =
-                        (ur.bias && idx == 0 && user.operand(1).is_ok_and(is_constant_like)) || ur.fused_activation;
-                    match (fuses, user.result(0)) {
-                        (true, Ok(next)) => out = next.into(),
-                        _ => break,
-                    }
-                }
                 // A model output keeps the int32 accumulator's precision unless asked otherwise:
                 // requantizing logits to 8 bits clips every value beyond the calibration range
                 // and adds a rounding step no later op needs.
@@ -360,6 +426,11 @@ pub fn plan<'c, 'a>(
     if let Some(stats) = stats {
         let mut by_key: HashMap<String, QuantParams> = HashMap::new();
         for p in plan.activations.iter_mut() {
+            if let Some(t) = stats.tensors.get(&p.key) {
+                if let (Some(lo), Some(hi)) = (&t.channel_min, &t.channel_max) {
+                    p.channel_range = Some((lo.clone(), hi.clone()));
+                }
+            }
             let src = p.same_as.clone().unwrap_or(p.key.clone());
             if let Some(q) = by_key.get(&src) {
                 p.params = Some(q.clone());

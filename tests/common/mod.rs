@@ -96,13 +96,29 @@ pub fn mlir_opt_accepts(path: &Path) -> (bool, String) {
 /// Runs tests/python/onnx_ref.py in the test venv (the real onnxruntime) and returns the JSON
 /// object it prints last.
 pub fn onnx_ref(args: &[&str]) -> serde_json::Value {
+    onnx_ref_on(None, args)
+}
+
+/// [`onnx_ref`] with onnxruntime on an emulated CPU: `qemu-x86_64 -cpu CPU` runs the venv's
+/// Python, so that onnxruntime's MLAS picks that CPU's int8 kernels (EPYC-Rome: AVX2 without
+/// VNNI, whose u8s8 kernels add products in int16) on any x86 host.
+pub fn onnx_ref_on(cpu: Option<&str>, args: &[&str]) -> serde_json::Value {
     let py = root().join(".venv/bin/python");
     let script = root().join("tests/python/onnx_ref.py");
-    let o = Command::new(&py)
-        .arg(&script)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e} (scripts/install-deps.sh creates the venv)", py.display()));
+    let mut cmd = match cpu {
+        Some(c) => {
+            let mut q = Command::new("qemu-x86_64");
+            q.args(["-cpu", c]).arg(&py);
+            q
+        }
+        None => Command::new(&py),
+    };
+    let o = cmd.arg(&script).args(args).output().unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (scripts/install-deps.sh installs it and creates the venv)",
+            py.display()
+        )
+    });
     assert!(
         o.status.success(),
         "onnx_ref.py {args:?}: {}",

@@ -4,9 +4,10 @@
   eval FLOAT QUANT DATA INTERP    SQNR/top-1 of QUANT vs FLOAT in onnxruntime, QUANT's weight
                                   storage, and quantir's outputs (INTERP .npz) vs onnxruntime's
   ops DIR                         small models of single ops + inputs + onnxruntime's outputs
-  levels FLOAT QUANT DATA         SQNR of QUANT vs FLOAT at every graph-optimization level (the
-                                  fused int8 kernels run from EXTENDED on), and QUANT's largest
-                                  |int8 weight|
+  levels FLOAT QUANT DATA [LIMIT] SQNR of QUANT vs FLOAT at every graph-optimization level (the
+                                  fused int8 kernels run from EXTENDED on), QUANT's largest
+                                  |int8 weight| and its initializers no node reads; with LIMIT,
+                                  the first LIMIT samples at DISABLE_ALL and ENABLE_ALL only
   run MODEL DATA OUT              MODEL on every sample of DATA (key x, or the input's name),
                                   outputs by graph output name into OUT (.npz)
   fix_dims MODEL OUT SHAPE        MODEL with its first input's dims fixed to SHAPE (1,3,48,192)
@@ -15,6 +16,13 @@
                                   BatchNormalization → Relu; a Conv whose channels differ 100×
                                   in range → depthwise Conv; Conv → Sigmoid → Conv), each with
                                   NAME_calib.npz and NAME_test.npz (key x)
+  pairs DIR                       a float 1x1 Conv (pairs.onnx) whose output channel 0 of 16 has
+                                  two large same-sign weights on neighbouring input channels and
+                                  the others the same weights one channel apart; one whose every
+                                  channel has such a pair (pairs_all.onnx); with
+                                  pairs_calib.npz / pairs_test.npz (key x, up to 2.55)
+  weights MODEL                   per weight a DequantizeLinear reads: its storage type and
+                                  largest |q - zero point| per output channel (axis 0)
   qdq MODEL                       per QuantizeLinear: the tensor it quantizes, its number of
                                   scales and its axis; and the model's op types
 
@@ -179,12 +187,15 @@ def ops(out_dir):
     print(json.dumps({"cases": cases}))
 
 
-def levels(fm, qm, data):
+def levels(fm, qm, data, limit=None):
     d = np.load(data)
     x = d["x"] if "x" in d.files else d[d.files[0]]
+    x = x[: int(limit)] if limit else x
     f = run_all(fm, x)
     out = {}
     for name in ["ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL"]:
+        if limit and name in ("ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED"):
+            continue  # a limited run (an emulated CPU) measures the two levels that matter
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, name)
@@ -196,7 +207,9 @@ def levels(fm, qm, data):
     # the stored weights: int8 initializers that a DequantizeLinear reads as its data
     data = {n.input[0] for n in m.graph.node if n.op_type == "DequantizeLinear"}
     ints = [numpy_helper.to_array(t) for t in m.graph.initializer if t.data_type == TensorProto.INT8 and t.name in data]
-    out["max_abs_int8"] = int(max(np.abs(a.astype(np.int64)).max() for a in ints))
+    out["max_abs_int8"] = int(max(np.abs(a.astype(np.int64)).max() for a in ints)) if ints else None
+    used = {i for n in m.graph.node for i in n.input} | {o.name for o in m.graph.output}
+    out["unused_initializers"] = sum(t.name not in used for t in m.graph.initializer)
     print(json.dumps(out))
 
 
@@ -301,6 +314,52 @@ def layers(out_dir):
     print(json.dumps({"models": ["conv_bn_relu", "depthwise_ranges", "conv_sigmoid_conv"]}))
 
 
+def pairs(out_dir):
+    def conv(name, w):
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"])]
+        m = len(w)
+        g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, m, 3, 3])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.zeros(m, np.float32), "b")])
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = 8
+        onnx.save(model, os.path.join(out_dir, f"{name}.onnx"))
+
+    w = np.zeros((16, 4, 1, 1), np.float32)
+    w[0, :2, 0, 0] = [1.27, 1.0]  # neighbours: one int16 pair of the u8s8 kernel
+    w[1:, [0, 2], 0, 0] = [1.27, 1.0]  # one apart: two pairs
+    w[1:, 3, 0, 0] = -0.5
+    conv("pairs", w)
+    # every channel has a saturating pair: widening them all would cost more than uint8 weights
+    w = np.zeros((4, 4, 1, 1), np.float32)
+    w[:, :2, 0, 0] = [1.27, 1.0]
+    w[:, 2:, 0, 0] = [-0.9, -1.1]
+    conv("pairs_all", w)
+    rng = np.random.default_rng(0)
+    for name, n in [("calib", 32), ("test", 16)]:
+        x = rng.uniform(0.0, 2.55, (n, 4, 3, 3)).astype(np.float32)
+        x[:, :, 1, 1] = 2.55  # every channel reaches the top of the range at once
+        np.savez(os.path.join(out_dir, f"pairs_{name}.npz"), x=x)
+    print(json.dumps({"written": "pairs.onnx"}))
+
+
+def weights(model):
+    m = onnx.load(model)
+    inits = {t.name: t for t in m.graph.initializer}
+    out = {}
+    for n in m.graph.node:
+        if n.op_type != "DequantizeLinear" or n.input[0] not in inits or inits[n.input[0]].data_type == TensorProto.INT32:
+            continue
+        q = numpy_helper.to_array(inits[n.input[0]]).astype(np.int64)
+        zp = numpy_helper.to_array(inits[n.input[2]]).astype(np.int64) if len(n.input) > 2 else np.zeros(1, np.int64)
+        zp = zp.reshape([-1] + [1] * (q.ndim - 1)) if zp.size > 1 else zp.reshape(())
+        d = np.abs(q - zp).reshape(q.shape[0], -1).max(axis=1)
+        out[n.input[0]] = {"dtype": str(q.dtype if inits[n.input[0]].data_type != TensorProto.UINT8 else "uint8"),
+                           "stored": onnx.TensorProto.DataType.Name(inits[n.input[0]].data_type).lower(),
+                           "max_abs": [int(v) for v in d]}
+    print(json.dumps(out))
+
+
 def qdq(model):
     m = onnx.load(model)
     inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
@@ -314,4 +373,4 @@ def qdq(model):
 
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"roundtrip": roundtrip, "eval": eval_quant, "ops": ops, "run": run, "levels": levels, "fix_dims": fix_dims, "layers": layers, "qdq": qdq}[cmd](*args)
+    {"roundtrip": roundtrip, "eval": eval_quant, "ops": ops, "run": run, "levels": levels, "fix_dims": fix_dims, "layers": layers, "qdq": qdq, "pairs": pairs, "weights": weights}[cmd](*args)

@@ -484,6 +484,17 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, FormatE
                 // same bytes, new type: the result is another name for the operand
                 let src = name_of(&names, op.operand(0).map_err(|x| e(path, x.to_string()))?)?;
                 let r: Value = op.result(0).map_err(|x| e(path, x.to_string()))?.into();
+                // unsigned 8-bit storage is held by a signless i8 constant (MLIR's quant storage
+                // is signless): its initializer is the same bytes typed uint8
+                if element_type(r.r#type()).and_then(onnx_element) == Some(dt::UINT8) {
+                    if let Some(t) = graph
+                        .initializer
+                        .iter_mut()
+                        .find(|t| t.name == src && t.data_type == dt::INT8)
+                    {
+                        t.data_type = dt::UINT8;
+                    }
+                }
                 names.by_value.insert(r.to_raw().ptr as usize, src);
             }
             "quant.qcast" | "quant.dcast" => {

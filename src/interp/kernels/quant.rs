@@ -15,5 +15,11 @@ pub fn qcast(x: &Tensor, p: &QuantParams) -> KernelResult<Tensor> {
 }
 
 pub fn dcast(q: &Tensor, p: &QuantParams) -> KernelResult<Tensor> {
+    // MLIR's quant storage is signless: unsigned 8-bit values come as i8 bits
+    if let (Tensor::I8(a), crate::params::StorageType::Uint8) = (q, p.dtype) {
+        return dequantize(&Tensor::U8(a.mapv(|v| v as u8)), p)
+            .map(Tensor::F32)
+            .map_err(|e| e.to_string());
+    }
     dequantize(q, p).map(Tensor::F32).map_err(|e| e.to_string())
 }

@@ -1,0 +1,205 @@
+//! The int16 pair sums of onnxruntime's int8 GEMM on x86 CPUs without VNNI, and weight scales
+//! that keep them from saturating.
+//!
+//! onnxruntime (MLAS, AVX2 without VNNI) multiplies a u8 activation row by an s8 weight column
+//! with `vpmaddubsw`: products of neighbouring reduction elements 2j and 2j+1 are added in
+//! int16 with saturation, and only then widened and summed in int32. An int8 activation is
+//! first made u8 (`q + 128`, onnxruntime's QDQ S8→U8 transform), so the raw u8 values, not the
+//! zero-point-corrected ones, enter the pair. Measured on onnxruntime 1.32 under an emulated
+//! AVX2 CPU (benches/ort_no_vnni.py, tests/ort_no_vnni.rs), the reduction order is:
+//! - Conv (not depthwise): kernel taps row-major, then the group's input channels, innermost
+//!   (onnxruntime runs QLinearConv channels-last), pairs crossing taps when the group has an
+//!   odd channel count; the padding is the input's zero point;
+//! - MatMul, Gemm: the reduction axis as stored;
+//! - a depthwise Conv (one input and one output channel per group) has its own kernel, which
+//!   accumulates in int32 and never saturates.
+//!
+//! A pair (a0·b0 + a1·b1) can only leave int16 when b0 and b1 have the same sign: with
+//! a ∈ [0, 255] and |b| ≤ 127 a mixed-sign pair stays within ±32385. For a same-sign pair the
+//! bound is hi0·|b0| + hi1·|b1|, with hi the largest raw u8 value the activation element takes.
+
+/// The largest magnitude a pair sum keeps (int16; the negative side has one more).
+pub const PAIR_LIMIT: i64 = 32767;
+
+/// The raw u8 values an activation element takes in the kernel: its calibrated range and its
+/// zero point (which padding and a clipped 0 produce), in the unsigned form the kernel sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawRange {
+    pub lo: i64,
+    pub hi: i64,
+}
+
+impl RawRange {
+    /// The whole u8 range: what an activation with no per-element statistics may take.
+    pub const FULL: RawRange = RawRange { lo: 0, hi: 255 };
+
+    /// The raw range of real values in [lo, hi] quantized at `scale`, `zero_point` into a
+    /// storage type whose smallest value is `qmin` (−128 for int8, made u8 by adding 128; 0
+    /// for uint8) and largest `qmax`.
+    pub fn of(lo: f64, hi: f64, scale: f64, zero_point: i64, qmin: i64, qmax: i64) -> RawRange {
+        let q = |x: f64| -> i64 {
+            let v = (x / scale).round_ties_even();
+            let v = if v.is_finite() { v.clamp(-1e12, 1e12) as i64 } else { 0 };
+            (v + zero_point).clamp(qmin, qmax) - qmin
+        };
+        let (a, b, z) = (q(lo), q(hi), zero_point.clamp(qmin, qmax) - qmin);
+        RawRange {
+            lo: a.min(b).min(z),
+            hi: a.max(b).max(z),
+        }
+    }
+}
+
+/// The extreme values (min, max) of the pair sum a0·q0 + a1·q1 over a0 ∈ r0, a1 ∈ r1.
+pub fn pair_extremes(q0: i64, r0: RawRange, q1: i64, r1: RawRange) -> (i64, i64) {
+    let ends = |q: i64, r: RawRange| {
+        let (x, y) = (q * r.lo, q * r.hi);
+        (x.min(y), x.max(y))
+    };
+    let (a, b) = (ends(q0, r0), ends(q1, r1));
+    (a.0 + b.0, a.1 + b.1)
+}
+
+/// The first pair (index j of elements 2j, 2j+1) whose sum can leave int16, for one output
+/// channel's quantized weights `q` in the kernel's reduction order and the raw ranges of the
+/// activation elements they multiply.
+pub fn first_saturating_pair(q: &[i64], ranges: &[RawRange]) -> Option<usize> {
+    (0..q.len().div_ceil(2)).find(|&j| {
+        let (i0, i1) = (2 * j, 2 * j + 1);
+        let (q1, r1) = match q.get(i1) {
+            Some(&v) => (v, ranges[i1]),
+            None => (0, RawRange::FULL),
+        };
+        let (lo, hi) = pair_extremes(q[i0], ranges[i0], q1, r1);
+        lo < -PAIR_LIMIT - 1 || hi > PAIR_LIMIT
+    })
+}
+
+/// A scale ≥ `scale` at which one output channel's float weights `w` (in the kernel's
+/// reduction order) quantize to values whose every pair sum stays within int16 for
+/// activations in `ranges`, whatever the rounding of w / scale: a same-sign pair's bound
+/// hi0·|q0| + hi1·|q1| with |q| ≤ |w| / s + ½ stays ≤ 32767 when
+/// s ≥ (hi0·|w0| + hi1·|w1|) / (32767 − (hi0 + hi1) / 2).
+pub fn bounded_scale(w: &[f32], ranges: &[RawRange], scale: f64) -> f64 {
+    debug_assert_eq!(w.len(), ranges.len());
+    let mut s = scale;
+    for j in 0..w.len() / 2 {
+        let (w0, w1) = (w[2 * j] as f64, w[2 * j + 1] as f64);
+        if w0 * w1 <= 0.0 {
+            continue;
+        }
+        let (h0, h1) = (ranges[2 * j].hi as f64, ranges[2 * j + 1].hi as f64);
+        let need = (h0 * w0.abs() + h1 * w1.abs()) / (PAIR_LIMIT as f64 - (h0 + h1) / 2.0);
+        if need > s {
+            s = need;
+        }
+    }
+    s
+}
+
+/// The smallest scale ≥ `scale` (to 2⁻³⁰ of the gap) at which `w` quantized with ties to even
+/// has no saturating pair: `scale` itself when none saturates there, else a bisection up to
+/// [`bounded_scale`] (a pair's bound only falls as the scale grows).
+pub fn safe_scale(w: &[f32], ranges: &[RawRange], scale: f64) -> f64 {
+    let at = |s: f64| -> Vec<i64> { w.iter().map(|&x| (x as f64 / s).round_ties_even() as i64).collect() };
+    if first_saturating_pair(&at(scale), ranges).is_none() {
+        return scale;
+    }
+    let (mut lo, mut hi) = (scale, bounded_scale(w, ranges, scale));
+    for _ in 0..30 {
+        let mid = 0.5 * (lo + hi);
+        if first_saturating_pair(&at(mid), ranges).is_none() {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    hi
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(w: &[f32], s: f64) -> Vec<i64> {
+        w.iter().map(|&x| (x as f64 / s).round_ties_even() as i64).collect()
+    }
+
+    #[test]
+    fn raw_range_of_int8_and_uint8() {
+        // int8, zero point -128 (a ReLU output): 0 → raw 0, the top of the range → 255
+        assert_eq!(
+            RawRange::of(0.0, 2.55, 0.01, -128, -128, 127),
+            RawRange { lo: 0, hi: 255 }
+        );
+        // a channel that reaches 1.0 only: raw 100; the zero point (raw 0) is in
+        assert_eq!(
+            RawRange::of(0.5, 1.0, 0.01, -128, -128, 127),
+            RawRange { lo: 0, hi: 100 }
+        );
+        // signed activations: zero point 0 → raw 128, which the range holds
+        assert_eq!(
+            RawRange::of(-0.2, 0.3, 0.01, 0, -128, 127),
+            RawRange { lo: 108, hi: 158 }
+        );
+        // uint8 storage is raw already; values beyond the range clip
+        assert_eq!(RawRange::of(-9.0, 9.0, 0.01, 10, 0, 255), RawRange { lo: 0, hi: 255 });
+    }
+
+    #[test]
+    fn the_pairs_that_saturate_are_the_same_sign_ones() {
+        let full = [RawRange::FULL; 4];
+        // 255·127 + 255·127 = 64770: the pair (0, 1) saturates, onnxruntime's 320 for 640 in
+        // tests/ort_no_vnni.rs
+        assert_eq!(first_saturating_pair(&[127, 127, 0, 0], &full), Some(0));
+        // the same values split over two pairs cannot
+        assert_eq!(first_saturating_pair(&[127, 0, 127, 0], &full), None);
+        assert_eq!(first_saturating_pair(&[0, 0, -127, -127], &full), Some(1));
+        // opposite signs never do
+        assert_eq!(first_saturating_pair(&[127, -127, -127, 127], &full), None);
+        // 7-bit weights never do: 255·64·2 = 32640
+        assert_eq!(first_saturating_pair(&[64, 64, -64, -64], &full), None);
+        // an odd count pairs the last element with a zero
+        assert_eq!(first_saturating_pair(&[1, 1, 127], &[RawRange::FULL; 3]), None);
+        // activations that stay small cannot: 100·127·2 = 25400
+        let small = [RawRange { lo: 0, hi: 100 }; 2];
+        assert_eq!(first_saturating_pair(&[127, 127], &small), None);
+    }
+
+    #[test]
+    fn safe_scale_keeps_full_range_where_nothing_can_saturate() {
+        let w = [1.27f32, -1.27, 0.5, -0.3, 0.01, 0.02];
+        let r = [RawRange::FULL; 6];
+        assert_eq!(safe_scale(&w, &r, 0.01), 0.01);
+        assert_eq!(first_saturating_pair(&q(&w, 0.01), &r), None);
+    }
+
+    #[test]
+    fn safe_scale_narrows_a_saturating_channel_just_enough() {
+        let w = [1.27f32, 1.0, -0.3, 0.2];
+        let r = [RawRange::FULL; 4];
+        assert_eq!(first_saturating_pair(&q(&w, 0.01), &r), Some(0));
+        let s = safe_scale(&w, &r, 0.01);
+        assert!(s > 0.01);
+        let qs = q(&w, s);
+        assert_eq!(first_saturating_pair(&qs, &r), None);
+        // no more than needed: one step less on either weight would not saturate either,
+        // but the pair sits within one rounding step of the limit
+        assert!(255 * (qs[0] + qs[1] + 1) > PAIR_LIMIT, "{qs:?}");
+        // the bound that holds for any rounding is wider
+        assert!(bounded_scale(&w, &r, 0.01) >= s);
+        // the largest weight keeps more than 7 bits (7-bit weights would give it 64)
+        assert!(qs[0] > 64, "{qs:?}");
+    }
+
+    #[test]
+    fn activation_ranges_decide_how_much() {
+        let w = [1.27f32, 1.27];
+        // a channel that reaches raw 100 beside one at 255: 100·127 + 255·|q1| ≤ 32767
+        let r = [RawRange { lo: 0, hi: 100 }, RawRange::FULL];
+        let s = safe_scale(&w, &r, 0.01);
+        let qs = q(&w, s);
+        assert_eq!(first_saturating_pair(&qs, &r), None);
+        assert!(qs[0] >= 90, "{qs:?}");
+    }
+}

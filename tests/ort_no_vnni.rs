@@ -1,0 +1,189 @@
+//! quantir's .onnx output in onnxruntime's fused int8 kernels of an x86 CPU without VNNI
+//! (issue #18), whatever the host: onnxruntime runs under `qemu-x86_64 -cpu EPYC-Rome` (AVX2,
+//! no VNNI), so its MLAS picks the u8s8 kernels that add neighbouring products in int16 with
+//! saturation. The default `--runtime onnxruntime` must keep every level's quality; `--runtime
+//! generic` (full-range weights) shows that the emulated kernels do saturate, so these tests
+//! can fail.
+
+mod common;
+
+use common::{arg, data, example, ok, onnx_ref, onnx_ref_on, quantir};
+use std::path::Path;
+
+const NO_VNNI: Option<&str> = Some("EPYC-Rome");
+
+fn quantize(model: &Path, calib: &Path, out: &Path, extra: &[&str]) -> String {
+    let mut args = vec![
+        "quantize",
+        model.to_str().unwrap(),
+        "--data",
+        calib.to_str().unwrap(),
+        "--no-cache",
+    ];
+    args.extend_from_slice(extra);
+    let o = arg(out);
+    args.extend(["-o", &o]);
+    let o = ok(quantir(&args));
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// SQNR at ORT_DISABLE_ALL and ORT_ENABLE_ALL on the emulated CPU, on the first `limit` samples.
+fn levels(float: &Path, q: &Path, test: &Path, limit: usize) -> (f64, f64, serde_json::Value) {
+    let r = onnx_ref_on(
+        NO_VNNI,
+        &["levels", &arg(float), &arg(q), &arg(test), &limit.to_string()],
+    );
+    (
+        r["ORT_DISABLE_ALL"].as_f64().unwrap(),
+        r["ORT_ENABLE_ALL"].as_f64().unwrap(),
+        r,
+    )
+}
+
+/// Hand-made weights: an output channel whose two large same-sign weights the kernel adds in
+/// one int16 pair is widened (and then runs at its own quality in the fused kernel), the ones
+/// whose weights fall in two pairs keep full range (and with a float output, which onnxruntime
+/// runs as a float Conv, nothing changes at all); a layer whose every channel would be
+/// widened takes uint8 weights, which onnxruntime runs on its u8u8 kernel without saturation.
+#[test]
+fn saturating_pairs_are_found_and_only_their_channels_change() {
+    let dir = tempfile::tempdir().unwrap();
+    onnx_ref(&["pairs", &arg(dir.path())]);
+    let p = |n: &str| dir.path().join(n);
+    let (calib, test) = (p("pairs_calib.npz"), p("pairs_test.npz"));
+    let w = |m: &Path| {
+        let r = onnx_ref(&["weights", &arg(m)]);
+        r.as_object().unwrap().values().next().unwrap().clone()
+    };
+    for (model, expect) in [
+        (
+            "pairs.onnx",
+            "1 with 1 output channels given a wider weight scale, 0 with uint8",
+        ),
+        (
+            "pairs_all.onnx",
+            "0 with 0 output channels given a wider weight scale, 1 with uint8",
+        ),
+    ] {
+        let (q, g) = (p("q.onnx"), p("g.onnx"));
+        // the output quantized: onnxruntime fuses a Conv into its int8 kernel only then
+        let summary = quantize(&p(model), &calib, &q, &["--quantize-outputs"]);
+        assert!(summary.contains(expect), "{model}: {summary}");
+        quantize(&p(model), &calib, &g, &["--quantize-outputs", "--runtime", "generic"]);
+        let (wq, wg) = (w(&q), w(&g));
+        assert!(wg["max_abs"].as_array().unwrap().iter().all(|v| v == 127), "{wg}");
+        if model == "pairs.onnx" {
+            // channel 0: 255·(q0 + q1) ≤ 32767 with q1 ≈ 0.79 q0; the others untouched
+            let m = wq["max_abs"].as_array().unwrap();
+            let m0 = m[0].as_i64().unwrap();
+            assert!(m0 < 127 && m0 > 64, "{wq}");
+            assert!(m[1..].iter().all(|v| v == 127), "{wq}");
+            assert_eq!(wq["stored"], "int8", "{wq}");
+        } else {
+            // full-range values around zero point 128
+            assert_eq!(wq["stored"], "uint8", "{wq}");
+            assert!(wq["max_abs"].as_array().unwrap().iter().all(|v| v == 127), "{wq}");
+        }
+        let (gd, ge, r) = levels(&p(model), &g, &test, 16);
+        assert!(
+            ge < gd - 6.0,
+            "{model}: full-range int8 weights should saturate in the emulated kernel: {r}"
+        );
+        let (qd, qe, r) = levels(&p(model), &q, &test, 16);
+        assert!((qd - qe).abs() <= 0.5 && qd > 35.0, "{model}: {r}");
+        let summary = quantize(&p(model), &calib, &q, &[]);
+        assert!(!summary.contains("u8s8"), "{model}: {summary}");
+        let f = w(&q);
+        assert!(
+            f["max_abs"].as_array().unwrap().iter().all(|v| v == 127) && f["stored"] == "int8",
+            "{f}"
+        );
+    }
+}
+
+/// The digits models: onnxruntime's default level gives the Q/DQ model's own quality (within
+/// 0.5 dB), which is within 0.5 dB of full-range weights everywhere; full-range weights lose
+/// more than 10 dB there.
+#[test]
+fn digits_models_keep_their_quality_in_the_fused_kernels() {
+    let dir = tempfile::tempdir().unwrap();
+    for (model, calib, test) in [
+        (
+            data("digits_cnn.onnx"),
+            example("digits_calib.npz"),
+            example("digits_test.npz"),
+        ),
+        (
+            data("digits_mlp.onnx"),
+            data("digits_mlp_calib.npz"),
+            data("digits_mlp_test.npz"),
+        ),
+    ] {
+        let (q, g) = (dir.path().join("q.onnx"), dir.path().join("g.onnx"));
+        quantize(&model, &calib, &q, &[]);
+        quantize(&model, &calib, &g, &["--runtime", "generic"]);
+        let (gd, ge, rg) = levels(&model, &g, &test, 64);
+        let (qd, qe, rq) = levels(&model, &q, &test, 64);
+        let name = model.display();
+        assert!(ge < gd - 10.0, "{name}: generic {rg}");
+        assert!((qd - qe).abs() <= 0.5, "{name}: default {rq}");
+        assert!(qd >= gd - 0.5, "{name}: default {rq} vs generic {rg}");
+    }
+}
+
+/// The real models of tests/data/real (as shipped: dynamic dims, Constant weights, a
+/// SavedModel's lowering), on their first test samples: the default level within 0.5 dB of
+/// ORT_DISABLE_ALL on the emulated CPU.
+#[test]
+fn real_models_keep_their_quality_in_the_fused_kernels() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = |n: &str| data(&format!("real/{n}"));
+    let fer_float = dir.path().join("fer_float.onnx");
+    ok(quantir(&[
+        "opt",
+        &arg(&real("fer_savedmodel")),
+        "--pass",
+        "prepare",
+        "--pass",
+        "tf-to-onnx",
+        "-o",
+        &arg(&fer_float),
+    ]));
+    for (name, model, float, stem, floor) in [
+        (
+            "ppocr_cls",
+            real("ppocr_cls.onnx"),
+            real("ppocr_cls.onnx"),
+            "ppocr_cls",
+            25.0,
+        ),
+        (
+            "ppocr_det",
+            real("ppocr_det.onnx"),
+            real("ppocr_det.onnx"),
+            "ppocr_det",
+            15.0,
+        ),
+        (
+            "basic_pitch",
+            real("basic_pitch.onnx"),
+            real("basic_pitch.onnx"),
+            "basic_pitch",
+            15.0,
+        ),
+        ("fer", real("fer_savedmodel"), fer_float.clone(), "fer", 20.0),
+    ] {
+        let q = dir.path().join(format!("{name}.onnx"));
+        quantize(&model, &real(&format!("{stem}_calib.npz")), &q, &[]);
+        let (d, e, r) = levels(&float, &q, &real(&format!("{stem}_test.npz")), 2);
+        // two saturated softmax outputs can agree to 100 dB and then differ by more than
+        // 0.5 dB in the last bits
+        assert!((d - e).abs() <= 0.5 || d.min(e) > 60.0, "{name}: {r}");
+        assert!(d > floor, "{name}: {r}");
+        assert_eq!(r["unused_initializers"], 0, "{name}: {r}");
+    }
+}
