@@ -148,7 +148,7 @@ fn quantized_digits_run_in_onnxruntime_above_the_peers() {
         let w = r["weights_int8"].as_array().unwrap();
         assert!(
             !w.is_empty() && w.iter().all(|b| b == true),
-            "{model}: weights not int8 behind DequantizeLinear: {r}"
+            "{model}: weights not 8-bit behind DequantizeLinear: {r}"
         );
         let (diff, step) = (r["max_diff_vs_quantir"].as_f64().unwrap(), r["step"].as_f64().unwrap());
         assert!(

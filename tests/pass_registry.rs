@@ -123,7 +123,8 @@ fn quantize_json_accounts_for_every_compute_op() {
         for field in ["key", "op", "weights", "activations", "reason", "macs"] {
             assert!(o.get(field).is_some(), "{field} missing in {o}");
         }
-        assert_eq!(o["weights"], "i8", "{o}");
+        // uint8 weights where onnxruntime's u8s8 kernel could saturate (the .onnx default)
+        assert!(o["weights"] == "i8" || o["weights"] == "u8", "{o}");
         assert!(o["activations"] == "i8" || o["activations"] == "u8", "{o}");
         assert!(o["macs"].as_u64().unwrap() > 0, "{o}");
     }

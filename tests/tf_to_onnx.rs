@@ -202,6 +202,10 @@ fn tf_model_as_onnx(model: &Path, lowered: usize) {
         "--data",
         &arg(&calib),
         "--no-cache",
+        // the weights the .mlir gets: full range (the .onnx default keeps onnxruntime's u8s8
+        // kernels from saturating, tests/ort_no_vnni.rs)
+        "--runtime",
+        "generic",
         "-o",
         &arg(&q_onnx),
     ]));

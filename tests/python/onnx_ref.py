@@ -16,7 +16,7 @@
                                   BatchNormalization → Relu; a Conv whose channels differ 100×
                                   in range → depthwise Conv; Conv → Sigmoid → Conv), each with
                                   NAME_calib.npz and NAME_test.npz (key x)
-  pairs DIR                       a float 1x1 Conv (pairs.onnx) whose output channel 0 of 16 has
+  pairs DIR                       a float 1x1 Conv (pairs.onnx) whose output channel 0 of 32 has
                                   two large same-sign weights on neighbouring input channels and
                                   the others the same weights one channel apart; one whose every
                                   channel has such a pair (pairs_all.onnx); with
@@ -76,13 +76,14 @@ def eval_quant(fm, qm, data, interp):
     sqnr = 10 * np.log10((f**2).sum() / ((f - q) ** 2).sum())
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     producer = {o: n for n in model.graph.node for o in n.output}
-    # every Conv/Gemm/MatMul weight: an int8 initializer read by a DequantizeLinear
+    # every Conv/Gemm/MatMul weight: an 8-bit initializer read by a DequantizeLinear (int8, or
+    # uint8 around zero point 128 where onnxruntime's u8s8 kernel could saturate)
     weights_int8 = []
     for n in model.graph.node:
         if n.op_type in ("Conv", "Gemm", "MatMul"):
             dq = producer.get(n.input[1])
             ok = dq is not None and dq.op_type == "DequantizeLinear" and dq.input[0] in inits
-            ok = ok and inits[dq.input[0]].dtype == np.int8
+            ok = ok and inits[dq.input[0]].dtype in (np.int8, np.uint8)
             weights_int8.append(bool(ok))
     # one quantization step at the output: the effect of one step of the last quantized
     # activation before each output through the weight that reads it
@@ -325,7 +326,7 @@ def pairs(out_dir):
         model.ir_version = 8
         onnx.save(model, os.path.join(out_dir, f"{name}.onnx"))
 
-    w = np.zeros((16, 4, 1, 1), np.float32)
+    w = np.zeros((32, 4, 1, 1), np.float32)
     w[0, :2, 0, 0] = [1.27, 1.0]  # neighbours: one int16 pair of the u8s8 kernel
     w[1:, [0, 2], 0, 0] = [1.27, 1.0]  # one apart: two pairs
     w[1:, 3, 0, 0] = -0.5
