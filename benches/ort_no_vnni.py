@@ -31,6 +31,8 @@ import tempfile
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from real_models_quality import sqnr  # noqa: E402
 SHARED = os.path.join(ROOT, "..", "shared", "models")
 REAL = os.path.join(SHARED, "real")
 
@@ -63,21 +65,10 @@ def first_array(data, name):
 def outputs(model, data, level, limit):
     import onnxruntime as ort
 
+    from real_models_quality import outputs as run_all
+
     ort.set_default_logger_severity(3)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
-    s = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-    name = s.get_inputs()[0].name
-    x = first_array(data, name)[:limit]
-    runs = [s.run(None, {name: x[i : i + 1].astype(np.float32)}) for i in range(len(x))]
-    return {o.name: np.concatenate([r[j] for r in runs]) for j, o in enumerate(s.get_outputs())}
-
-
-def sqnr(f, q):
-    f, q = f.astype(np.float64), q.astype(np.float64)
-    noise = ((f - q) ** 2).sum()
-    return float("inf") if noise == 0 else float(10 * np.log10((f**2).sum() / noise))
+    return run_all(model, data, getattr(ort.GraphOptimizationLevel, level), limit)
 
 
 def ort_quantize(src, calib, out):

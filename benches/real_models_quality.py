@@ -45,13 +45,13 @@ LEVELS = {
 }
 
 
-def outputs(path, data, level):
+def outputs(path, data, level, limit=None):
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.graph_optimization_level = level
     s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     name = s.get_inputs()[0].name
-    x = data[name] if name in data.files else data[data.files[0]]
+    x = (data[name] if name in data.files else data[data.files[0]])[:limit]
     runs = [s.run(None, {name: x[i : i + 1].astype(np.float32)}) for i in range(len(x))]
     return {o.name: np.concatenate([r[j] for r in runs]) for j, o in enumerate(s.get_outputs())}
 
