@@ -33,16 +33,16 @@ impl RawRange {
     /// The whole u8 range: what an activation with no per-element statistics may take.
     pub const FULL: RawRange = RawRange { lo: 0, hi: 255 };
 
-    /// The raw range of real values in [lo, hi] quantized at `scale`, `zero_point` into a
-    /// storage type whose smallest value is `qmin` (−128 for int8, made u8 by adding 128; 0
-    /// for uint8) and largest `qmax`.
-    pub fn of(lo: f64, hi: f64, scale: f64, zero_point: i64, qmin: i64, qmax: i64) -> RawRange {
+    /// The raw range of real values in [lo, hi] quantized at `scale`, `zero_point` into
+    /// [qmin, qmax] of a storage type whose smallest value is `storage_min` (−128 for int8,
+    /// which the kernel makes u8 by adding 128; 0 for uint8).
+    pub fn of(lo: f64, hi: f64, scale: f64, zero_point: i64, (qmin, qmax): (i64, i64), storage_min: i64) -> RawRange {
         let q = |x: f64| -> i64 {
             let v = (x / scale).round_ties_even();
             let v = if v.is_finite() { v.clamp(-1e12, 1e12) as i64 } else { 0 };
-            (v + zero_point).clamp(qmin, qmax) - qmin
+            (v + zero_point).clamp(qmin, qmax) - storage_min
         };
-        let (a, b, z) = (q(lo), q(hi), zero_point.clamp(qmin, qmax) - qmin);
+        let (a, b, z) = (q(lo), q(hi), zero_point.clamp(qmin, qmax) - storage_min);
         RawRange {
             lo: a.min(b).min(z),
             hi: a.max(b).max(z),
@@ -129,21 +129,29 @@ mod tests {
     fn raw_range_of_int8_and_uint8() {
         // int8, zero point -128 (a ReLU output): 0 → raw 0, the top of the range → 255
         assert_eq!(
-            RawRange::of(0.0, 2.55, 0.01, -128, -128, 127),
+            RawRange::of(0.0, 2.55, 0.01, -128, (-128, 127), -128),
             RawRange { lo: 0, hi: 255 }
         );
         // a channel that reaches 1.0 only: raw 100; the zero point (raw 0) is in
         assert_eq!(
-            RawRange::of(0.5, 1.0, 0.01, -128, -128, 127),
+            RawRange::of(0.5, 1.0, 0.01, -128, (-128, 127), -128),
             RawRange { lo: 0, hi: 100 }
         );
         // signed activations: zero point 0 → raw 128, which the range holds
         assert_eq!(
-            RawRange::of(-0.2, 0.3, 0.01, 0, -128, 127),
+            RawRange::of(-0.2, 0.3, 0.01, 0, (-128, 127), -128),
             RawRange { lo: 108, hi: 158 }
         );
+        // a narrow int8 range (qmin −127) is still offset by 128
+        assert_eq!(
+            RawRange::of(-9.0, 9.0, 0.01, 0, (-127, 127), -128),
+            RawRange { lo: 1, hi: 255 }
+        );
         // uint8 storage is raw already; values beyond the range clip
-        assert_eq!(RawRange::of(-9.0, 9.0, 0.01, 10, 0, 255), RawRange { lo: 0, hi: 255 });
+        assert_eq!(
+            RawRange::of(-9.0, 9.0, 0.01, 10, (0, 255), 0),
+            RawRange { lo: 0, hi: 255 }
+        );
     }
 
     #[test]

@@ -432,29 +432,27 @@ fn widen_for_u8s8(
     let attrs = op_attrs(&op);
     let Some(cols) = columns(red, wt, &attrs) else { return };
     report.count(Change::U8s8Layers);
-    let raw = |lo: f32, hi: f32| RawRange::of(lo as f64, hi as f64, xp.scale[0], xp.zero_point[0], xp.qmin, xp.qmax);
-    let rank = crate::ir::types::tensor_type(x.r#type()).map_or(0, |t| t.dims.len());
-    let channels = activation_axis(red, rank, &attrs)
-        .and_then(|a| crate::ir::types::tensor_type(x.r#type())?.dims.get(a).cloned())
-        .and_then(|d| match d {
-            crate::ir::types::Dim::Static(n) => Some(n),
+    // the kernel sees int8 storage as u8 (q + 128): raw values count from the type's minimum
+    let storage_min = xp.dtype.full_range().0;
+    let raw = |lo: f64, hi: f64| RawRange::of(lo, hi, xp.scale[0], xp.zero_point[0], (xp.qmin, xp.qmax), storage_min);
+    // the reduced axis's dim (other dims, a batch one, may be dynamic)
+    let channels = crate::ir::types::tensor_type(x.r#type()).and_then(|t| {
+        match t.dims.get(activation_axis(red, t.dims.len(), &attrs)?)? {
+            crate::ir::types::Dim::Static(n) => Some(*n),
             _ => None,
-        });
+        }
+    });
     let ranges: Option<Vec<RawRange>> = plan
         .channel_range_of(x)
         .filter(|(lo, hi)| Some(lo.len()) == channels && hi.len() == lo.len())
-        .map(|(lo, hi)| lo.iter().zip(hi).map(|(&l, &h)| raw(l, h)).collect());
+        .map(|(lo, hi)| lo.iter().zip(hi).map(|(&l, &h)| raw(l as f64, h as f64)).collect());
     if ranges.is_none() && channels != Some(1) {
         report.count(Change::U8s8WithoutChannelRanges);
     }
-    // the kernel sees int8 storage as u8 (q + 128): a raw range is relative to the type's qmin
-    let storage_min = match xp.dtype {
-        StorageType::Int8 => -128,
-        _ => 0,
-    };
-    let shift = |r: RawRange| RawRange {
-        lo: r.lo + xp.qmin - storage_min,
-        hi: r.hi + xp.qmin - storage_min,
+    // an input channel without statistics may take any value of the type
+    let whole = RawRange {
+        lo: xp.qmin - storage_min,
+        hi: xp.qmax - storage_min,
     };
     // scales are stored as f32: the nearest f32 at or above
     let up = |x: f64| {
@@ -469,12 +467,8 @@ fn widen_for_u8s8(
     let col_ranges: Vec<Vec<RawRange>> = cols
         .iter()
         .map(|c| {
-            let whole = RawRange {
-                lo: 0,
-                hi: xp.qmax - xp.qmin,
-            };
             let at = |i: usize| ranges.as_ref().and_then(|r| r.get(i).copied()).unwrap_or(whole);
-            c.inputs.iter().map(|&i| shift(at(i))).collect()
+            c.inputs.iter().map(|&i| at(i)).collect()
         })
         .collect();
     let mut scales = p.scale.clone();
@@ -487,23 +481,19 @@ fn widen_for_u8s8(
         }
     }
     // checked with the quantizer itself; a column that still saturates (its f32 division
-    // rounded a tie the other way) takes the bound that holds for any rounding
+    // rounded a tie the other way) takes the bound that holds for any rounding. The quantized
+    // weight's columns come in the same order as the float one's.
     let trial = QuantParams {
         scale: scales.clone(),
         ..p.clone()
     };
     if let Ok(Tensor::I8(q)) = quantize(&wt.view(), &trial, Rounding::HalfEven) {
-        let qf = q.mapv(|v| v as f32);
-        for (c, rs) in columns(red, &qf, &attrs).unwrap_or_default().iter().zip(&col_ranges) {
-            let qi: Vec<i64> = c.weights.iter().map(|&v| v as i64).collect();
+        let qcols = columns(red, &q.mapv(|v| v as f32), &attrs).unwrap_or_default();
+        for ((c, qc), rs) in cols.iter().zip(&qcols).zip(&col_ranges) {
+            let qi: Vec<i64> = qc.weights.iter().map(|&v| v as i64).collect();
             if first_saturating_pair(&qi, rs).is_some() {
-                let w = &cols
-                    .iter()
-                    .find(|k| k.channel == c.channel)
-                    .map(|k| k.weights.clone())
-                    .unwrap_or_default();
                 let s = &mut scales[slot(c)];
-                *s = up(bounded_scale(w, rs, *s));
+                *s = up(bounded_scale(&c.weights, rs, *s));
             }
         }
     }

@@ -89,18 +89,17 @@ impl<'c, 'a> Plan<'c, 'a> {
     }
     /// The per-channel (min, max) the statistics hold for a value, if any.
     pub fn channel_range_of(&self, v: Value) -> Option<(&[f32], &[f32])> {
-        self.activations
-            .iter()
-            .find(|a| a.value == v)
+        self.point_of(v)
             .and_then(|a| a.channel_range.as_ref())
             .map(|(lo, hi)| (lo.as_slice(), hi.as_slice()))
     }
     /// The parameters of a value, if it is quantized.
     pub fn params_of(&self, v: Value) -> Option<&QuantParams> {
-        self.activations
-            .iter()
-            .find(|a| a.value == v)
-            .and_then(|a| a.params.as_ref())
+        self.point_of(v).and_then(|a| a.params.as_ref())
+    }
+    /// The point of a value, if it is one.
+    fn point_of(&self, v: Value) -> Option<&ActivationPoint<'c, 'a>> {
+        self.activations.iter().find(|a| a.value == v)
     }
 }
 
@@ -274,16 +273,8 @@ fn u8s8_axis(v: Value) -> Option<usize> {
         }
         let r = reduction(&name).filter(|_| u.operand == 0)?;
         let attrs = op_attrs(&u.owner);
-        let w = tensor_type(u.owner.operand(1).ok()?.r#type())?;
-        let wdims: Option<Vec<usize>> = w
-            .dims
-            .iter()
-            .map(|d| match d {
-                Dim::Static(n) => Some(*n),
-                _ => None,
-            })
-            .collect();
-        if is_depthwise(&wdims?, &attrs) {
+        let w = tensor_type(u.owner.operand(1).ok()?.r#type())?.static_shape()?;
+        if is_depthwise(&w, &attrs) {
             return None;
         }
         let a = activation_axis(r, t.dims.len(), &attrs)?;
