@@ -10,7 +10,11 @@ ORT_DISABLE_ALL (the QDQ graph as written) and ORT_ENABLE_ALL (the default) for
     sum could saturate),
   - quantir `--runtime generic` (full-range weights everywhere),
   - quantir `--reduce-range` (7-bit weights everywhere),
-  - onnxruntime's own `quantize_static` (QDQ, QInt8, per-channel, MinMax).
+  - onnxruntime's own `quantize_static` (QDQ, QInt8, per-channel, MinMax);
+
+and, for each of those files, what `quantir evaluate --runtime onnxruntime` predicts for the
+default level: quantir's interpreter with onnxruntime's int16 pair saturation simulated
+(`src/interp/ort_x86.rs`), run natively.
 
 With `--cpu EPYC-Rome` (or any QEMU CPU model) the script re-runs itself under
 `qemu-x86_64 -cpu MODEL`, so that onnxruntime's MLAS picks the kernels of that CPU: EPYC-Rome
@@ -91,6 +95,17 @@ def ort_quantize(src, calib, out):
                     weight_type=QuantType.QInt8, activation_type=QuantType.QInt8)
 
 
+def simulated(quantir, float_path, q, test, limit):
+    """SQNR per output that quantir's evaluate predicts for onnxruntime's default level."""
+    cmd = [quantir, "evaluate", float_path, q, "--data", test, "--runtime", "onnxruntime", "--json"]
+    if limit:
+        cmd += ["--limit", str(limit)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return p.stderr.strip()[:120]
+    return [round(o["sqnr_db"], 2) if o["sqnr_db"] is not None else 999.0 for o in json.loads(p.stdout)["outputs"]]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quantir", default=os.path.join(ROOT, "target/release/quantir"))
@@ -139,16 +154,17 @@ def main():
                             row[level] = [round(sqnr(ref[k], got[k]), 2) for k in ref]
                         except Exception as e:  # a model onnxruntime refuses is a result too
                             row[level] = str(e).splitlines()[0][:120]
+                    row["simulated"] = simulated(quantir, float_path, q, path(test), a.limit)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     print(f"\nonnxruntime CPU: {a.cpu or 'host'}; SQNR in dB (outputs separated by /), test samples: {a.limit or 'all'}")
-    print("\n| model | variant | ORT_DISABLE_ALL | ORT_ENABLE_ALL (default) |\n|---|---|---|---|")
+    print("\n| model | variant | ORT_DISABLE_ALL | ORT_ENABLE_ALL (default) | quantir evaluate --runtime onnxruntime |\n|---|---|---|---|---|")
     fmt = lambda v: " / ".join(f"{x:.2f}" for x in v) if isinstance(v, list) else f"error: {v}"
     for r in rows:
         if "error" in r:
-            print(f"| {r['model']} | {r['variant']} | error: {r['error'][:100]} | |")
+            print(f"| {r['model']} | {r['variant']} | error: {r['error'][:100]} | | |")
         else:
-            print(f"| {r['model']} | {r['variant']} | {fmt(r['ORT_DISABLE_ALL'])} | {fmt(r['ORT_ENABLE_ALL'])} |")
+            print(f"| {r['model']} | {r['variant']} | {fmt(r['ORT_DISABLE_ALL'])} | {fmt(r['ORT_ENABLE_ALL'])} | {fmt(r['simulated'])} |")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,9 @@ pub struct EvalOptions {
     /// Histogram every quantized activation of the float model (for the HTML report).
     pub histograms: bool,
     pub overrides: Vec<(String, String)>,
+    /// How the quantized model's int8 ops compute: exactly, or as onnxruntime's x86 int8
+    /// kernels without VNNI do (`interp::ort_x86`).
+    pub numerics: crate::interp::ort_x86::Numerics,
 }
 
 /// An SQNR this many dB below the previous layer's (one bit's worth) marks a sharp drop.
@@ -148,6 +151,10 @@ pub struct EvalReport {
     /// With `histograms`: one per quantized activation, in program order (not in the JSON).
     #[serde(skip)]
     pub histograms: Vec<ActivationHistogram>,
+    /// With onnxruntime's x86 numerics: every op run in its u8s8 GEMM, in program order, with
+    /// the int16 pair sums it formed and how many saturated; absent with exact numerics.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub simulated_onnxruntime_x86: Option<Vec<crate::interp::ort_x86::SimulatedOp>>,
 }
 
 /// Sorts `layers` into program order and marks the first whose SQNR lies more than
@@ -238,7 +245,7 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
     }
     prepare(float)?;
     let pf = Program::compile(float, None)?;
-    let pq = Program::compile(quant, None)?;
+    let pq = Program::compile_with(quant, None, opts.numerics)?;
     if pf.inputs.len() != pq.inputs.len() || pf.output_names.len() != pq.output_names.len() {
         return Err(EvalError::Mismatch(format!(
             "has {} inputs and {} outputs, the float model {} and {}: not its quantized form",
@@ -450,7 +457,38 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
         layers,
         first_sharp_drop,
         histograms,
+        simulated_onnxruntime_x86: (opts.numerics != crate::interp::ort_x86::Numerics::Exact).then(|| pq.simulated()),
     })
+}
+
+/// What the simulation of onnxruntime's x86 kernels saw: one line, and one per op whose pair
+/// sums saturated (most saturated first).
+fn write_simulated(f: &mut std::fmt::Formatter<'_>, ops: &[crate::interp::ort_x86::SimulatedOp]) -> std::fmt::Result {
+    let share = |o: &crate::interp::ort_x86::SimulatedOp| o.saturated as f64 / o.pairs.max(1) as f64;
+    let mut hit: Vec<_> = ops.iter().filter(|o| o.saturated > 0).collect();
+    hit.sort_by(|a, b| share(b).total_cmp(&share(a)).then_with(|| a.key.cmp(&b.key)));
+    let at_risk = ops.iter().filter(|o| o.channels_at_risk > 0).count();
+    writeln!(
+        f,
+        "simulated onnxruntime on x86 without VNNI (int16 pair sums of its u8s8 GEMM): {} ops in that GEMM, {at_risk} with output channels whose weights can saturate, {} saturated",
+        ops.len(),
+        hit.len()
+    )?;
+    for o in hit.iter().take(15) {
+        writeln!(
+            f,
+            "  {:>8.3} % of pair sums saturated in {} channels of {}  {:<12} {}",
+            share(o) * 100.0,
+            o.channels_at_risk,
+            o.channels,
+            o.op,
+            o.key
+        )?;
+    }
+    if hit.len() > 15 {
+        writeln!(f, "  ... {} more in --json", hit.len() - 15)?;
+    }
+    Ok(())
 }
 
 pub(crate) fn db(x: Option<f64>) -> String {
@@ -481,6 +519,9 @@ impl std::fmt::Display for EvalReport {
                     pct(o.quantized_accuracy)
                 )?;
             }
+        }
+        if let Some(ops) = &self.simulated_onnxruntime_x86 {
+            write_simulated(f, ops)?;
         }
         if !self.layers.is_empty() {
             writeln!(f, "\nper layer, worst SQNR first:")?;

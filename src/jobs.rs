@@ -400,6 +400,7 @@ pub fn choose_method<'c>(
         per_layer: false,
         histograms: false,
         overrides: flags.overrides.clone(),
+        ..Default::default()
     };
     let mut best: Option<(f64, &str, StatsFile)> = None;
     let mut said = Vec::new();

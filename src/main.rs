@@ -349,6 +349,10 @@ fn cmd_evaluate(a: &EvaluateArgs, signature: Option<&str>) -> Result<()> {
         per_layer: a.per_layer || report.is_some(),
         histograms: report.is_some(),
         overrides: parse_overrides(&a.feed.inputs)?,
+        numerics: match &a.runtime {
+            Some(r) => quantir::interp::ort_x86::Numerics::of_runtime(name_of(r).parse().map_err(anyhow::Error::msg)?),
+            None => Default::default(),
+        },
     };
     let r = quantir::evaluate::evaluate(&float, &quant, &dataset, &opts).map_err(|e| match e {
         quantir::evaluate::EvalError::Mismatch(m) => anyhow::anyhow!("{}: {m}", quant_model.display()),

@@ -105,6 +105,65 @@ fn saturating_pairs_are_found_and_only_their_channels_change() {
     }
 }
 
+/// SQNR and the simulated ops of `quantir evaluate --json` on the first `limit` samples.
+fn evaluate(float: &Path, q: &Path, test: &Path, limit: usize, runtime: &str) -> (f64, serde_json::Value) {
+    let o = ok(quantir(&[
+        "evaluate",
+        &arg(float),
+        &arg(q),
+        "--data",
+        &arg(test),
+        "--limit",
+        &limit.to_string(),
+        "--runtime",
+        runtime,
+        "--json",
+    ]));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    (r["sqnr_db"].as_f64().unwrap(), r)
+}
+
+/// `evaluate --runtime onnxruntime` predicts what onnxruntime's default level computes on the
+/// emulated CPU, on quantir's full-range output and on onnxruntime's own `quantize_static`
+/// output of the digits CNN: within 0.3 dB, where exact numerics (`--runtime generic`, the
+/// default) give ORT_DISABLE_ALL's figure, more than 10 dB above it. It names the ops that
+/// saturated; on quantir's default output none does.
+#[test]
+fn evaluate_predicts_onnxruntimes_default_level_without_vnni() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, calib, test) = (
+        data("digits_cnn.onnx"),
+        example("digits_calib.npz"),
+        example("digits_test.npz"),
+    );
+    let (g, o, q) = (
+        dir.path().join("g.onnx"),
+        dir.path().join("ort.onnx"),
+        dir.path().join("q.onnx"),
+    );
+    quantize(&model, &calib, &g, &["--runtime", "generic"]);
+    onnx_ref(&["ort_quantize", &arg(&model), &arg(&calib), &arg(&o)]);
+    for file in [&g, &o] {
+        let (d, e, r) = levels(&model, file, &test, 64);
+        assert!(e < d - 10.0, "{}: the emulated kernels should saturate: {r}", file.display());
+        let (exact, _) = evaluate(&model, file, &test, 64, "generic");
+        let (sim, rs) = evaluate(&model, file, &test, 64, "onnxruntime");
+        assert!((exact - d).abs() <= 0.3, "{}: exact {exact} vs {r}", file.display());
+        assert!((sim - e).abs() <= 0.3, "{}: simulated {sim} vs {r}", file.display());
+        let ops = rs["simulated_onnxruntime_x86"].as_array().unwrap();
+        assert!(
+            ops.iter().any(|o| o["op"] == "onnx.Conv" && o["saturated"].as_u64().unwrap() > 0),
+            "{rs}"
+        );
+    }
+    quantize(&model, &calib, &q, &[]);
+    let (sim, rs) = evaluate(&model, &q, &test, 64, "onnxruntime");
+    let (exact, _) = evaluate(&model, &q, &test, 64, "generic");
+    assert_eq!(sim, exact, "{rs}");
+    let ops = rs["simulated_onnxruntime_x86"].as_array().unwrap();
+    assert!(!ops.is_empty() && ops.iter().all(|o| o["saturated"] == 0), "{rs}");
+}
+
 /// The digits models: onnxruntime's default level gives the Q/DQ model's own quality (within
 /// 0.5 dB), which is within 0.5 dB of full-range weights everywhere; full-range weights lose
 /// more than 10 dB there.

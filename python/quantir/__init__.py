@@ -389,12 +389,16 @@ def evaluate(
     std=1.0,
     layout="nhwc",
     signature=None,
+    runtime=None,
     progress=None,
 ):
     """Float against quantized on ``data`` (a path or a dict of arrays): the dict
     ``quantir evaluate --json`` prints — per output SQNR and cosine, top-1 agreement, accuracy
     against the integer array ``labels``, and with ``per_layer`` every tensor both models
-    compute, worst first. ``report=path`` writes the HTML page too."""
+    compute, worst first. ``report=path`` writes the HTML page too. ``runtime="onnxruntime"``
+    computes the quantized model as onnxruntime's default level does on x86 CPUs without VNNI
+    (int16 pair saturation; ``simulated_onnxruntime_x86`` in the result names the ops where it
+    saturated); the default, ``"generic"``, accumulates exactly."""
     float_model, quant_model = _path(float_model, "float_model"), _path(quant_model, "quant_model")
     if labels is not None and not isinstance(labels, str):
         raise ValueError(f"labels: expected the name of an array in data, got {labels!r}")
@@ -408,6 +412,7 @@ def evaluate(
         per_layer=bool(per_layer),
         report=None if report is None else _path(report, "report"),
         signature=signature,
+        runtime=runtime,
         progress=_progress(progress),
     )
     return _json.loads(text)

@@ -142,6 +142,7 @@ def evaluate(
     std: Union[float, Sequence[float]] = 1.0,
     layout: str = "nhwc",
     signature: Optional[str] = None,
+    runtime: Optional[str] = None,
     progress: Optional[Progress] = None,
 ) -> dict[str, Any]: ...
 def run(

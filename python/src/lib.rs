@@ -371,7 +371,7 @@ fn quantize(
 
 /// `quantir.evaluate`: the `evaluate --json` document as JSON text.
 #[pyfunction]
-#[pyo3(signature = (float_model, quant_model, data, calib, labels=None, per_layer=false, report=None, signature=None, progress=None))]
+#[pyo3(signature = (float_model, quant_model, data, calib, labels=None, per_layer=false, report=None, signature=None, runtime=None, progress=None))]
 #[allow(clippy::too_many_arguments)]
 fn evaluate(
     py: Python<'_>,
@@ -383,10 +383,17 @@ fn evaluate(
     per_layer: bool,
     report: Option<PathBuf>,
     signature: Option<String>,
+    runtime: Option<String>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<String> {
     guard(py, || {
         let raised = Raised::default();
+        let numerics = match runtime.as_deref() {
+            None => Default::default(),
+            Some(r) => quantir::interp::ort_x86::Numerics::of_runtime(
+                r.parse().map_err(|e: String| PyValueError::new_err(format!("runtime: {e}")))?,
+            ),
+        };
         let dataset = match Calibration::from_py(data, &calib.images()?, &raised)? {
             Calibration::Data(d) => d,
             Calibration::Stream(_) => {
@@ -402,6 +409,7 @@ fn evaluate(
             per_layer: per_layer || report.is_some(),
             histograms: report.is_some(),
             overrides: calib.inputs.clone(),
+            numerics,
         };
         detached(py, progress, &raised, move || {
             let ctx = quantir::ir::new_context();

@@ -177,6 +177,12 @@ pub struct EvaluateArgs {
     /// Write an HTML report (per-layer chart and histograms).
     #[arg(long)]
     pub report: Option<PathBuf>,
+    /// Compute the quantized model as this runtime will [default: generic, exact int32
+    /// accumulation]: onnxruntime simulates its default level on x86 CPUs without VNNI, whose
+    /// int8 kernels add neighbouring products in int16 with saturation, and names the ops
+    /// where that saturated.
+    #[arg(long, value_enum)]
+    pub runtime: Option<RuntimeArg>,
     #[command(flatten)]
     pub feed: FeedArgs,
     /// Print a JSON document instead of text.

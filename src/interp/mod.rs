@@ -11,6 +11,7 @@ pub mod fusion;
 pub mod infer_types;
 pub mod kernels;
 pub mod onnx;
+pub mod ort_x86;
 pub mod tf;
 pub mod upstream;
 
@@ -144,6 +145,8 @@ pub struct Program {
     consumes_first: Vec<bool>,
     /// Per step: the bias/activation steps it absorbs when nothing between is watched.
     fusions: Vec<Option<Fusion>>,
+    /// The ops run with a runtime's own integer numerics (`ort_x86`), in program order.
+    simulated: Vec<ort_x86::Simulated>,
 }
 
 /// Which slots to hand to the observer.
@@ -152,7 +155,7 @@ pub struct Watch {
     slots: HashSet<usize>,
 }
 
-fn quant_of(t: Type) -> Option<crate::params::QuantParams> {
+pub(crate) fn quant_of(t: Type) -> Option<crate::params::QuantParams> {
     if !crate::ir::types::is_ranked_tensor(t) {
         return None;
     }
@@ -208,6 +211,15 @@ pub fn supports(name: &str) -> bool {
 impl Program {
     /// Compiles function `name` (or the module's main/first public function).
     pub fn compile(module: &Module, name: Option<&str>) -> Result<Program, InterpError> {
+        Self::compile_with(module, name, ort_x86::Numerics::Exact)
+    }
+
+    /// Compiles function `name` to compute its quantized ops with `numerics`.
+    pub fn compile_with(
+        module: &Module,
+        name: Option<&str>,
+        numerics: ort_x86::Numerics,
+    ) -> Result<Program, InterpError> {
         let func = find_function(module, name)?;
         let fname = crate::ir::graph::function_name(&func);
         let keys = TensorKeys::new(func);
@@ -253,6 +265,7 @@ impl Program {
         }
         let mut steps = Vec::new();
         let mut outputs = Vec::new();
+        let mut simulated = Vec::new();
         for op in body_ops(func) {
             let name = op_name(&op);
             let loc = location_string(op.location());
@@ -311,7 +324,15 @@ impl Program {
                 );
             }
             let desc = op_desc(op, in_slots.iter().map(|&s| consts[s].clone()).collect());
-            let kernel = compile_kernel(build, &desc).map_err(unsupported)?;
+            let mut kernel = compile_kernel(build, &desc).map_err(unsupported)?;
+            if numerics == ort_x86::Numerics::OrtX86NoVnni {
+                let const_of = |v: melior::ir::Value| slot_of.get(&(v.to_raw().ptr as usize)).and_then(|&s| consts[s].as_ref());
+                if let Some(plan) = ort_x86::plan(op, desc.consts.get(1).and_then(Option::as_ref), &const_of) {
+                    let (k, sim) = ort_x86::PairSaturation::wrap(kernel, plan, first_key.clone(), name.clone());
+                    kernel = k;
+                    simulated.push(sim);
+                }
+            }
             let out_slots: Vec<usize> = op
                 .results()
                 .map(|r| new_slot(r.into(), &name, &mut values, &mut consts, &mut slot_of))
@@ -459,7 +480,14 @@ impl Program {
             free_after,
             consumes_first,
             fusions,
+            simulated,
         })
+    }
+
+    /// The ops computed with a runtime's integer numerics, with what they did in the runs so
+    /// far (empty with exact numerics).
+    pub fn simulated(&self) -> Vec<ort_x86::SimulatedOp> {
+        self.simulated.iter().map(ort_x86::Simulated::snapshot).collect()
     }
 
     /// Slots of the given keys, for [`Program::run_observed`].

@@ -23,6 +23,9 @@
                                   pairs_calib.npz / pairs_test.npz (key x, up to 2.55)
   weights MODEL                   per weight a DequantizeLinear reads: its storage type and
                                   largest |q - zero point| per output channel (axis 0)
+  ort_quantize FLOAT CALIB OUT    onnxruntime's own quantize_static of FLOAT on CALIB (key x, or
+                                  the input's name): QDQ, QInt8 weights per channel and
+                                  activations, MinMax
   qdq MODEL                       per QuantizeLinear: the tensor it quantizes, its number of
                                   scales and its axis; and the model's op types
 
@@ -372,6 +375,25 @@ def qdq(model):
     print(json.dumps({"quantize": qs, "ops": [n.op_type for n in m.graph.node]}))
 
 
+def ort_quantize(fm, calib, out):
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    name = onnx.load(fm).graph.input[0].name
+    d = np.load(calib)
+    x = d[name] if name in d.files else d["x"] if "x" in d.files else d[d.files[0]]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter({name: x[i : i + 1].astype(np.float32)} for i in range(len(x)))
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantize_static(fm, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    weight_type=QuantType.QInt8, activation_type=QuantType.QInt8)
+    print(json.dumps({"wrote": out, "samples": len(x)}))
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"roundtrip": roundtrip, "eval": eval_quant, "ops": ops, "run": run, "levels": levels, "fix_dims": fix_dims, "layers": layers, "qdq": qdq, "pairs": pairs, "weights": weights}[cmd](*args)
+    {"roundtrip": roundtrip, "eval": eval_quant, "ops": ops, "run": run, "levels": levels, "fix_dims": fix_dims, "layers": layers, "qdq": qdq, "pairs": pairs, "weights": weights, "ort_quantize": ort_quantize}[cmd](*args)

@@ -6,7 +6,7 @@
 mod arrays;
 mod lift1d;
 mod nn;
-mod quant;
+pub(crate) mod quant;
 
 use arrays::*;
 use nn::*;

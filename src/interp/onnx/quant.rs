@@ -6,7 +6,7 @@ use crate::interp::kernels::integer::{conv2d_i64, matmul_i64, ConvGeometry};
 
 /// Quantization parameters from QuantizeLinear/DequantizeLinear operands: the scale tensor,
 /// the zero-point tensor (whose type is the storage type; uint8 when absent) and the axis.
-pub(super) fn qparams(
+pub(crate) fn qparams(
     scale: &Tensor,
     zp: Option<&Tensor>,
     storage: StorageType,
@@ -36,7 +36,7 @@ pub(super) fn qparams(
 }
 
 /// The storage type of a quantized ONNX tensor from its MLIR element type name.
-pub(super) fn storage_of(elem: &str) -> Option<StorageType> {
+pub(crate) fn storage_of(elem: &str) -> Option<StorageType> {
     Some(match elem {
         "i4" | "si4" => StorageType::Int4,
         "ui4" => StorageType::Uint4,
@@ -51,7 +51,7 @@ pub(super) fn storage_of(elem: &str) -> Option<StorageType> {
 
 /// The storage type whose values a tensor of `dtype` holds (4-bit types are held in bytes;
 /// only a declared type tells them apart).
-pub(super) fn held_in(dtype: DType) -> Option<StorageType> {
+pub(crate) fn held_in(dtype: DType) -> Option<StorageType> {
     Some(match dtype {
         DType::I8 => StorageType::Int8,
         DType::U8 => StorageType::Uint8,
