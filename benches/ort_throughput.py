@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Throughput in onnxruntime at its default optimization level, 1 thread, one sample per run
-(issue #18): the float model, quantir's default .onnx, quantir --runtime generic and
-onnxruntime's own quantize_static (QDQ, QInt8, per-channel, MinMax) on each shared model.
+(issue #18): the float model, quantir's default .onnx, quantir --qlinear-outputs, quantir
+--runtime generic and onnxruntime's own quantize_static (QDQ, QInt8, per-channel, MinMax) on each shared model.
 Rounds alternate between the models; each round times RUNS runs of one test sample; the
 median round gives samples/s. The host's int8 kernels are used (say which CPU you ran on:
 AVX-512 VNNI and AVX2-only CPUs differ).
@@ -42,8 +42,8 @@ def main():
     ort.set_default_logger_severity(3)
     logging.disable(logging.WARNING)  # quantize_static's advice on every model
     quantir = os.path.abspath(a.quantir)
-    print("| model | float /s | quantir default /s | quantir --runtime generic /s | onnxruntime quantize_static /s | quantir / float | quantir / onnxruntime |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | float /s | quantir default /s | quantir --qlinear-outputs /s | quantir --runtime generic /s | onnxruntime quantize_static /s | quantir / float | --qlinear-outputs / float | quantir / onnxruntime |")
+    print("|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as work:
         for name, (model, calib, test) in MODELS.items():
             if a.only and a.only not in name:
@@ -55,7 +55,7 @@ def main():
                 subprocess.run([quantir, "opt", src, "--pass", "prepare", "--pass", "tf-to-onnx", "-o", float_path],
                                check=True, capture_output=True)
             files = {"float": float_path}
-            for v, args in [("quantir", []), ("generic", ["--runtime", "generic"])]:
+            for v, args in [("quantir", []), ("qlinear", ["--qlinear-outputs"]), ("generic", ["--runtime", "generic"])]:
                 files[v] = os.path.join(work, f"{name}_{v}.onnx")
                 subprocess.run([quantir, "quantize", src, "--data", calib, "--no-cache", *args, "-o", files[v]],
                                check=True, capture_output=True)
@@ -86,8 +86,9 @@ def main():
                     rates[k].append(a.runs / (time.perf_counter() - t))
             med = {k: statistics.median(v) for k, v in rates.items()}
             cell = lambda k: f"{med[k]:.0f}" if k in med else "—"
-            ratio = lambda k: f"{med['quantir'] / med[k]:.2f}" if k in med and "quantir" in med else "—"
-            print(f"| {name} | {cell('float')} | {cell('quantir')} | {cell('generic')} | {cell('ort')} | {ratio('float')} | {ratio('ort')} |", flush=True)
+            ratio = lambda a, k: f"{med[a] / med[k]:.2f}" if k in med and a in med else "—"
+            print(f"| {name} | {cell('float')} | {cell('quantir')} | {cell('qlinear')} | {cell('generic')} | {cell('ort')} "
+                  f"| {ratio('quantir', 'float')} | {ratio('qlinear', 'float')} | {ratio('quantir', 'ort')} |", flush=True)
 
 
 if __name__ == "__main__":

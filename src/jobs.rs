@@ -100,6 +100,9 @@ pub struct RecipeFlags {
     pub per_channel_depthwise_inputs: Option<bool>,
     /// Q/DQ on compute op outputs that only float ops read (on when set; else the recipe's).
     pub float_read_outputs: bool,
+    /// Q/DQ on compute outputs that complete an onnxruntime int8 kernel (on when set; else
+    /// the recipe's).
+    pub qlinear_outputs: bool,
 }
 
 /// The settings; `target` is the output model, whose format picks the default scheme (ONNX's
@@ -109,6 +112,11 @@ pub fn config(flags: &RecipeFlags, target: Option<&Path>) -> Result<QuantConfig,
     if target.is_some_and(formats::model::is_onnx) {
         base.scheme = crate::params::Scheme::Onnx;
         base.runtime = crate::recipe::Runtime::Onnxruntime;
+        // onnxruntime's x86 selectors fuse int8 activations only with int8 weights: uint8 (its
+        // U8S8 default; int8's rounding shifted by 128) lets layers with uint8 weights fuse
+        if flags.runtime.as_deref() != Some("generic") {
+            base.activations = Some(crate::params::StorageType::Uint8);
+        }
     }
     let mut c = match &flags.recipe {
         Some(RecipeSource::File(p)) => quantize::recipe::load_onto(p, base)?,
@@ -136,6 +144,7 @@ pub fn config(flags: &RecipeFlags, target: Option<&Path>) -> Result<QuantConfig,
     c.exclude.extend(flags.exclude.iter().cloned());
     c.bias_correction = flags.bias_correction.unwrap_or(c.bias_correction);
     c.float_read_outputs |= flags.float_read_outputs;
+    c.qlinear_outputs |= flags.qlinear_outputs;
     c.per_channel_depthwise_inputs = flags
         .per_channel_depthwise_inputs
         .unwrap_or(c.per_channel_depthwise_inputs);
@@ -470,6 +479,8 @@ pub fn quantize_summary(output: &Path, done: &Quantized) -> serde_json::Value {
             "activation_points": report.activations,
         },
         "quantized_ops": report.summary.quantized_ops,
+        "onnxruntime_int8": report.onnxruntime_int8, // per op: [run in int8, total]
+        "onnxruntime_int8_at_least": report.onnxruntime_int8_at_least,
         "left_float": report.summary.left_float,
         "unknown_ops": report.summary.unknown_ops,
         "passes": {"quantize-weights": report.weights, "insert-qdq": report.qdq},

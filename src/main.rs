@@ -101,6 +101,7 @@ impl RecipeArgs {
                 self.no_per_channel_depthwise_inputs,
             ),
             float_read_outputs: self.float_read_outputs,
+            qlinear_outputs: self.qlinear_outputs,
         }
     }
 

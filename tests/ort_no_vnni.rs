@@ -145,14 +145,19 @@ fn evaluate_predicts_onnxruntimes_default_level_without_vnni() {
     onnx_ref(&["ort_quantize", &arg(&model), &arg(&calib), &arg(&o)]);
     for file in [&g, &o] {
         let (d, e, r) = levels(&model, file, &test, 64);
-        assert!(e < d - 10.0, "{}: the emulated kernels should saturate: {r}", file.display());
+        assert!(
+            e < d - 10.0,
+            "{}: the emulated kernels should saturate: {r}",
+            file.display()
+        );
         let (exact, _) = evaluate(&model, file, &test, 64, "generic");
         let (sim, rs) = evaluate(&model, file, &test, 64, "onnxruntime");
         assert!((exact - d).abs() <= 0.3, "{}: exact {exact} vs {r}", file.display());
         assert!((sim - e).abs() <= 0.3, "{}: simulated {sim} vs {r}", file.display());
         let ops = rs["simulated_onnxruntime_x86"].as_array().unwrap();
         assert!(
-            ops.iter().any(|o| o["op"] == "onnx.Conv" && o["saturated"].as_u64().unwrap() > 0),
+            ops.iter()
+                .any(|o| o["op"] == "onnx.Conv" && o["saturated"].as_u64().unwrap() > 0),
             "{rs}"
         );
     }
@@ -162,6 +167,68 @@ fn evaluate_predicts_onnxruntimes_default_level_without_vnni() {
     assert_eq!(sim, exact, "{rs}");
     let ops = rs["simulated_onnxruntime_x86"].as_array().unwrap();
     assert!(!ops.is_empty() && ops.iter().all(|o| o["saturated"] == 0), "{rs}");
+}
+
+/// `quantize`'s count of what onnxruntime's default level runs in int8 (`onnxruntime_int8` in
+/// `--json`) is what onnxruntime's optimized graph holds on the emulated CPU: QLinearConv per
+/// int8 Conv, QGemm / MatMulIntegerToFloat / QLinearMatMul per int8 Gemm and MatMul,
+/// QLinearAdd per int8 Add, on the digits CNN and MobileNet with and without
+/// `--qlinear-outputs`. With int8 activations it is a lower bound (onnxruntime converts some
+/// int8 Q/DQ pairs to uint8 itself), and says so.
+#[test]
+fn the_int8_report_matches_onnxruntimes_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (data("digits_cnn.onnx"), example("digits_calib.npz"), vec![]),
+        (data("mobilenet_v2_035.onnx"), data("mobilenet_test.npz"), vec![]),
+        (
+            data("mobilenet_v2_035.onnx"),
+            data("mobilenet_test.npz"),
+            vec!["--qlinear-outputs"],
+        ),
+        (
+            data("mobilenet_v2_035.onnx"),
+            data("mobilenet_test.npz"),
+            vec!["--activations", "int8"],
+        ),
+    ];
+    for (model, calib, extra) in cases {
+        let q = dir.path().join("q.onnx");
+        let (m, c, o) = (arg(&model), arg(&calib), arg(&q));
+        let mut args = vec![
+            "quantize",
+            &m,
+            "--data",
+            &c,
+            "--limit",
+            "8",
+            "--no-cache",
+            "--json",
+            "-o",
+            &o,
+        ];
+        args.extend(extra.iter());
+        let j: serde_json::Value = serde_json::from_slice(&ok(quantir(&args)).stdout).unwrap();
+        let r = &j["onnxruntime_int8"];
+        let int8 = |op: &str| r[op][0].as_u64().unwrap_or(0);
+        let g = onnx_ref_on(NO_VNNI, &["fused", &arg(&q)]);
+        let n = |op: &str| g[op].as_u64().unwrap_or(0);
+        let what = format!("{} {extra:?}: report {r}, onnxruntime {g}", model.display());
+        if extra.contains(&"int8") {
+            assert_eq!(j["onnxruntime_int8_at_least"], true, "{what}");
+            assert!(int8("Conv") <= n("QLinearConv") && int8("Conv") > 0, "{what}");
+            continue;
+        }
+        assert_eq!(j["onnxruntime_int8_at_least"], false, "{what}");
+        assert_eq!(int8("Conv"), n("QLinearConv"), "{what}");
+        assert_eq!(
+            int8("Gemm") + int8("MatMul"),
+            n("QGemm") + n("MatMulIntegerToFloat") + n("QLinearMatMul"),
+            "{what}"
+        );
+        assert_eq!(int8("Add"), n("QLinearAdd"), "{what}");
+        assert!(int8("Conv") > 0, "{what}");
+    }
 }
 
 /// The digits models: onnxruntime's default level gives the Q/DQ model's own quality (within

@@ -271,6 +271,7 @@ impl RecipeArgs {
             bias_correction: None,
             per_channel_depthwise_inputs: None,
             float_read_outputs: false,
+            qlinear_outputs: false,
         })
     }
 }
@@ -391,7 +392,8 @@ fn evaluate(
         let numerics = match runtime.as_deref() {
             None => Default::default(),
             Some(r) => quantir::interp::ort_x86::Numerics::of_runtime(
-                r.parse().map_err(|e: String| PyValueError::new_err(format!("runtime: {e}")))?,
+                r.parse()
+                    .map_err(|e: String| PyValueError::new_err(format!("runtime: {e}")))?,
             ),
         };
         let dataset = match Calibration::from_py(data, &calib.images()?, &raised)? {

@@ -365,6 +365,12 @@ pub struct RecipeArgs {
     /// one more rounding; by default such outputs stay float.
     #[arg(long)]
     pub float_read_outputs: bool,
+    /// Q/DQ on a compute op's output that an int8 kernel of onnxruntime's reads (Add, Mul,
+    /// Concat, AveragePool, GlobalAveragePool, Sigmoid, LeakyRelu, Softmax) when that op's
+    /// other inputs and its output are quantized: onnxruntime then runs the whole run in int8
+    /// (fewer DQ/Q nodes, faster), at one more rounding per such output.
+    #[arg(long)]
+    pub qlinear_outputs: bool,
 }
 
 /// The name a value enum is spelled with on the command line (what the library parses).

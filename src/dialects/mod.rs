@@ -5,6 +5,7 @@
 
 pub mod onnx;
 pub mod onnx_types;
+pub mod ort_qlinear;
 pub mod ort_u8s8;
 pub mod tf;
 

@@ -11,6 +11,7 @@ pub mod fusion;
 pub mod infer_types;
 pub mod kernels;
 pub mod onnx;
+pub mod ort_fusion;
 pub mod ort_x86;
 pub mod tf;
 pub mod upstream;
@@ -326,7 +327,11 @@ impl Program {
             let desc = op_desc(op, in_slots.iter().map(|&s| consts[s].clone()).collect());
             let mut kernel = compile_kernel(build, &desc).map_err(unsupported)?;
             if numerics == ort_x86::Numerics::OrtX86NoVnni {
-                let const_of = |v: melior::ir::Value| slot_of.get(&(v.to_raw().ptr as usize)).and_then(|&s| consts[s].as_ref());
+                let const_of = |v: melior::ir::Value| {
+                    slot_of
+                        .get(&(v.to_raw().ptr as usize))
+                        .and_then(|&s| consts[s].as_ref())
+                };
                 if let Some(plan) = ort_x86::plan(op, desc.consts.get(1).and_then(Option::as_ref), &const_of) {
                     let (k, sim) = ort_x86::PairSaturation::wrap(kernel, plan, first_key.clone(), name.clone());
                     kernel = k;

@@ -19,10 +19,11 @@
 //! weights. Only the pairs whose weights can reach ±2¹⁵ for some activation are looked at.
 
 use super::kernels::conv_nchw::same_pads;
-use super::kernels::{norm_axis, Kernel, KernelResult};
+use super::kernels::{Kernel, KernelResult};
+use super::ort_fusion::{dequantized, output_quantized};
 use crate::dialects::ort_u8s8::{columns, is_depthwise, reduction, runs_int8, Reduction};
 use crate::ir::attrs::{op_attrs, AttrValue};
-use crate::ir::graph::{defining_op, op_name, uses};
+use crate::ir::graph::op_name;
 use crate::ir::types::tensor_type;
 use crate::params::{QuantParams, StorageType};
 use crate::tensor::Tensor;
@@ -151,112 +152,6 @@ pub struct PairSaturation {
     counts: Arc<PairCounts>,
 }
 
-/// The parameters of `op` when it quantizes its operand 0 (a `quant.qcast`, or an
-/// `onnx.QuantizeLinear` with constant scale and zero point).
-fn quantizes<'t>(op: &OperationRef, const_of: &dyn Fn(Value) -> Option<&'t Tensor>) -> Option<QuantParams> {
-    match op_name(op).as_str() {
-        "quant.qcast" => super::quant_of(op.result(0).ok()?.r#type()),
-        "onnx.QuantizeLinear" => {
-            let t = tensor_type(op.result(0).ok()?.r#type())?;
-            let zp = op.operand(2).ok().and_then(const_of);
-            let storage = super::onnx::quant::storage_of(&t.element)
-                .or_else(|| zp.and_then(|z| super::onnx::quant::held_in(z.dtype())))?;
-            super::onnx::quant::qparams(const_of(op.operand(1).ok()?)?, zp, storage, None).ok()
-        }
-        _ => None,
-    }
-}
-
-/// The per-tensor 8-bit quantization of `v` when each of its users is one (onnxruntime's int8
-/// kernels take one output scale), the first's parameters.
-fn quantized_by_all<'t>(v: Value, const_of: &dyn Fn(Value) -> Option<&'t Tensor>) -> Option<QuantParams> {
-    let us = uses(v);
-    let ps: Vec<QuantParams> = us.iter().filter_map(|u| quantizes(&u.owner, const_of)).collect();
-    let ok = !us.is_empty()
-        && ps.len() == us.len()
-        && ps
-            .iter()
-            .all(|p| matches!(p.dtype, StorageType::Int8 | StorageType::Uint8) && p.scale.len() == 1);
-    ok.then(|| ps.into_iter().next()).flatten()
-}
-
-/// A Clip's bound from constant operand `i` (opset 11+) or attribute `name` (opset 6); absent:
-/// `default`.
-fn clip_bound<'t>(op: &OperationRef, i: usize, name: &str, default: f32, const_of: &dyn Fn(Value) -> Option<&'t Tensor>) -> Option<f32> {
-    match op.operand(i).ok() {
-        Some(v) => match const_of(v)? {
-            Tensor::F32(a) if a.is_empty() => Some(default),
-            Tensor::F32(a) if a.len() == 1 => a.iter().next().copied(),
-            _ => None,
-        },
-        None => Some(
-            op_attrs(op)
-                .get(name)
-                .and_then(AttrValue::as_f64)
-                .map_or(default, |v| v as f32),
-        ),
-    }
-}
-
-/// True when the op's result is quantized as onnxruntime fuses it: every user a per-tensor
-/// QuantizeLinear; or its one user a Relu or Clip that onnxruntime folds into the one
-/// QuantizeLinear after it — a Relu when the zero point is the type's minimum, a Clip whose
-/// bounds hold the quantized range (`ReluQuantFusion`, `ClipQuantFusion`).
-fn output_quantized<'t>(op: OperationRef, const_of: &dyn Fn(Value) -> Option<&'t Tensor>) -> bool {
-    let Ok(r) = op.result(0) else { return false };
-    let r: Value = r.into();
-    if quantized_by_all(r, const_of).is_some() {
-        return true;
-    }
-    let us = uses(r);
-    let [u] = us.as_slice() else { return false };
-    let act = op_name(&u.owner);
-    let Some(out) = u.owner.result(0).ok() else { return false };
-    let out: Value = out.into();
-    let Some(p) = quantized_by_all(out, const_of).filter(|_| uses(out).len() == 1) else {
-        return false;
-    };
-    let (qmin, qmax) = p.dtype.full_range();
-    match act.as_str() {
-        "onnx.Relu" => p.zero_point[0] == qmin,
-        "onnx.Clip" => {
-            let (s, zp) = (p.scale[0] as f32, p.zero_point[0]);
-            let (lower, upper) = (s * (qmin - zp) as f32, s * (qmax - zp) as f32);
-            let lo = clip_bound(&u.owner, 1, "min", f32::MIN, const_of);
-            let hi = clip_bound(&u.owner, 2, "max", f32::MAX, const_of);
-            matches!((lo, hi), (Some(lo), Some(hi)) if lo - lower <= f32::EPSILON && upper - hi <= f32::EPSILON)
-        }
-        _ => false,
-    }
-}
-
-/// The parameters of the dequantization that defines `v` — a `quant.dcast`, or an
-/// `onnx.DequantizeLinear` with constant scale and zero point — and whether what it
-/// dequantizes is a constant.
-fn dequantized<'t>(v: Value, const_of: &dyn Fn(Value) -> Option<&'t Tensor>) -> Option<(QuantParams, bool)> {
-    let op = defining_op(v)?;
-    let input = op.operand(0).ok()?;
-    let constant = const_of(input).is_some();
-    match op_name(&op).as_str() {
-        "quant.dcast" => Some((super::quant_of(input.r#type())?, constant)),
-        "onnx.DequantizeLinear" => {
-            let attrs = op_attrs(&op);
-            if attrs.get("block_size").and_then(AttrValue::as_int).unwrap_or(0) > 0 {
-                return None;
-            }
-            let t = tensor_type(input.r#type())?;
-            let storage = super::onnx::quant::storage_of(&t.element)?;
-            let scale = const_of(op.operand(1).ok()?)?;
-            let zp = op.operand(2).ok().and_then(const_of);
-            let axis = attrs.get("axis").and_then(AttrValue::as_int).unwrap_or(1);
-            let axis = norm_axis(axis, t.dims.len().max(1)).ok();
-            let p = super::onnx::quant::qparams(scale, zp, storage, axis).ok()?;
-            Some((p, constant))
-        }
-        _ => None,
-    }
-}
-
 fn ints(attrs: &BTreeMap<String, AttrValue>, name: &str) -> Option<Vec<i64>> {
     attrs.get(name).and_then(AttrValue::as_ints)
 }
@@ -342,7 +237,7 @@ pub fn plan<'t>(
 ) -> Option<SimPlan> {
     let name = op_name(&op);
     let r = reduction(&name)?;
-    if !runs_int8(&name, output_quantized(op, const_of)) {
+    if !runs_int8(&name, output_quantized(op, const_of).is_some()) {
         return None;
     }
     let (act, act_const) = dequantized(op.operand(0).ok()?, const_of)?;
@@ -369,7 +264,11 @@ pub fn plan<'t>(
         }
         Reduction::Gemm => {
             let flag = |n: &str| attrs.get(n).and_then(AttrValue::as_int).unwrap_or(0) != 0;
-            let (k, n) = if flag("transB") { (shape[1], shape[0]) } else { (shape[0], shape[1]) };
+            let (k, n) = if flag("transB") {
+                (shape[1], shape[0])
+            } else {
+                (shape[0], shape[1])
+            };
             (rank == 2 && shape.len() == 2).then_some(Geometry::Gemm {
                 trans_a: flag("transA"),
                 k,
@@ -432,12 +331,7 @@ pub fn plan<'t>(
 impl PairSaturation {
     /// Wraps `inner`, the op's own kernel, with the simulation `plan` made for it; returns the
     /// kernel and its description for the report.
-    pub fn wrap(
-        inner: Box<dyn Kernel>,
-        plan: SimPlan,
-        key: String,
-        op: String,
-    ) -> (Box<dyn Kernel>, Simulated) {
+    pub fn wrap(inner: Box<dyn Kernel>, plan: SimPlan, key: String, op: String) -> (Box<dyn Kernel>, Simulated) {
         let SimPlan {
             geometry,
             act_scale,
@@ -508,9 +402,9 @@ impl PairSaturation {
                 };
                 let [(pt, _), (pl, _)] = match pads {
                     ConvPads::Explicit(p) => *p,
-                    ConvPads::Same { upper } => [0, 1].map(|i| {
-                        same_pads([h, w][i], kernel[i], strides[i], dilations[i], *upper)
-                    }),
+                    ConvPads::Same { upper } => {
+                        [0, 1].map(|i| same_pads([h, w][i], kernel[i], strides[i], dilations[i], *upper))
+                    }
                 };
                 pairs_per_output = (kernel[0] * kernel[1] * cg).div_ceil(2) as u64;
                 let ys = &mut ys[..];
@@ -524,7 +418,11 @@ impl PairSaturation {
                         .map(|p| {
                             p.map(|(k, _)| {
                                 let t = k / cg;
-                                (g * cg + k % cg, (t / kernel[1]) * dilations[0], (t % kernel[1]) * dilations[1])
+                                (
+                                    g * cg + k % cg,
+                                    (t / kernel[1]) * dilations[0],
+                                    (t % kernel[1]) * dilations[1],
+                                )
                             })
                         })
                         .collect();
@@ -617,7 +515,9 @@ mod tests {
 
     /// A kernel whose "exact" result is zero: what remains is the simulation's correction.
     fn zeros(shape: Vec<usize>) -> Box<dyn Kernel> {
-        Box::new(FnKernel(move |_: &[&Tensor]| Ok(vec![Tensor::F32(ArrayD::zeros(IxDyn(&shape)))])))
+        Box::new(FnKernel(move |_: &[&Tensor]| {
+            Ok(vec![Tensor::F32(ArrayD::zeros(IxDyn(&shape)))])
+        }))
     }
 
     fn sat_error(p: i32) -> f32 {
@@ -671,9 +571,16 @@ mod tests {
         let (c, h, w, m, group, kh, kw, offset) = (4, 5, 6, 4, 2, 3, 2, 7i64);
         let cg = c / group;
         let raw = values(c * h * w, 256, 1);
-        let x = ArrayD::from_shape_vec(IxDyn(&[1, c, h, w]), raw.iter().map(|&v| (v as i64 - offset) as f32).collect()).unwrap();
+        let x = ArrayD::from_shape_vec(
+            IxDyn(&[1, c, h, w]),
+            raw.iter().map(|&v| (v as i64 - offset) as f32).collect(),
+        )
+        .unwrap();
         // weights near ±127 so that many pairs can saturate
-        let wq: Vec<i32> = values(m * cg * kh * kw, 60, 2).iter().map(|v| if v % 2 == 0 { 127 - v } else { v - 127 }).collect();
+        let wq: Vec<i32> = values(m * cg * kh * kw, 60, 2)
+            .iter()
+            .map(|v| if v % 2 == 0 { 127 - v } else { v - 127 })
+            .collect();
         let (sy, sx, pt, pl) = (2, 1, 1, 0);
         let (oh, ow) = ((h + 2 * pt - kh) / sy + 1, (w + 2 * pl - kw) / sx + 1);
         // columns in reduction order: tap-major, channel-minor
@@ -707,7 +614,10 @@ mod tests {
                     let a: Vec<i32> = (0..kh * kw * cg)
                         .map(|e| {
                             let (t, ci) = (e / cg, g * cg + e % cg);
-                            let (iy, ix) = ((oy * sy + t / kw) as isize - pt as isize, (ox * sx + t % kw) as isize - pl as isize);
+                            let (iy, ix) = (
+                                (oy * sy + t / kw) as isize - pt as isize,
+                                (ox * sx + t % kw) as isize - pl as isize,
+                            );
                             if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
                                 offset as i32
                             } else {
@@ -720,14 +630,21 @@ mod tests {
                         .zip(cols[o].chunks(2))
                         .map(|(a, w)| sat_error(a.iter().zip(w).map(|(a, w)| a * w).sum()))
                         .sum();
-                    saturated += a.chunks(2).zip(cols[o].chunks(2)).filter(|(a, w)| sat_error(a.iter().zip(*w).map(|(a, w)| a * w).sum()) != 0.0).count();
+                    saturated += a
+                        .chunks(2)
+                        .zip(cols[o].chunks(2))
+                        .filter(|(a, w)| sat_error(a.iter().zip(*w).map(|(a, w)| a * w).sum()) != 0.0)
+                        .count();
                     assert_eq!(y[[0, o, oy, ox]], want, "output channel {o} at ({oy}, {ox})");
                 }
             }
         }
         assert!(saturated > 10, "the case must saturate somewhere: {saturated}");
         assert_eq!(k.counts.saturated.load(Ordering::Relaxed), saturated as u64);
-        assert_eq!(k.counts.pairs.load(Ordering::Relaxed), (m * oh * ow * (kh * kw * cg).div_ceil(2)) as u64);
+        assert_eq!(
+            k.counts.pairs.load(Ordering::Relaxed),
+            (m * oh * ow * (kh * kw * cg).div_ceil(2)) as u64
+        );
     }
 
     /// Gemm with transA and a batched MatMul: K in order, per row (and per weight batch).
@@ -735,9 +652,14 @@ mod tests {
     fn gemm_and_matmul_corrections_follow_k() {
         let (rows, k, n, offset) = (3, 5, 4, 0i64);
         let raw = values(rows * k, 256, 3);
-        let cols: Vec<Vec<i32>> = (0..n).map(|j| values(k, 40, 4 + j as u64).iter().map(|v| 127 - v).collect()).collect();
+        let cols: Vec<Vec<i32>> = (0..n)
+            .map(|j| values(k, 40, 4 + j as u64).iter().map(|v| 127 - v).collect())
+            .collect();
         let expect = |r: usize, j: usize, a: &dyn Fn(usize, usize) -> i32| -> f32 {
-            (0..k).step_by(2).map(|e| sat_error((e..(e + 2).min(k)).map(|i| a(r, i) * cols[j][i]).sum())).sum()
+            (0..k)
+                .step_by(2)
+                .map(|e| sat_error((e..(e + 2).min(k)).map(|i| a(r, i) * cols[j][i]).sum()))
+                .sum()
         };
         // Gemm with transA: A stored [K, rows]
         let at: Vec<f32> = (0..k * rows).map(|i| raw[(i % rows) * k + i / rows] as f32).collect();

@@ -7,12 +7,14 @@ pub mod cache;
 pub mod calibrate;
 pub mod choose_range;
 pub mod local_op;
+pub mod ort_int8;
 pub mod summary;
 
 pub use crate::recipe::file as recipe;
 pub use crate::recipe::plan::{self, plan, ActivationPoint, Plan};
 pub use crate::recipe::{glob, parse_activations, Override, QuantConfig, Resolved, WeightMode};
 pub use calibrate::{calibrate, calibrate_cached, CalibrateOptions, Calibrated};
+use std::collections::BTreeMap;
 
 use crate::calibration::StatsFile;
 use crate::ir::IrError;
@@ -173,6 +175,12 @@ pub struct QuantizeReport {
     pub unmatched_overrides: Vec<String>,
     /// `--exclude` / recipe `exclude` patterns that select nothing in the model.
     pub unmatched_excludes: Vec<String>,
+    /// For `--runtime onnxruntime`: per op onnxruntime has an int8 kernel for, how many of
+    /// them its default level will run in int8, and how many there are (`ort_int8`).
+    pub onnxruntime_int8: BTreeMap<String, (usize, usize)>,
+    /// True when those counts are lower bounds: with int8 activations onnxruntime converts
+    /// some Q/DQ pairs to uint8 itself (its QDQS8ToU8Transformer) and fuses more.
+    pub onnxruntime_int8_at_least: bool,
 }
 
 /// The `match` patterns of `config`'s overrides, then its `exclude` patterns, that select no op
@@ -237,6 +245,18 @@ impl std::fmt::Display for QuantizeReport {
                 } else {
                     String::new()
                 }
+            )?;
+        }
+        if !self.onnxruntime_int8.is_empty() {
+            writeln!(
+                f,
+                "onnxruntime (default level) runs in int8: {}{}",
+                if self.onnxruntime_int8_at_least {
+                    "at least "
+                } else {
+                    ""
+                },
+                ort_int8::describe(&self.onnxruntime_int8)
             )?;
         }
         for o in &self.summary.left_float {
@@ -306,6 +326,10 @@ pub fn quantize_module(
         summary.totals.macs_at = stats.input_shapes.clone();
     }
     let bytes_after = crate::inspect::inspect(module)?.constant_bytes;
+    let onnxruntime_int8 = match config.runtime.is_onnxruntime() {
+        true => ort_int8::count(module)?,
+        false => BTreeMap::new(),
+    };
     lap("verify", &mut stages);
     Ok(QuantizeReport {
         activations: plan_size,
@@ -317,5 +341,7 @@ pub fn quantize_module(
         stages,
         unmatched_overrides,
         unmatched_excludes,
+        onnxruntime_int8,
+        onnxruntime_int8_at_least: config.activations == Some(crate::params::StorageType::Int8),
     })
 }

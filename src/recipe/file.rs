@@ -11,6 +11,7 @@
 //! bias_correction = true      # each layer's mean output shift on calibration data off its bias
 //! per_channel_depthwise_inputs = true  # one scale per channel at depthwise conv inputs
 //! float_read_outputs = false  # no Q/DQ on a compute op's output that only float ops read
+//! qlinear_outputs = false     # no Q/DQ that only completes an int8 kernel of onnxruntime's
 //!
 //! [[override]]
 //! match = "tf.MatMul"         # glob over op names and tensor keys
@@ -68,6 +69,8 @@ struct RecipeFile {
     per_channel_depthwise_inputs: Option<bool>,
     /// Q/DQ on compute op outputs that only float ops read
     float_read_outputs: Option<bool>,
+    /// Q/DQ on compute op outputs that complete an int8 kernel of onnxruntime's
+    qlinear_outputs: Option<bool>,
     exclude: Vec<String>,
     method: Option<String>,
     percentile: Option<f64>,
@@ -148,6 +151,7 @@ pub fn parse_onto(text: &str, base: QuantConfig) -> Result<QuantConfig, String> 
     c.bias_correction = f.bias_correction.unwrap_or(c.bias_correction);
     c.per_channel_depthwise_inputs = f.per_channel_depthwise_inputs.unwrap_or(c.per_channel_depthwise_inputs);
     c.float_read_outputs = f.float_read_outputs.unwrap_or(c.float_read_outputs);
+    c.qlinear_outputs = f.qlinear_outputs.unwrap_or(c.qlinear_outputs);
     c.bias_overflow = f.bias_overflow.unwrap_or(c.bias_overflow);
     c.exclude = f.exclude;
     c.method = f.method;

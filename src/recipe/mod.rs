@@ -36,6 +36,14 @@ pub enum Runtime {
     OnnxruntimeVnni,
 }
 
+impl Runtime {
+    /// True for onnxruntime, whose QDQ transformers fuse DQ → op → Q into its int8 kernels
+    /// (`dialects::ort_qlinear`): a Q/DQ pair that completes such a pattern pays off there.
+    pub fn is_onnxruntime(self) -> bool {
+        matches!(self, Runtime::Onnxruntime | Runtime::OnnxruntimeVnni)
+    }
+}
+
 impl std::str::FromStr for Runtime {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -106,6 +114,11 @@ pub struct QuantConfig {
     /// HardSwish, a Sigmoid, a LayerNorm): onnxruntime then runs the op as its int8 kernel
     /// with an int8 output, at the cost of one more rounding of a pre-activation range.
     pub float_read_outputs: bool,
+    /// Quantize a compute op's output that an int8 kernel of onnxruntime's reads (Add, Mul,
+    /// Concat, AveragePool, GlobalAveragePool, Sigmoid, LeakyRelu, Softmax;
+    /// `dialects::ort_qlinear`) when that op's other inputs and its output are quantized:
+    /// onnxruntime then runs the whole run in int8, at one more rounding per such output.
+    pub qlinear_outputs: bool,
     /// The shifts bias correction measured, by compute op output key: computed, never read
     /// from a recipe.
     #[serde(skip)]
@@ -131,6 +144,7 @@ impl Default for QuantConfig {
             bias_correction: false,
             per_channel_depthwise_inputs: true,
             float_read_outputs: false,
+            qlinear_outputs: false,
             bias_shifts: Default::default(),
         }
     }

@@ -298,6 +298,53 @@ fn read_as_int8(v: Value) -> bool {
     })
 }
 
+/// `qlinear_outputs`: the compute outputs that complete an int8 kernel of onnxruntime's
+/// (`dialects::ort_qlinear`) get points. An op such as Add is fused there when every
+/// activation input is dequantized and its output quantized, so a compute output it reads is
+/// quantized when its output is a point already and each of its other inputs is a point or
+/// another such compute output.
+///
+/// ```mlir
+/// %p = "onnx.Conv"(%x, %w, %b)          // project conv: only the Add reads %p
+/// %s = "onnx.Add"(%p, %r)               // %r: a point (the block's input)
+/// %y = "onnx.Conv"(%s, %w2, %b2)        // %s: a point (a conv input)
+/// // %p gets a point: onnxruntime runs QLinearConv → QLinearAdd → QLinearConv
+/// ```
+fn ort_qlinear_points<'c, 'a>(
+    ops: &[OperationRef<'c, 'a>],
+    float_outputs: &[(Value<'c, 'a>, Vec<String>)],
+    points: &mut Vec<ActivationPoint<'c, 'a>>,
+    add: &mut dyn FnMut(Value<'c, 'a>, Option<String>, &[&str], &mut Vec<ActivationPoint<'c, 'a>>),
+) {
+    for op in ops {
+        let Some(inputs) = crate::dialects::ort_qlinear::activation_inputs(&op_name(op), op.operand_count()) else {
+            continue;
+        };
+        let is_point = |v: Value, points: &[ActivationPoint]| points.iter().any(|p| p.value == v);
+        if !op.result(0).is_ok_and(|r| is_point(r.into(), points)) {
+            continue;
+        }
+        let mut wanted = Vec::new();
+        let complete = inputs.iter().all(|&i| match op.operand(i) {
+            Ok(v) if is_point(v, points) => true,
+            Ok(v) => match float_outputs.iter().find(|(f, _)| *f == v) {
+                Some(f) => {
+                    wanted.push(f);
+                    true
+                }
+                None => false,
+            },
+            Err(_) => false,
+        });
+        if complete {
+            for (v, names) in wanted {
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                add(*v, None, &names, points);
+            }
+        }
+    }
+}
+
 /// Builds the plan for the main function; with `stats`, computes every point's parameters.
 pub fn plan<'c, 'a>(
     module: &'a Module<'c>,
@@ -350,6 +397,8 @@ pub fn plan<'c, 'a>(
             });
         };
     if config.activations.is_some() || !config.overrides.is_empty() {
+        // compute outputs left float, with the names of their ops (`ort_qlinear` below)
+        let mut float_outputs: Vec<(Value<'c, 'a>, Vec<String>)> = Vec::new();
         for op in &ops {
             let name = op_name(op);
             let Some(r) = rule(&name) else { continue };
@@ -376,8 +425,13 @@ pub fn plan<'c, 'a>(
                 };
                 if wanted {
                     add(out, None, &names, &mut points);
+                } else {
+                    float_outputs.push((out, owned.clone()));
                 }
             }
+        }
+        if config.qlinear_outputs {
+            ort_qlinear_points(&ops, &float_outputs, &mut points, &mut add);
         }
         // same-scale ops downstream of quantized values, in program order
         for op in &ops {
@@ -437,8 +491,17 @@ pub fn plan<'c, 'a>(
             let per_tensor = activation_params(config, p.scheme, p.dtype, t.range).map_err(bad)?;
             let q = match (p.channel_axis, &t.channel_min, &t.channel_max) {
                 (Some(axis), Some(lo), Some(hi)) => {
-                    let per_channel = channel_params(config, p.scheme, p.dtype, lo, hi, axis).map_err(bad)?;
+                    // onnxruntime's x86 QDQ selector fuses a uint8 Conv whose output has
+                    // per-channel parameters into a QLinearConv, which then fails at run time
+                    // ("result zero point must be a scalar"); an int8 output keeps that Conv,
+                    // and the depthwise Conv reading it, unfused (float), as it must be
+                    let dtype = match (p.dtype, config.runtime.is_onnxruntime()) {
+                        (StorageType::Uint8, true) => StorageType::Int8,
+                        (d, _) => d,
+                    };
+                    let per_channel = channel_params(config, p.scheme, dtype, lo, hi, axis).map_err(bad)?;
                     if resolution_gain_db(&per_tensor, &per_channel) >= PER_CHANNEL_MIN_GAIN_DB {
+                        p.dtype = dtype;
                         per_channel
                     } else {
                         p.channel_axis = None;
@@ -468,6 +531,61 @@ mod tests {
             qmin: -128,
             qmax: 127,
         }
+    }
+
+    /// A residual block: the project conv's output %p is read only by the Add. With
+    /// `qlinear_outputs` it is a point (onnxruntime then runs QLinearConv → QLinearAdd); the
+    /// Add with a constant operand (%q + 3, as in an exported HardSwish) completes no int8
+    /// kernel, so %q stays float either way.
+    #[test]
+    fn qlinear_outputs_quantize_what_completes_an_onnxruntime_int8_kernel() {
+        let text = r#"
+func.func @main(%x: tensor<1x4x8x8xf32>) -> (tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>) {
+  %w = "onnx.Constant"() {value = dense<0.5> : tensor<4x4x1x1xf32>} : () -> tensor<4x4x1x1xf32>
+  %b = "onnx.Constant"() {value = dense<0.1> : tensor<4xf32>} : () -> tensor<4xf32>
+  %c3 = "onnx.Constant"() {value = dense<3.0> : tensor<f32>} : () -> tensor<f32>
+  %r = "onnx.Conv"(%x, %w, %b) {group = 1 : si64} : (tensor<1x4x8x8xf32>, tensor<4x4x1x1xf32>, tensor<4xf32>) -> tensor<1x4x8x8xf32>
+  %p = "onnx.Conv"(%r, %w, %b) {group = 1 : si64} : (tensor<1x4x8x8xf32>, tensor<4x4x1x1xf32>, tensor<4xf32>) -> tensor<1x4x8x8xf32>
+  %s = "onnx.Add"(%p, %r) : (tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
+  %y = "onnx.Conv"(%s, %w, %b) {group = 1 : si64} : (tensor<1x4x8x8xf32>, tensor<4x4x1x1xf32>, tensor<4xf32>) -> tensor<1x4x8x8xf32>
+  %q = "onnx.Conv"(%s, %w, %b) {group = 1 : si64} : (tensor<1x4x8x8xf32>, tensor<4x4x1x1xf32>, tensor<4xf32>) -> tensor<1x4x8x8xf32>
+  %h = "onnx.Add"(%q, %c3) : (tensor<1x4x8x8xf32>, tensor<f32>) -> tensor<1x4x8x8xf32>
+  %z = "onnx.Conv"(%h, %w, %b) {group = 1 : si64} : (tensor<1x4x8x8xf32>, tensor<4x4x1x1xf32>, tensor<4xf32>) -> tensor<1x4x8x8xf32>
+  return %y, %z : tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>
+}"#;
+        let ctx = crate::ir::new_context();
+        let module = crate::ir::io::load_bytes(&ctx, text.as_bytes(), std::path::Path::new("t.mlir")).unwrap();
+        let keys_of = |config: &QuantConfig| -> Vec<String> {
+            let mut k: Vec<String> = plan(&module, None, config)
+                .unwrap()
+                .activations
+                .into_iter()
+                .map(|p| p.key)
+                .collect();
+            k.sort();
+            k
+        };
+        let base = QuantConfig {
+            scheme: Scheme::Onnx,
+            runtime: super::super::Runtime::Onnxruntime,
+            ..QuantConfig::default()
+        };
+        let plain = keys_of(&base);
+        let fused = keys_of(&QuantConfig {
+            qlinear_outputs: true,
+            ..base.clone()
+        });
+        // keys are result numbers: %r is 0, %p 1, %s 2, %q 4, %h 5
+        let added: Vec<&String> = fused.iter().filter(|k| !plain.contains(k)).collect();
+        assert_eq!(added.len(), 1, "{plain:?} → {fused:?}");
+        let p_key = plan(&module, None, &base).unwrap();
+        let func = find_function(&module, None).unwrap();
+        let keys = TensorKeys::new(func);
+        let ops = body_ops(func);
+        let conv_p = ops.iter().filter(|o| op_name(*o) == "onnx.Conv").nth(1).unwrap();
+        let p = keys.get(conv_p.result(0).unwrap().into()).unwrap();
+        assert_eq!(added[0], p, "{plain:?} → {fused:?}");
+        assert!(p_key.activations.iter().all(|a| a.key != p));
     }
 
     #[test]

@@ -26,6 +26,8 @@
   ort_quantize FLOAT CALIB OUT    onnxruntime's own quantize_static of FLOAT on CALIB (key x, or
                                   the input's name): QDQ, QInt8 weights per channel and
                                   activations, MinMax
+  fused MODEL                     the op types of onnxruntime's graph of MODEL at its default
+                                  level (ORT_ENABLE_ALL), counted
   qdq MODEL                       per QuantizeLinear: the tensor it quantizes, its number of
                                   scales and its axis; and the model's op types
 
@@ -375,6 +377,20 @@ def qdq(model):
     print(json.dumps({"quantize": qs, "ops": [n.op_type for n in m.graph.node]}))
 
 
+def fused(model):
+    import collections
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.optimized_model_filepath = os.path.join(d, "opt.onnx")
+        ort.set_default_logger_severity(3)
+        ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+        m = onnx.load(so.optimized_model_filepath)
+    print(json.dumps(dict(collections.Counter(n.op_type for n in m.graph.node))))
+
+
 def ort_quantize(fm, calib, out):
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
@@ -396,4 +412,4 @@ def ort_quantize(fm, calib, out):
 
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"roundtrip": roundtrip, "eval": eval_quant, "ops": ops, "run": run, "levels": levels, "fix_dims": fix_dims, "layers": layers, "qdq": qdq, "pairs": pairs, "weights": weights, "ort_quantize": ort_quantize}[cmd](*args)
+    {"roundtrip": roundtrip, "eval": eval_quant, "ops": ops, "run": run, "levels": levels, "fix_dims": fix_dims, "layers": layers, "qdq": qdq, "pairs": pairs, "weights": weights, "ort_quantize": ort_quantize, "fused": fused}[cmd](*args)
