@@ -83,6 +83,17 @@ fn parse_header(r: &mut dyn Read) -> Result<Option<(DType, Vec<usize>, usize)>, 
     r.read_exact(&mut text)
         .map_err(|e| format!("truncated .npy header: {e}"))?;
     let text = String::from_utf8_lossy(&text);
+    // numpy writes one flat dict ({'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), });
+    // anything nested (a structured dtype, a damaged file) is refused here: it would go on to
+    // ndarray-npy's header parser, whose backtracking is exponential in the nesting (a fuzzed
+    // 135-byte header took seconds there)
+    let count = |c: char| text.matches(c).count();
+    if count('{') > 1 || count('[') > 0 || count('(') > 1 {
+        let shown: String = text.trim_end().escape_debug().take(120).collect();
+        return Err(format!(
+            "unsupported .npy header (not one flat dict: a structured dtype or a damaged file): {shown}"
+        ));
+    }
     let field = |key: &str| -> Option<&str> {
         let at = text.find(&format!("'{key}'"))? + key.len() + 2;
         Some(text[at..].trim_start().strip_prefix(':')?.trim_start())
@@ -285,5 +296,37 @@ impl LazyArray {
     /// The whole array (labels, small arrays).
     pub fn load(&self) -> Result<Tensor, String> {
         self.read_rows(0, self.shape.first().copied().unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(dict: &str) -> Vec<u8> {
+        let mut h = b"\x93NUMPY\x01\x00".to_vec();
+        h.extend((dict.len() as u16).to_le_bytes());
+        h.extend(dict.as_bytes());
+        h
+    }
+
+    #[test]
+    fn a_flat_header_is_read_and_a_nested_one_refused_before_ndarray_npy_sees_it() {
+        let ok = header("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }\n");
+        let (dtype, shape, len) = parse_header(&mut ok.as_slice()).unwrap().unwrap();
+        assert_eq!((dtype, shape, len), (DType::F32, vec![3, 2], ok.len()));
+        // big-endian: not streamed, read whole by ndarray-npy
+        let be = header("{'descr': '>f4', 'fortran_order': False, 'shape': (3,), }\n");
+        assert!(parse_header(&mut be.as_slice()).unwrap().is_none());
+        // the header libFuzzer found taking seconds (tests/data/fuzz_crashes/npy/)
+        let slow = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/fuzz_crashes/npy/nested_header_slow_parse"
+        ))
+        .unwrap();
+        let e = parse_header(&mut slow.as_slice()).unwrap_err();
+        assert!(e.contains("not one flat dict"), "{e}");
+        let structured = header("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }\n");
+        assert!(parse_header(&mut structured.as_slice()).is_err());
     }
 }
