@@ -23,7 +23,7 @@ quantizer run natively in subprocesses (their results do not depend on the CPU's
 kernels). One sample per run, 1 thread; SQNR = 10*log10(sum f^2 / sum (f - q)^2) per output.
 
 Usage: .venv/bin/python benches/ort_no_vnni.py --quantir target/release/quantir --cpu EPYC-Rome
-           [--only NAME] [--limit N]
+           [--only NAME] [--limit N] [--no-reduce-range]
 """
 import argparse
 import json
@@ -112,6 +112,7 @@ def main():
     ap.add_argument("--cpu", help="QEMU CPU model to run onnxruntime on (e.g. EPYC-Rome: AVX2, no VNNI)")
     ap.add_argument("--only")
     ap.add_argument("--limit", type=int, help="test samples per model (default: all)")
+    ap.add_argument("--no-reduce-range", action="store_true", help="skip the --reduce-range variant")
     ap.add_argument("--ort-quantize", nargs=3, metavar=("SRC", "CALIB", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.ort_quantize:
@@ -135,6 +136,8 @@ def main():
             ref = outputs(float_path, data, "ORT_DISABLE_ALL", a.limit)
             made = {}
             for vname, args in VARIANTS.items():
+                if a.no_reduce_range and "--reduce-range" in args:
+                    continue
                 q = os.path.join(work, f"{name}_{len(made)}.onnx")
                 p = subprocess.run([quantir, "quantize", src, "--data", calib, "--no-cache", *args, "-o", q],
                                    capture_output=True, text=True)
