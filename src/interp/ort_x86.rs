@@ -255,46 +255,40 @@ pub fn plan<'t>(
     let attrs = op_attrs(&op);
     let rank = tensor_type(op.operand(0).ok()?.r#type())?.dims.len();
     let shape = w.shape();
-    let geometry = match r {
+    let flag = |n: &str| attrs.get(n).and_then(AttrValue::as_int).unwrap_or(0) != 0;
+    // with the weight's per-channel axis: the one its columns are numbered by
+    let (geometry, channel_axis) = match r {
         Reduction::Conv => {
             if is_depthwise(shape, &attrs) {
                 return None;
             }
-            conv_geometry(&attrs, rank, shape)?
+            (conv_geometry(&attrs, rank, shape)?, 0)
         }
         Reduction::Gemm => {
-            let flag = |n: &str| attrs.get(n).and_then(AttrValue::as_int).unwrap_or(0) != 0;
-            let (k, n) = if flag("transB") {
-                (shape[1], shape[0])
+            let &[rows, cols] = shape else { return None };
+            if rank != 2 {
+                return None;
+            }
+            let (k, n, axis) = if flag("transB") {
+                (cols, rows, 0)
             } else {
-                (shape[0], shape[1])
+                (rows, cols, 1)
             };
-            (rank == 2 && shape.len() == 2).then_some(Geometry::Gemm {
-                trans_a: flag("transA"),
-                k,
-                n,
-            })?
+            (
+                Geometry::Gemm {
+                    trans_a: flag("transA"),
+                    k,
+                    n,
+                },
+                axis,
+            )
         }
         Reduction::MatMul => {
-            let (k, n) = (shape[shape.len().checked_sub(2)?], shape[shape.len() - 1]);
-            Geometry::MatMul {
-                k,
-                n,
-                batches: w.len() / (k * n).max(1),
-            }
+            let last = shape.len().checked_sub(1)?;
+            let (k, n) = (shape[last.checked_sub(1)?], shape[last]);
+            let batches = w.len() / (k * n).max(1);
+            (Geometry::MatMul { k, n, batches }, last)
         }
-    };
-    // the weight's per-channel axis must be the one columns are numbered by
-    let channel_axis = match (r, &geometry) {
-        (Reduction::Conv, _) => 0,
-        (Reduction::Gemm, _) => {
-            if attrs.get("transB").and_then(AttrValue::as_int).unwrap_or(0) != 0 {
-                0
-            } else {
-                1
-            }
-        }
-        (Reduction::MatMul, _) => shape.len() - 1,
     };
     if wq.scale.len() > 1 && wq.axis != Some(channel_axis) {
         return None;
@@ -407,7 +401,6 @@ impl PairSaturation {
                     }
                 };
                 pairs_per_output = (kernel[0] * kernel[1] * cg).div_ceil(2) as u64;
-                let ys = &mut ys[..];
                 for col in &self.risky {
                     let o = col.index;
                     let g = o / per_group;
