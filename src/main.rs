@@ -102,6 +102,7 @@ impl RecipeArgs {
             ),
             float_read_outputs: self.float_read_outputs,
             qlinear_outputs: self.qlinear_outputs,
+            activation_matmuls: self.no_activation_matmuls.then_some(false),
         }
     }
 

@@ -272,6 +272,7 @@ impl RecipeArgs {
             per_channel_depthwise_inputs: None,
             float_read_outputs: false,
             qlinear_outputs: false,
+            activation_matmuls: None,
         })
     }
 }

@@ -371,6 +371,10 @@ pub struct RecipeArgs {
     /// (fewer DQ/Q nodes, faster), at one more rounding per such output.
     #[arg(long)]
     pub qlinear_outputs: bool,
+    /// Leave float the matmuls whose operands are both activations (attention's Q·Kᵀ and
+    /// P·V); by default both their operands get Q/DQ, so a transformer runs W8A8 throughout.
+    #[arg(long)]
+    pub no_activation_matmuls: bool,
 }
 
 /// The name a value enum is spelled with on the command line (what the library parses).

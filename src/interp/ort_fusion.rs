@@ -103,7 +103,8 @@ pub(crate) fn output_quantized<'t>(
 
 /// Whether onnxruntime's default level runs `op` as one of its int8 kernels on a CPU: a Conv,
 /// Gemm or MatMul whose activation is dequantized 8-bit per tensor and whose weight is a
-/// dequantized 8-bit constant, in a type pair onnxruntime's x86 QDQ selectors take (uint8
+/// dequantized 8-bit constant (a MatMul's may be an activation dequantized per tensor:
+/// attention's P·V runs as QLinearMatMul), in a type pair onnxruntime's x86 QDQ selectors take (uint8
 /// activations with either weight type, int8 with int8), with an output quantized to the
 /// activation's type (Conv, Gemm; a MatMul with a float output runs as
 /// MatMulIntegerToFloat); or an op of `dialects::ort_qlinear` whose activation inputs are all
@@ -122,9 +123,13 @@ pub fn runs_in_int8<'t>(op: OperationRef, const_of: &dyn Fn(Value) -> Option<&'t
         let Some(act) = per_tensor_act(0) else {
             return Some(false);
         };
-        let Some((w, true)) = op.operand(1).ok().and_then(|v| dequantized(v, const_of)) else {
+        let Some((w, constant)) = op.operand(1).ok().and_then(|v| dequantized(v, const_of)) else {
             return Some(false);
         };
+        // a MatMul of two activations (attention) fuses as well, its B dequantized per tensor
+        if !constant && (name != "onnx.MatMul" || w.scale.len() != 1) {
+            return Some(false);
+        }
         let pair = matches!(
             (act, w.dtype),
             (StorageType::Uint8, StorageType::Uint8 | StorageType::Int8) | (StorageType::Int8, StorageType::Int8)

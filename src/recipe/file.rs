@@ -12,6 +12,7 @@
 //! per_channel_depthwise_inputs = true  # one scale per channel at depthwise conv inputs
 //! float_read_outputs = false  # no Q/DQ on a compute op's output that only float ops read
 //! qlinear_outputs = false     # no Q/DQ that only completes an int8 kernel of onnxruntime's
+//! activation_matmuls = true   # both operands of attention's Q·Kᵀ and P·V quantized
 //!
 //! [[override]]
 //! match = "tf.MatMul"         # glob over op names and tensor keys
@@ -71,6 +72,8 @@ struct RecipeFile {
     float_read_outputs: Option<bool>,
     /// Q/DQ on compute op outputs that complete an int8 kernel of onnxruntime's
     qlinear_outputs: Option<bool>,
+    /// both operands of matmuls with no constant operand (attention) quantized
+    activation_matmuls: Option<bool>,
     exclude: Vec<String>,
     method: Option<String>,
     percentile: Option<f64>,
@@ -152,6 +155,7 @@ pub fn parse_onto(text: &str, base: QuantConfig) -> Result<QuantConfig, String> 
     c.per_channel_depthwise_inputs = f.per_channel_depthwise_inputs.unwrap_or(c.per_channel_depthwise_inputs);
     c.float_read_outputs = f.float_read_outputs.unwrap_or(c.float_read_outputs);
     c.qlinear_outputs = f.qlinear_outputs.unwrap_or(c.qlinear_outputs);
+    c.activation_matmuls = f.activation_matmuls.unwrap_or(c.activation_matmuls);
     c.bias_overflow = f.bias_overflow.unwrap_or(c.bias_overflow);
     c.exclude = f.exclude;
     c.method = f.method;

@@ -119,6 +119,11 @@ pub struct QuantConfig {
     /// `dialects::ort_qlinear`) when that op's other inputs and its output are quantized:
     /// onnxruntime then runs the whole run in int8, at one more rounding per such output.
     pub qlinear_outputs: bool,
+    /// Quantize both operands of a compute op whose "weight" is an activation too — attention's
+    /// Q·Kᵀ and P·V (MatMul, Einsum, BatchMatMul with no constant operand) — per tensor, as
+    /// every other activation: the op then runs W8A8 like the rest of a transformer. Off, such
+    /// an op stays float (its other input is still quantized).
+    pub activation_matmuls: bool,
     /// The shifts bias correction measured, by compute op output key: computed, never read
     /// from a recipe.
     #[serde(skip)]
@@ -145,6 +150,7 @@ impl Default for QuantConfig {
             per_channel_depthwise_inputs: true,
             float_read_outputs: false,
             qlinear_outputs: false,
+            activation_matmuls: true,
             bias_shifts: Default::default(),
         }
     }

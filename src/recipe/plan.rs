@@ -286,14 +286,29 @@ fn u8s8_axis(v: Value) -> Option<usize> {
     axis.filter(|&a| matches!(t.dims.get(a), Some(Dim::Static(c)) if *c > 1))
 }
 
+/// The operands of a compute op that are points when they are float activations: its
+/// activation operands, and with `activation_matmuls` its weight operand too — which `add`
+/// skips when it is a constant, so only a weight computed at run time (attention's K in
+/// Q·Kᵀ, V in P·V) becomes a point, quantized per tensor like its other input.
+///
+/// ```mlir
+/// %s = "onnx.Einsum"(%q, %k) {equation = "bqhd,bkhd->bhqk"}   // %q and %k: points
+/// %p = "onnx.Softmax"(%s)
+/// %c = "onnx.MatMul"(%p, %v)                                  // %p and %v: points
+/// ```
+fn activation_operands(r: &crate::dialects::OpRule, config: &QuantConfig) -> Vec<usize> {
+    let weight = r.weight.map(|(i, _)| i).filter(|_| config.activation_matmuls);
+    r.activations.iter().copied().chain(weight).collect()
+}
+
 /// True when some op reads `v` as int8 — a compute op's activation operand, or a same-scale
 /// op whose output one reads. A compute op's output that only float ops read (the `Add`,
 /// `Clip`, `Mul`, `Div` of an exported HardSwish, a Sigmoid) gains nothing from a Q/DQ pair
 /// but a rounding: those ops dequantize it, and the next compute op quantizes what they make.
-fn read_as_int8(v: Value) -> bool {
+fn read_as_int8(v: Value, config: &QuantConfig) -> bool {
     uses(v).iter().any(|u| match rule(&op_name(&u.owner)) {
-        Some(r) if r.is_compute() => r.activations.contains(&u.operand),
-        Some(r) if r.same_scale && u.operand == 0 => u.owner.result(0).is_ok_and(|o| read_as_int8(o.into())),
+        Some(r) if r.is_compute() => activation_operands(r, config).contains(&u.operand),
+        Some(r) if r.same_scale && u.operand == 0 => u.owner.result(0).is_ok_and(|o| read_as_int8(o.into(), config)),
         _ => false,
     })
 }
@@ -407,7 +422,7 @@ pub fn plan<'c, 'a>(
             let owned = super::file::op_names(op, &[&out_key]);
             let names: Vec<&str> = owned.iter().map(String::as_str).collect();
             if r.is_compute() && !config.resolve(&names).exclude {
-                for &i in r.activations {
+                for i in activation_operands(r, config) {
                     if let Ok(v) = op.operand(i) {
                         add(v, None, &names, &mut points);
                     }
@@ -421,7 +436,7 @@ pub fn plan<'c, 'a>(
                 // and adds a rounding step no later op needs.
                 let wanted = match only_reaches_return(out) {
                     true => config.quantize_outputs,
-                    false => config.float_read_outputs || read_as_int8(out),
+                    false => config.float_read_outputs || read_as_int8(out, config),
                 };
                 if wanted {
                     add(out, None, &names, &mut points);
