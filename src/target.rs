@@ -1,5 +1,6 @@
 //! `quantize --target-sqnr DB`: reaches an output quality by raising the fewest activations
-//! from int8 to int16, then to float.
+//! from int8 to int16, then to float, and where activations cannot reach it, the fewest compute
+//! ops (weights and all) to float.
 //!
 //! 1. Each activation point's own damage: the float model runs on the first samples, and the
 //!    SQNR of every point's values against their int8 fake-quantized copy (the noise that
@@ -10,7 +11,16 @@
 //!    step is one quantization and one evaluation.
 //! 3. With every point at int16 (where the output format can hold int16) and the target still
 //!    missed, the same search moves points to float, worst first. A target that every
-//!    activation in float cannot reach is an error: nothing is written.
+//!    activation in float cannot reach goes on to step 4.
+//! 4. The int8 weights are the limit then: compute ops are ranked by the output SQNR of the
+//!    model with that op alone quantized (its weights and input, every other op float), on the
+//!    first [`SENSITIVITY_SAMPLES`] samples; ordered by that noise per MAC, so that the ops left
+//!    float are the cheapest for what they cost, the same search leaves the fewest float,
+//!    activations as step 1 left them. Why the model and not the op's own weights: on
+//!    ppocr_det every weight keeps 32–48 dB against its int8 copy, yet its first pointwise
+//!    conv (weights 43.8 dB) alone brings the model to 27.6 dB — what an early layer's error
+//!    becomes downstream, not its size, decides. A target that every op but one in float
+//!    cannot reach is an error: nothing is written.
 //!
 //! Same-scale followers (a MaxPool's output reusing its input's scale) move with their source.
 
@@ -44,22 +54,27 @@ pub enum TargetError {
     Data(#[from] crate::formats::data::DataError),
     #[error("{0}")]
     Load(String),
-    #[error("target {target} dB is out of reach by raising activations: all int8 gives {int8:.2} dB and every activation in float {best:.2} dB on {samples} calibration samples (the weights' int8 error remains); nothing written — lower the target, or leave ops float with --exclude")]
+    #[error("target {target} dB is out of reach: all int8 gives {int8:.2} dB, every activation in float {best:.2} dB and every compute op but one in float {ops:.2} dB on {samples} calibration samples; nothing written — lower the target, or leave ops float with --exclude")]
     Unreachable {
         target: f64,
         int8: f64,
         best: f64,
+        ops: f64,
         samples: usize,
     },
 }
 
-/// An activation the search raised above int8.
+/// An activation, or a compute op, the search raised above int8.
 #[derive(Debug, Clone, Serialize)]
 pub struct RaisedPoint {
     pub key: String,
+    /// `activation` (the point's key) or `op` (a compute op's output key: its weights, its
+    /// inputs and its output left float).
+    pub kind: &'static str,
     /// `int16` or `float`.
     pub to: String,
-    /// The SQNR of this point's values quantized to int8 alone (why it was chosen).
+    /// The SQNR of this point's values quantized to int8 alone, or of the model with this op
+    /// alone quantized (why it was chosen).
     pub int8_sqnr_db: f64,
 }
 
@@ -162,6 +177,60 @@ fn rank_points(
     Ok(ranked)
 }
 
+/// The samples each op's sensitivity is measured on (step 4): the first of the scoring ones.
+pub const SENSITIVITY_SAMPLES: usize = 4;
+
+/// The compute ops whose weights `config` quantizes to int8 (or int4), by output key: what an
+/// `exclude` override matches to leave the whole op float.
+fn weight_ops(float: &Module, stats: &StatsFile, config: &QuantConfig) -> Result<Vec<String>, TargetError> {
+    use crate::passes::quantize_weights::weight_site;
+    use crate::recipe::WeightMode;
+    if let Some(shapes) = &stats.input_shapes {
+        crate::quantize::resolve_types(float, shapes);
+    }
+    prepare(float)?;
+    let func = crate::ir::graph::find_function(float, None)?;
+    let mut ranked: Vec<String> = Vec::new();
+    for op in crate::ir::graph::body_ops(func) {
+        let Some(site) = weight_site(op, config) else { continue };
+        if matches!(site.res.weights, WeightMode::Int8 | WeightMode::Int4)
+            && !site.out_key.is_empty()
+            && !ranked.contains(&site.out_key)
+        {
+            ranked.push(site.out_key);
+        }
+    }
+    Ok(ranked)
+}
+
+/// `config` with only op `keep` of `ops` quantized (every other one excluded).
+fn only_op(config: &QuantConfig, ops: &[String], keep: usize) -> QuantConfig {
+    let mut c = config.clone();
+    for (i, key) in ops.iter().enumerate() {
+        if i != keep {
+            c.overrides.push(Override {
+                pattern: key.clone(),
+                exclude: true,
+                ..Default::default()
+            });
+        }
+    }
+    c
+}
+
+/// `config` with the first `n` ranked ops left float.
+fn floated_ops(config: QuantConfig, ops: &[(String, f64)], n: usize) -> QuantConfig {
+    let mut c = config;
+    for (key, _) in ops.iter().take(n) {
+        c.overrides.push(Override {
+            pattern: key.clone(),
+            exclude: true,
+            ..Default::default()
+        });
+    }
+    c
+}
+
 /// `config` with the first `n_float` ranked points in float and the next up to `n_int16` in
 /// int16.
 fn raised_config(
@@ -216,32 +285,50 @@ pub fn reach_target<'c>(
     };
     let float = load()?;
     let evaluations = std::cell::Cell::new(0);
-    let score = |c: &QuantConfig| -> Result<f64, TargetError> {
+    let few = EvalOptions {
+        limit: Some(SENSITIVITY_SAMPLES),
+        ..opts.clone()
+    };
+    // the mean output SQNR of `c`'s model, and the MACs of the op keyed `macs_of` in it
+    let score_on = |c: &QuantConfig, opts: &EvalOptions, macs_of: Option<&str>| -> Result<(f64, u64), TargetError> {
         let m = load()?;
-        quantize_module(&m, stats, c)?;
-        let r = evaluate(&float, &m, data, &opts)?;
+        let report = quantize_module(&m, stats, c)?;
+        let r = evaluate(&float, &m, data, opts)?;
         evaluations.set(evaluations.get() + 1);
         let db: Vec<f64> = r
             .outputs
             .iter()
             .map(|o| o.sqnr_db.unwrap_or(100.0).min(100.0))
             .collect();
-        Ok(db.iter().sum::<f64>() / db.len().max(1) as f64)
+        // (counted at the calibration data's shapes where dims are dynamic)
+        let macs = macs_of
+            .and_then(|k| report.summary.ops.iter().find(|o| o.key == k))
+            .and_then(|o| o.macs)
+            .unwrap_or(0);
+        Ok((db.iter().sum::<f64>() / db.len().max(1) as f64, macs))
     };
+    let score = |c: &QuantConfig| score_on(c, &opts, None).map(|(db, _)| db);
     let base = score(config)?;
     let ranked = rank_points(&load()?, stats, config, data, &opts)?;
     let n = ranked.len();
     let samples = TARGET_SAMPLES;
-    let done = |c: QuantConfig, i16: usize, fl: usize, db: f64| {
+    let done = |c: QuantConfig, i16: usize, fl: usize, db: f64, ops: &[(String, f64)]| {
         let raised = ranked
             .iter()
             .take(i16.max(fl))
             .enumerate()
             .map(|(i, (k, _, s))| RaisedPoint {
                 key: k.clone(),
+                kind: "activation",
                 to: if i < fl { "float" } else { "int16" }.into(),
                 int8_sqnr_db: *s,
             })
+            .chain(ops.iter().map(|(k, s)| RaisedPoint {
+                key: k.clone(),
+                kind: "op",
+                to: "float".into(),
+                int8_sqnr_db: *s,
+            }))
             .collect();
         Reached {
             config: c,
@@ -258,13 +345,13 @@ pub fn reach_target<'c>(
         }
     };
     if base >= target_db {
-        return Ok(done(config.clone(), 0, 0, base));
+        return Ok(done(config.clone(), 0, 0, base, &[]));
     }
     say(format!(
         "target {target_db} dB: all int8 gives {base:.2} dB on {samples} calibration samples; searching {n} activations"
     ));
     // smallest k in 1..=n with ok(k), by doubling then bisection; None when ok(n) fails
-    let search = |make: &dyn Fn(usize) -> QuantConfig| -> Result<Option<(usize, f64)>, TargetError> {
+    let search = |n: usize, make: &dyn Fn(usize) -> QuantConfig| -> Result<Option<(usize, f64)>, TargetError> {
         let (mut lo, mut hi, mut k) = (0usize, None, 1usize);
         let mut best = None;
         while hi.is_none() {
@@ -310,26 +397,55 @@ pub fn reach_target<'c>(
     };
     if n > 0 {
         if n16 > 0 {
-            if let Some((k, db)) = search(&|k| raised_config(config, &ranked, k, 0))? {
+            if let Some((k, db)) = search(n, &|k| raised_config(config, &ranked, k, 0))? {
                 let c = raised_config(config, &ranked, k, 0);
-                return Ok(done(c, k, 0, db));
+                return Ok(done(c, k, 0, db, &[]));
             }
         }
-        if let Some((k, db)) = search(&|k| raised_config(config, &ranked, n16, k))? {
+        if let Some((k, db)) = search(n, &|k| raised_config(config, &ranked, n16, k))? {
             let c = raised_config(config, &ranked, n16, k);
-            return Ok(done(c, n16.max(k), k, db));
+            return Ok(done(c, n16.max(k), k, db, &[]));
         }
     }
-    // out of reach: a model below the target is not what was asked for
     let best = if n == 0 {
         base
     } else {
         score(&raised_config(config, &ranked, n16, n))?
     };
+    // the weights are the limit: ops to float, most damaging first, one op kept quantized (a
+    // float model is not what was asked for)
+    let keys = weight_ops(&load()?, stats, config)?;
+    say(format!(
+        "target: every activation in float gives {best:.2} dB; measuring {} compute ops one at a time on {SENSITIVITY_SAMPLES} samples",
+        keys.len()
+    ));
+    let mut measured: Vec<(String, f64, f64)> = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let (db, macs) = score_on(&only_op(config, &keys, i), &few, Some(key))?;
+        // the noise this op alone brings, per multiply-accumulate it would run in float: the
+        // cheapest ops to leave float come first, so the int8 share stays as high as it can
+        measured.push((key.clone(), db, 10f64.powf(-db / 10.0) / macs.max(1) as f64));
+    }
+    measured.sort_by(|a, b| b.2.total_cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+    let ops: Vec<(String, f64)> = measured.into_iter().map(|(k, db, _)| (k, db)).collect();
+    let m = ops.len().saturating_sub(1);
+    say(format!(
+        "target: searching {m} of {} compute ops to leave float, most damaging first",
+        ops.len()
+    ));
+    let with_ops = |k: usize| floated_ops(raised_config(config, &ranked, n16, 0), &ops, k);
+    if m > 0 {
+        if let Some((k, db)) = search(m, &with_ops)? {
+            return Ok(done(with_ops(k), n16, 0, db, &ops[..k]));
+        }
+    }
+    // out of reach: a model below the target is not what was asked for
+    let ops_db = if m == 0 { best } else { score(&with_ops(m))? };
     Err(TargetError::Unreachable {
         target: target_db,
         int8: base,
         best,
+        ops: ops_db,
         samples,
     })
 }

@@ -37,7 +37,12 @@ fn float_ops(summary: &Value) -> Vec<(String, String)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|f| (f["key"].as_str().unwrap().to_string(), f["reason"].as_str().unwrap().to_string()))
+        .map(|f| {
+            (
+                f["key"].as_str().unwrap().to_string(),
+                f["reason"].as_str().unwrap().to_string(),
+            )
+        })
         .collect()
 }
 
@@ -47,7 +52,12 @@ fn every_compute_op_of_an_encoder_is_w8a8_and_onnxruntime_keeps_its_quality() {
     let (q, s) = quantize(dir.path(), "q.onnx", &[]);
     assert_eq!(float_ops(&s), vec![], "{s:#}");
     assert_eq!(s["totals"]["int8_mac_share"].as_f64(), Some(1.0), "{s:#}");
-    let ops: Vec<&str> = s["ops"].as_array().unwrap().iter().map(|o| o["op"].as_str().unwrap()).collect();
+    let ops: Vec<&str> = s["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["op"].as_str().unwrap())
+        .collect();
     assert_eq!(ops.iter().filter(|o| **o == "onnx.Einsum").count(), 1, "{ops:?}");
     assert_eq!(ops.len(), 10, "{ops:?}");
     // P·V fuses in onnxruntime as the other matmuls do (its Einsum has no int8 kernel)
@@ -57,7 +67,10 @@ fn every_compute_op_of_an_encoder_is_w8a8_and_onnxruntime_keeps_its_quality() {
     // measured 37.64 dB at both levels; the attention matmuls left float give 38.53
     let test = arg(&dir.path().join("attention_test.npz"));
     let r = python(&["levels", &arg(&dir.path().join("attention.onnx")), &arg(&q), &test]);
-    let (off, on) = (r["ORT_DISABLE_ALL"].as_f64().unwrap(), r["ORT_ENABLE_ALL"].as_f64().unwrap());
+    let (off, on) = (
+        r["ORT_DISABLE_ALL"].as_f64().unwrap(),
+        r["ORT_ENABLE_ALL"].as_f64().unwrap(),
+    );
     assert!(off > 36.5 && (on - off).abs() < 0.1, "{r}");
 }
 

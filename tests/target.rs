@@ -100,3 +100,54 @@ fn an_unreachable_target_writes_nothing_and_says_why() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
+
+/// Where the weights are the limit (here: int16 activations, W8A16, whose weight-only SQNR a
+/// target 3 dB above is beyond), the
+/// search leaves the fewest compute ops float, each ranked by the damage it alone does, and
+/// the model written holds the target.
+#[test]
+fn a_target_beyond_the_weights_leaves_the_fewest_ops_float() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, calib) = (arg(&example("digits_cnn.mlir")), arg(&example("digits_calib.npz")));
+    let weights_only = dir.path().join("w.mlir");
+    ok(quantir(&[
+        "quantize",
+        &model,
+        "--activations",
+        "none",
+        "-o",
+        &arg(&weights_only),
+    ]));
+    let target = sqnr_on_first_16(&model, &arg(&weights_only), &calib) + 3.0;
+    let out = dir.path().join("t.mlir");
+    let o = ok(quantir(&[
+        "quantize",
+        &model,
+        "--data",
+        &calib,
+        "--no-cache",
+        "--activations",
+        "int16",
+        "--target-sqnr",
+        &format!("{target:.2}"),
+        "--json",
+        "-o",
+        &arg(&out),
+    ]));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let raised = doc["target"]["raised"].as_array().unwrap();
+    let ops = doc["ops"].as_array().unwrap();
+    let floated = raised
+        .iter()
+        .filter(|r| r["kind"] == "op" && r["to"] == "float")
+        .count();
+    assert!(floated > 0 && floated < ops.len(), "{doc:#}");
+    // each raised op is float in the model written, with the reason
+    for r in raised.iter().filter(|r| r["kind"] == "op") {
+        let op = ops.iter().find(|o| o["key"] == r["key"]).unwrap();
+        assert_eq!(op["weights"], "float", "{op}");
+    }
+    let got = sqnr_on_first_16(&model, &arg(&out), &calib);
+    assert!(got >= target, "{got} dB < target {target:.2}");
+    assert!(stderr(&o).contains("compute ops left float"), "{}", stderr(&o));
+}

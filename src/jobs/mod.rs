@@ -676,17 +676,21 @@ pub fn quantize(
 
 /// The line saying what a quality target's search did.
 pub fn target_line(r: &crate::target::TargetReport) -> String {
-    let count = |to: &str| r.raised.iter().filter(|p| p.to == to).count();
+    let count = |kind: &str, to: &str| r.raised.iter().filter(|p| p.kind == kind && p.to == to).count();
+    let ops = match count("op", "float") {
+        0 => String::new(),
+        n => format!(" and {n} compute ops left float (their int8 weights were the limit)"),
+    };
     format!(
-        "target {} dB reached: {:.2} dB (all int8: {:.2} dB) on {} calibration samples with {} of {} activations raised ({} to int16, {} to float); {} evaluations in {:.1} s",
+        "target {} dB reached: {:.2} dB (all int8: {:.2} dB) on {} calibration samples with {} of {} activations raised ({} to int16, {} to float){ops}; {} evaluations in {:.1} s",
         r.target_db,
         r.sqnr_db,
         r.int8_sqnr_db,
         r.samples,
-        r.raised.len(),
+        count("activation", "int16") + count("activation", "float"),
         r.points,
-        count("int16"),
-        count("float"),
+        count("activation", "int16"),
+        count("activation", "float"),
         r.evaluations,
         r.seconds
     )
