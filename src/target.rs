@@ -190,17 +190,17 @@ fn weight_ops(float: &Module, stats: &StatsFile, config: &QuantConfig) -> Result
     }
     prepare(float)?;
     let func = crate::ir::graph::find_function(float, None)?;
-    let mut ranked: Vec<String> = Vec::new();
+    let mut keys: Vec<String> = Vec::new();
     for op in crate::ir::graph::body_ops(func) {
         let Some(site) = weight_site(op, config) else { continue };
         if matches!(site.res.weights, WeightMode::Int8 | WeightMode::Int4)
             && !site.out_key.is_empty()
-            && !ranked.contains(&site.out_key)
+            && !keys.contains(&site.out_key)
         {
-            ranked.push(site.out_key);
+            keys.push(site.out_key);
         }
     }
-    Ok(ranked)
+    Ok(keys)
 }
 
 /// `config` with only op `keep` of `ops` quantized (every other one excluded).
@@ -225,6 +225,7 @@ fn floated_ops(config: QuantConfig, ops: &[(String, f64)], n: usize) -> QuantCon
         c.overrides.push(Override {
             pattern: key.clone(),
             exclude: true,
+            by: Some("--target-sqnr (its int8 weights cost the target most per MAC)"),
             ..Default::default()
         });
     }

@@ -146,6 +146,13 @@ fn a_target_beyond_the_weights_leaves_the_fewest_ops_float() {
     for r in raised.iter().filter(|r| r["kind"] == "op") {
         let op = ops.iter().find(|o| o["key"] == r["key"]).unwrap();
         assert_eq!(op["weights"], "float", "{op}");
+        assert!(
+            op["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("left float by --target-sqnr"),
+            "{op}"
+        );
     }
     let got = sqnr_on_first_16(&model, &arg(&out), &calib);
     assert!(got >= target, "{got} dB < target {target:.2}");

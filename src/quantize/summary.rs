@@ -228,7 +228,9 @@ pub fn summarize(
             continue;
         }
         let res = config.resolve_op(&op, &[]);
-        let reason = if res.exclude {
+        let reason = if let (true, Some(by)) = (res.exclude, res.excluded_by) {
+            format!("left float by {by}")
+        } else if res.exclude {
             "excluded by --exclude / recipe".to_string()
         } else if weight_half {
             format!("{:?} weights (weight-only)", res.weights).to_lowercase()

@@ -47,6 +47,10 @@ pub struct Override {
     /// Calibration method of matching tensors.
     pub method: Option<String>,
     pub percentile: Option<f64>,
+    /// What added this override when quantir did (`--target-sqnr`), not the user: the reason a
+    /// layer it excludes is reported with.
+    #[serde(skip)]
+    pub by: Option<&'static str>,
 }
 
 /// The document as written.
@@ -191,6 +195,8 @@ pub struct Resolved {
     pub reduce_range: bool,
     /// Calibration method name and percentile, when an override sets one.
     pub method: Option<(String, Option<f64>)>,
+    /// Why it is excluded when quantir's own override did it ([`Override::by`]).
+    pub excluded_by: Option<&'static str>,
 }
 
 /// The names a recipe pattern can select op `op` by: its op name (`onnx.Conv`), `extra` (tensor
@@ -224,9 +230,14 @@ impl QuantConfig {
             per_channel: self.per_channel,
             reduce_range: self.reduce_range,
             method: None,
+            excluded_by: None,
         };
+        let by_user = r.exclude;
         for o in self.overrides.iter().filter(|o| hit(&o.pattern)) {
             r.exclude |= o.exclude;
+            if o.exclude && !by_user && r.excluded_by.is_none() {
+                r.excluded_by = o.by;
+            }
             if let Some(w) = o.weights {
                 r.weights = w;
             }
