@@ -107,3 +107,19 @@ fn the_mlir_output_quantizes_both_operands_and_mlir_opt_accepts_it() {
         assert!(def.contains("quant.dcast"), "{def}");
     }
 }
+
+/// With int8 activations onnxruntime fuses only some matmuls (a DQ shared by Q, K and V
+/// stays float): the summary's "at least" count must not promise more than it fuses.
+#[test]
+fn the_int8_activation_count_is_a_lower_bound() {
+    let dir = model();
+    let (q, s) = quantize(dir.path(), "q8.onnx", &["--activations", "int8"]);
+    assert_eq!(s["onnxruntime_int8_at_least"], true, "{s:#}");
+    let counted = s["onnxruntime_int8"]["MatMul"][0].as_u64().unwrap();
+    let fused = python(&["fused", &arg(&q)]);
+    let int8 = ["QLinearMatMul", "MatMulIntegerToFloat", "QGemm"]
+        .iter()
+        .map(|k| fused.get(*k).and_then(Value::as_u64).unwrap_or(0))
+        .sum::<u64>();
+    assert!(counted > 0 && counted <= int8, "counted {counted}, onnxruntime fused {int8}: {fused}");
+}
