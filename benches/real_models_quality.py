@@ -56,6 +56,23 @@ def outputs(path, data, level, limit=None):
     return {o.name: np.concatenate([r[j] for r in runs]) for j, o in enumerate(s.get_outputs())}
 
 
+def models(a, work):
+    """(name, model as given, its calibration data, its test data, the float .onnx to score
+    against) for each real model `a.only` selects; a SavedModel's float .onnx is quantir's
+    lowering (`opt --pass prepare --pass tf-to-onnx`), written under `work`."""
+    for name, (model, stem) in MODELS.items():
+        if a.only and a.only not in name:
+            continue
+        src = os.path.join(a.models, model)
+        float_path = src
+        if os.path.isdir(src):
+            float_path = os.path.join(work, f"{name}_float.onnx")
+            subprocess.run([a.quantir, "opt", src, "--pass", "prepare", "--pass", "tf-to-onnx", "-o", float_path],
+                           check=True, capture_output=True)
+        calib = os.path.join(a.models, f"{stem}_calib.npz")
+        yield name, src, calib, np.load(os.path.join(a.models, f"{stem}_test.npz")), float_path
+
+
 def sqnr(f, q):
     f, q = f.astype(np.float64), q.astype(np.float64)
     noise = ((f - q) ** 2).sum()
@@ -72,20 +89,11 @@ def main():
     variants = [("defaults", [])] + [(v.split("=", 1)[0], v.split("=", 1)[1].split()) for v in a.variant]
     rows = []
     with tempfile.TemporaryDirectory() as work:
-        for name, (model, stem) in MODELS.items():
-            if a.only and a.only not in name:
-                continue
-            src = os.path.join(a.models, model)
-            data = np.load(os.path.join(a.models, f"{stem}_test.npz"))
-            float_path = src
-            if os.path.isdir(src):
-                float_path = os.path.join(work, f"{name}_float.onnx")
-                subprocess.run([a.quantir, "opt", src, "--pass", "prepare", "--pass", "tf-to-onnx", "-o", float_path],
-                               check=True, capture_output=True)
+        for name, src, calib, data, float_path in models(a, work):
             ref = outputs(float_path, data, LEVELS["DISABLE"])
             for vname, args in variants:
                 q = os.path.join(work, f"{name}_{vname}.onnx")
-                p = subprocess.run([a.quantir, "quantize", src, "--data", os.path.join(a.models, f"{stem}_calib.npz"),
+                p = subprocess.run([a.quantir, "quantize", src, "--data", calib,
                                     "--no-cache", *args, "-o", q], capture_output=True, text=True)
                 if p.returncode != 0:
                     print(json.dumps({"model": name, "variant": vname, "error": p.stderr.strip()}), flush=True)
