@@ -100,15 +100,27 @@ pub fn bounded_scale(w: &[f32], ranges: &[RawRange], scale: f64) -> f64 {
 /// The smallest scale ≥ `scale` (to 2⁻³⁰ of the gap) at which `w` quantized with ties to even
 /// has no saturating pair: `scale` itself when none saturates there, else a bisection up to
 /// [`bounded_scale`] (a pair's bound only falls as the scale grows).
+///
+/// Only the pairs that saturate at `scale` are tried in the bisection: |round(w / s)| only
+/// falls as s grows, so a pair safe at `scale` is safe at every larger scale (a BERT layer's
+/// 768 × 3072 weights have a few such pairs per column, not 1536).
 pub fn safe_scale(w: &[f32], ranges: &[RawRange], scale: f64) -> f64 {
-    let at = |s: f64| -> Vec<i64> { w.iter().map(|&x| (x as f64 / s).round_ties_even() as i64).collect() };
-    if first_saturating_pair(&at(scale), ranges).is_none() {
+    let q = |i: usize, s: f64| (w[i] as f64 / s).round_ties_even() as i64;
+    // pair j at scale s, as `first_saturating_pair` reads it (a lone last element pairs with 0)
+    let saturates = |j: usize, s: f64| {
+        let (i0, i1) = (2 * j, 2 * j + 1);
+        let (q1, r1) = if i1 < w.len() { (q(i1, s), ranges[i1]) } else { (0, RawRange::FULL) };
+        let (lo, hi) = pair_extremes(q(i0, s), ranges[i0], q1, r1);
+        lo < -PAIR_LIMIT - 1 || hi > PAIR_LIMIT
+    };
+    let risky: Vec<usize> = (0..w.len().div_ceil(2)).filter(|&j| saturates(j, scale)).collect();
+    if risky.is_empty() {
         return scale;
     }
     let (mut lo, mut hi) = (scale, bounded_scale(w, ranges, scale));
     for _ in 0..30 {
         let mid = 0.5 * (lo + hi);
-        if first_saturating_pair(&at(mid), ranges).is_none() {
+        if !risky.iter().any(|&j| saturates(j, mid)) {
             hi = mid;
         } else {
             lo = mid;
