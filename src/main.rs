@@ -103,6 +103,8 @@ impl RecipeArgs {
             float_read_outputs: self.float_read_outputs,
             qlinear_outputs: self.qlinear_outputs,
             activation_matmuls: self.no_activation_matmuls.then_some(false),
+            equalize_layers: on_off(self.equalize_layers, self.no_equalize_layers),
+            equalize_by: self.equalize_by.as_ref().map(name_of),
         }
     }
 
@@ -276,8 +278,15 @@ fn cmd_calibrate(a: &CalibrateArgs, signature: Option<&str>) -> Result<()> {
             eprintln!("{line}");
         }
     }
-    let stats = run_calibration(&module, &a.data, &a.opts, &quantize::QuantConfig::default())
-        .with_context(|| a.model.display().to_string())?;
+    let config = quantize::QuantConfig {
+        equalize_layers: a.equalize_layers,
+        equalize_by: match a.equalize_by {
+            Some(b) => name_of(&b).parse().map_err(|e: String| anyhow::anyhow!(e))?,
+            None => Default::default(),
+        },
+        ..Default::default()
+    };
+    let stats = run_calibration(&module, &a.data, &a.opts, &config).with_context(|| a.model.display().to_string())?;
     stats_io::save_stats(&stats, &a.output, &[&a.model, &a.data])?;
     Ok(())
 }

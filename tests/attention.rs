@@ -121,5 +121,8 @@ fn the_int8_activation_count_is_a_lower_bound() {
         .iter()
         .map(|k| fused.get(*k).and_then(Value::as_u64).unwrap_or(0))
         .sum::<u64>();
-    assert!(counted > 0 && counted <= int8, "counted {counted}, onnxruntime fused {int8}: {fused}");
+    assert!(
+        counted > 0 && counted <= int8,
+        "counted {counted}, onnxruntime fused {int8}: {fused}"
+    );
 }

@@ -192,3 +192,37 @@ fn the_u8s8_gemm_table_names_onnx_compute_ops() {
         assert_eq!(r.weight.map(|w| w.0), Some(1), "{name}");
     }
 }
+
+#[test]
+fn the_equalization_tables_are_sorted_and_name_ops_the_rules_know() {
+    // every channel rule is a compute op of its dialect with that weight operand, and every
+    // scale-commuting op is one the interpreter runs
+    for (rules, homogeneous, kernels) in [
+        (
+            dialects::tf::CHANNEL_RULES,
+            dialects::tf::POSITIVE_HOMOGENEOUS,
+            interp::tf::TABLE,
+        ),
+        (
+            dialects::onnx::CHANNEL_RULES,
+            dialects::onnx::POSITIVE_HOMOGENEOUS,
+            interp::onnx::TABLE,
+        ),
+    ] {
+        let names: Vec<&str> = rules.iter().map(|r| r.name).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted, "channel rules not sorted");
+        for r in rules {
+            let rule = dialects::rule(r.name).unwrap_or_else(|| panic!("{} has no op rule", r.name));
+            assert_eq!(rule.weight.map(|w| w.0), Some(r.weight), "{}: weight operand", r.name);
+            assert_eq!(rule.bias_operand, r.bias_operand, "{}: bias operand", r.name);
+        }
+        let mut sorted = homogeneous.to_vec();
+        sorted.sort();
+        assert_eq!(homogeneous, sorted.as_slice(), "scale-commuting ops not sorted");
+        for n in homogeneous {
+            assert!(kernels.iter().any(|(k, _)| k == n), "{n} has no kernel");
+        }
+    }
+}

@@ -44,6 +44,12 @@ pub struct StatsFile {
     /// them; absent for a model with static inputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_shapes: Option<Vec<Vec<usize>>>,
+    /// For a model calibrated after cross-layer equalization: the largest magnitude of each
+    /// channel of every value equalized against (by its key before equalization), measured on
+    /// the data's first samples; quantize equalizes the model with them again before its keys
+    /// are read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub equalization: Option<BTreeMap<String, Vec<f32>>>,
     pub tensors: BTreeMap<String, TensorStats>,
 }
 
@@ -58,6 +64,7 @@ impl StatsFile {
             num_samples: 0,
             method_overrides: BTreeMap::new(),
             input_shapes: None,
+            equalization: None,
             tensors: BTreeMap::new(),
         }
     }
@@ -136,6 +143,17 @@ impl StatsFile {
                 "model (model_hash)",
                 self.model_hash.clone(),
                 o.model_hash.clone(),
+            ));
+        }
+        if self.equalization != o.equalization {
+            let on = |e: &Option<BTreeMap<String, Vec<f32>>>| match e {
+                Some(_) => "equalized",
+                None => "not equalized",
+            };
+            return Err(differ(
+                "cross-layer equalization",
+                on(&self.equalization).into(),
+                on(&o.equalization).into(),
             ));
         }
         if self.input_shapes != o.input_shapes {

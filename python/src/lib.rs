@@ -273,6 +273,8 @@ impl RecipeArgs {
             float_read_outputs: false,
             qlinear_outputs: false,
             activation_matmuls: None,
+            equalize_layers: None,
+            equalize_by: None,
         })
     }
 }

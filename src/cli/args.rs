@@ -110,6 +110,13 @@ pub struct CalibrateArgs {
     /// Calibrate the ONNX form of a TF model (what `quantize -o x.onnx` quantizes).
     #[arg(long)]
     pub onnx: bool,
+    /// Calibrate the model after cross-layer equalization (for `quantize --equalize-layers
+    /// --stats`).
+    #[arg(long)]
+    pub equalize_layers: bool,
+    /// What the equalization balances against [default: activations].
+    #[arg(long, value_enum, requires = "equalize_layers")]
+    pub equalize_by: Option<EqualizeByArg>,
     /// Output statistics (JSON), for `quantize --stats` and `merge`.
     #[arg(short, long)]
     pub output: PathBuf,
@@ -375,6 +382,20 @@ pub struct RecipeArgs {
     /// P·V); by default both their operands get Q/DQ, so a transformer runs W8A8 throughout.
     #[arg(long)]
     pub no_activation_matmuls: bool,
+    /// Cross-layer equalization before calibration (Nagel et al. 2019): consecutive
+    /// conv/matmul layers joined through ReLU, LeakyReLU, max pooling or a bias get their
+    /// per-channel weight ranges balanced, the function unchanged. Statistics must come from
+    /// `calibrate --equalize-layers`.
+    #[arg(long, overrides_with = "no_equalize_layers")]
+    pub equalize_layers: bool,
+    /// No cross-layer equalization.
+    #[arg(long)]
+    pub no_equalize_layers: bool,
+    /// What cross-layer equalization balances the next layer's weights against: each
+    /// channel's measured activation range (calibration data) or the first layer's weights
+    /// (data-free) [default: activations].
+    #[arg(long, value_enum)]
+    pub equalize_by: Option<EqualizeByArg>,
 }
 
 /// The name a value enum is spelled with on the command line (what the library parses).
@@ -382,6 +403,14 @@ pub fn name_of(v: &impl ValueEnum) -> String {
     v.to_possible_value()
         .map(|p| p.get_name().to_string())
         .unwrap_or_default()
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum EqualizeByArg {
+    /// each channel's measured activation range (the calibration data's first samples)
+    Activations,
+    /// the first layer's output-channel weight ranges (data-free)
+    Weights,
 }
 
 #[derive(Clone, Copy, ValueEnum)]

@@ -24,6 +24,8 @@ pub enum AxisRule {
     DepthwiseChannel,
     /// The last axis (MatMul weights [..., K, N]).
     Last,
+    /// The axis before the last (a MatMul weight's K: the axis its input channels run along).
+    SecondLast,
     /// No per-channel form.
     PerTensor,
 }
@@ -42,6 +44,7 @@ impl AxisRule {
             }
             AxisRule::DepthwiseChannel => (shape.len() == 4 && shape[3] == 1).then_some(2),
             AxisRule::Last => shape.len().checked_sub(1).filter(|_| shape.len() >= 2),
+            AxisRule::SecondLast => shape.len().checked_sub(2),
             AxisRule::PerTensor => None,
         }
     }
@@ -104,6 +107,52 @@ pub(crate) const fn shape(name: &'static str, shape_operands: &'static [i64]) ->
         shape_operands,
         ..OpRule::other(name)
     }
+}
+
+/// How a compute op's weight holds its output and input channels, for moving a per-channel
+/// scale from one layer's outputs to the next one's inputs (`equalize-layers`).
+#[derive(Debug, Clone, Copy)]
+pub struct ChannelRule {
+    pub name: &'static str,
+    pub weight: usize,
+    /// The weight axis of the output channels.
+    pub out_axis: AxisRule,
+    /// The weight axis of the input channels.
+    pub in_axis: AxisRule,
+    /// The result axis the output channels run along (1 for NCHW, -1 for the last).
+    pub result_axis: i64,
+    /// The op's own bias operand (ONNX Conv/Gemm input 2).
+    pub bias_operand: Option<usize>,
+    /// The attribute holding the group count (ONNX Conv): only 1 and depthwise (one input
+    /// channel per group) are handled; a depthwise weight holds both channels on `out_axis`.
+    pub group_attr: Option<&'static str>,
+}
+
+/// The channel rule of an op of any dialect; `None` for ops whose channels no table knows.
+pub fn channel_rule(name: &str) -> Option<&'static ChannelRule> {
+    let table = if name.starts_with("onnx.") {
+        onnx::CHANNEL_RULES
+    } else {
+        tf::CHANNEL_RULES
+    };
+    table.iter().find(|r| r.name == name)
+}
+
+/// True for ops that commute with a positive per-channel scale, f(s·x) = s·f(x) channel by
+/// channel (ReLU, LeakyReLU, max pooling), so that a scale moves through them.
+pub fn is_positive_homogeneous(name: &str) -> bool {
+    let table = if name.starts_with("onnx.") {
+        onnx::POSITIVE_HOMOGENEOUS
+    } else {
+        tf::POSITIVE_HOMOGENEOUS
+    };
+    table.binary_search(&name).is_ok()
+}
+
+/// True for an op that adds a per-channel constant (operand 1) to its operand 0: a bias that
+/// a per-channel scale of operand 0 must scale as well (TF BiasAdd, an Add after MatMul).
+pub fn is_channel_bias(name: &str) -> bool {
+    rule(name).is_some_and(|r| r.bias)
 }
 
 /// The rule of an op of any dialect; `None` for ops no table knows.

@@ -2,7 +2,44 @@
 //! Gemm by transB, MatMul [K, N] → the last axis), in-op biases, the ops that keep their
 //! input's scale, and the operands that determine shapes.
 
-use super::{same_scale, shape, AxisRule, OpRule};
+use super::{same_scale, shape, AxisRule, ChannelRule, OpRule};
+
+/// Channel axes of the weights whose channels `equalize-layers` scales, sorted by name.
+pub const CHANNEL_RULES: &[ChannelRule] = &[
+    // OIHW; depthwise (group = C, weight C×1×KH×KW): channel c is row c
+    ChannelRule {
+        name: "onnx.Conv",
+        weight: 1,
+        out_axis: AxisRule::Fixed(0),
+        in_axis: AxisRule::Fixed(1),
+        result_axis: 1,
+        bias_operand: Some(2),
+        group_attr: Some("group"),
+    },
+    // B [K, N], or [N, K] with transB
+    ChannelRule {
+        name: "onnx.Gemm",
+        weight: 1,
+        out_axis: AxisRule::Transposed("transB", 1, 0),
+        in_axis: AxisRule::Transposed("transB", 0, 1),
+        result_axis: -1,
+        bias_operand: Some(2),
+        group_attr: None,
+    },
+    // B [K, N]
+    ChannelRule {
+        name: "onnx.MatMul",
+        weight: 1,
+        out_axis: AxisRule::Last,
+        in_axis: AxisRule::SecondLast,
+        result_axis: -1,
+        bias_operand: None,
+        group_attr: None,
+    },
+];
+
+/// Ops a positive per-channel scale moves through (`dialects::is_positive_homogeneous`), sorted.
+pub const POSITIVE_HOMOGENEOUS: &[&str] = &["onnx.LeakyRelu", "onnx.MaxPool", "onnx.Relu"];
 
 /// The op that stands for an absent optional input.
 pub const NO_VALUE: &str = "onnx.NoValue";

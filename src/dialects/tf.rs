@@ -1,6 +1,43 @@
 //! The TF-dialect table.
 
-use super::{same_scale, shape, AxisRule, OpRule};
+use super::{same_scale, shape, AxisRule, ChannelRule, OpRule};
+
+/// Channel axes of the weights whose channels `equalize-layers` scales, sorted by name.
+pub const CHANNEL_RULES: &[ChannelRule] = &[
+    // HWIO
+    ChannelRule {
+        name: "tf.Conv2D",
+        weight: 1,
+        out_axis: AxisRule::Fixed(3),
+        in_axis: AxisRule::Fixed(2),
+        result_axis: -1,
+        bias_operand: None,
+        group_attr: None,
+    },
+    // [KH, KW, C, M]: with M = 1 channel c is both the input and the output channel
+    ChannelRule {
+        name: "tf.DepthwiseConv2dNative",
+        weight: 1,
+        out_axis: AxisRule::DepthwiseChannel,
+        in_axis: AxisRule::DepthwiseChannel,
+        result_axis: -1,
+        bias_operand: None,
+        group_attr: None,
+    },
+    // [K, N], or [N, K] with transpose_b
+    ChannelRule {
+        name: "tf.MatMul",
+        weight: 1,
+        out_axis: AxisRule::Transposed("transpose_b", 1, 0),
+        in_axis: AxisRule::Transposed("transpose_b", 0, 1),
+        result_axis: -1,
+        bias_operand: None,
+        group_attr: None,
+    },
+];
+
+/// Ops a positive per-channel scale moves through (`dialects::is_positive_homogeneous`), sorted.
+pub const POSITIVE_HOMOGENEOUS: &[&str] = &["tf.LeakyRelu", "tf.MaxPool", "tf.Relu"];
 
 const fn compute(name: &'static str, activations: &'static [usize], weight: Option<(usize, AxisRule)>) -> OpRule {
     OpRule {

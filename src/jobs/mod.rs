@@ -589,7 +589,7 @@ pub fn quantize(
                     "quantize needs statistics or calibration data (or activations 'none' for weight-only)",
                 ));
             }
-            quantize::prepare(&module)?;
+            quantize::prepare_with(&module, &config)?;
             StatsFile::new(quantize::model_hash(&module), Method::MinMax, 0, Default::default())
         }
     };
@@ -597,7 +597,7 @@ pub fn quantize(
     if config.bias_correction {
         match (target_data.or(kept.as_ref()), stats_source_calibrates) {
             (Some(data), _) => {
-                quantize::prepare(&module)?;
+                quantize::prepare_with(&module, &config)?;
                 let bc = correct_biases(&module, &stats, &config, data, (target_feed.0, &target_feed.1)).map_err(|e| e.within(model))?;
                 say(bc.to_string());
                 config.bias_shifts = bc.shifts;

@@ -45,6 +45,10 @@ pub struct RecipeFlags {
     /// Both operands of activation × activation matmuls quantized on or off [default: the
     /// recipe's].
     pub activation_matmuls: Option<bool>,
+    /// Cross-layer equalization on or off [default: the recipe's].
+    pub equalize_layers: Option<bool>,
+    /// `activations` or `weights` [default: the recipe's].
+    pub equalize_by: Option<String>,
 }
 
 /// The settings; `target` is the output model, whose format picks the default scheme (ONNX's
@@ -88,6 +92,10 @@ pub fn config(flags: &RecipeFlags, target: Option<&Path>) -> Result<QuantConfig,
     c.float_read_outputs |= flags.float_read_outputs;
     c.qlinear_outputs |= flags.qlinear_outputs;
     c.activation_matmuls = flags.activation_matmuls.unwrap_or(c.activation_matmuls);
+    c.equalize_layers = flags.equalize_layers.unwrap_or(c.equalize_layers);
+    if let Some(b) = &flags.equalize_by {
+        c.equalize_by = b.parse().map_err(|e: String| usage(format!("equalize-by: {e}")))?;
+    }
     c.per_channel_depthwise_inputs = flags
         .per_channel_depthwise_inputs
         .unwrap_or(c.per_channel_depthwise_inputs);

@@ -109,7 +109,11 @@ pub fn safe_scale(w: &[f32], ranges: &[RawRange], scale: f64) -> f64 {
     // pair j at scale s, as `first_saturating_pair` reads it (a lone last element pairs with 0)
     let saturates = |j: usize, s: f64| {
         let (i0, i1) = (2 * j, 2 * j + 1);
-        let (q1, r1) = if i1 < w.len() { (q(i1, s), ranges[i1]) } else { (0, RawRange::FULL) };
+        let (q1, r1) = if i1 < w.len() {
+            (q(i1, s), ranges[i1])
+        } else {
+            (0, RawRange::FULL)
+        };
         let (lo, hi) = pair_extremes(q(i0, s), ranges[i0], q1, r1);
         lo < -PAIR_LIMIT - 1 || hi > PAIR_LIMIT
     };

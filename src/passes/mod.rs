@@ -9,6 +9,7 @@
 //! settings and the plan).
 
 pub mod duplicate_shape_constants;
+pub mod equalize_layers;
 pub mod fold_batchnorm;
 pub mod fold_constants;
 pub mod insert_qdq;
@@ -108,6 +109,17 @@ pub const PASSES: &[PassInfo] = &[
         scope: Scope::EveryFunction,
         needs: Needs::Nothing,
         run: pin_keys::run,
+    },
+    PassInfo {
+        name: "equalize-layers",
+        summary: "cross-layer equalization: move per-channel scales between consecutive conv/matmul layers",
+        description: "Nagel et al. 2019: through ReLU, LeakyReLU, max pooling and biases, output channel i of a layer \
+                      is divided by sqrt(r1/r2) and the next layer's input channel i multiplied by it, so that both \
+                      weight ranges meet; the function is unchanged, the values in between get '~equalized' keys. \
+                      Run by prepare when the recipe asks (--equalize-layers)",
+        scope: Scope::EveryFunction,
+        needs: Needs::Nothing,
+        run: equalize_layers::run,
     },
     PassInfo {
         name: "tf-to-onnx",

@@ -23,6 +23,8 @@ pub enum Change {
     AddsToBiasAdd,
     /// fold-batchnorm: ONNX Mul/Add chains folded into a Conv/Gemm's weight and bias.
     OnnxScaleShiftFolded,
+    /// equalize-layers: pairs of layers whose channels were equalized.
+    LayerPairsEqualized,
     /// tf-to-onnx: TF ops rewritten.
     TfOpsLowered,
     /// tf-to-onnx: ONNX ops written, by op name.
@@ -65,6 +67,7 @@ impl std::fmt::Display for Change {
             Change::AddsToBiasAdd => f.write_str("adds turned into BiasAdd"),
             Change::DeadChannels => f.write_str("dead weight channels given their layer's scale"),
             Change::OnnxScaleShiftFolded => f.write_str("per-channel scale/shift folded into ONNX weights and biases"),
+            Change::LayerPairsEqualized => f.write_str("layer pairs equalized"),
             Change::TfOpsLowered => f.write_str("tf ops lowered"),
             Change::Written(op) => write!(f, "{op} written"),
             Change::WeightsQuantized => f.write_str("weights quantized"),

@@ -2,7 +2,7 @@
 //! activation the plan will quantize into a [`StatsFile`].
 
 use super::cache::{self, hash_data, Fnv};
-use super::{model_hash, plan, prepare, QuantConfig};
+use super::{model_hash, plan, prepare_with, QuantConfig};
 use crate::calibration::{Method, NonFinitePolicy, StatsFile};
 use crate::formats::data::{Binding, DataError, Fingerprint};
 use crate::interp::Program;
@@ -118,6 +118,60 @@ fn observation(module: &Module, opts: &CalibrateOptions) -> Result<Observation, 
     })
 }
 
+/// Calibration samples the equalization ranges are measured on (the data's first).
+pub const EQUALIZE_SAMPLES: usize = 32;
+
+/// Prepares `module` (in place) as `opts.config` asks: with cross-layer equalization, the
+/// largest magnitude of each channel the pass balances is measured on `samples` first (float,
+/// before equalization) and handed to it; returns those ranges, for the statistics.
+fn equalize(
+    module: &Module,
+    opts: &CalibrateOptions,
+    samples: impl Iterator<Item = Result<Vec<Tensor>, DataError>>,
+) -> Result<Option<BTreeMap<String, Vec<f32>>>, CalibrateError> {
+    if !opts.config.equalize_layers {
+        prepare_with(module, &opts.config)?;
+        return Ok(None);
+    }
+    super::prepare(module)?;
+    let points: BTreeMap<String, usize> = crate::passes::equalize_layers::range_points(module)
+        .into_iter()
+        .collect();
+    let mut ranges: BTreeMap<String, Vec<f32>> = BTreeMap::new();
+    if !points.is_empty() && opts.config.equalize_by == crate::recipe::EqualizeBy::Activations {
+        let program = Program::compile(module, None)?;
+        let keys: Vec<String> = points.keys().cloned().collect();
+        let watch = program.watch(&keys)?;
+        for (i, sample) in samples.enumerate() {
+            let sample = sample.map_err(RunError::Data)?;
+            program
+                .run_observed(&sample, &watch, &mut |key, t| {
+                    let (Some(&axis), Tensor::F32(a)) = (points.get(key), t) else {
+                        return Ok(());
+                    };
+                    let r = ranges.entry(key.to_string()).or_default();
+                    for (c, lane) in a.axis_iter(ndarray::Axis(axis)).enumerate() {
+                        let m = lane
+                            .iter()
+                            .fold(0.0f32, |m, v| if v.is_finite() { m.max(v.abs()) } else { m });
+                        match r.get_mut(c) {
+                            Some(x) => *x = x.max(m),
+                            None => r.push(m),
+                        }
+                    }
+                    Ok(())
+                })
+                .map_err(|error| RunError::Interp { sample: i, error })?;
+        }
+    }
+    let config = crate::recipe::QuantConfig {
+        equalize_ranges: ranges.clone(),
+        ..opts.config.clone()
+    };
+    prepare_with(module, &config)?;
+    Ok(Some(ranges))
+}
+
 /// Prepares `module` (in place), runs it over the samples and returns the statistics.
 pub fn calibrate(module: &Module, data: &Binding, opts: &CalibrateOptions) -> Result<StatsFile, CalibrateError> {
     Ok(calibrate_cached(module, data, opts, None)?.stats)
@@ -180,7 +234,10 @@ pub fn calibrate_cached(
     cache_dir: Option<&Path>,
 ) -> Result<Calibrated, CalibrateError> {
     let (shapes, type_warning) = resolve_from(module, data)?;
-    prepare(module)?;
+    // equalization ranges from the data's first samples, whatever the shard, so that shards
+    // equalize alike and merge
+    let first = (0..data.samples.min(EQUALIZE_SAMPLES)).map(|i| data.sample(i));
+    let equalization = equalize(module, opts, first)?;
     let obs = observation(module, opts)?;
     let indices = sample_indices(data.samples, opts.limit, opts.shard)?;
     let feed = Feed::Indexed {
@@ -202,6 +259,7 @@ pub fn calibrate_cached(
     let Some(dir) = cache_dir else {
         let mut stats = observe(obs)?;
         stats.input_shapes = shapes;
+        stats.equalization = equalization;
         return Ok(Calibrated {
             stats,
             from_cache: None,
@@ -240,6 +298,7 @@ pub fn calibrate_cached(
     };
     let mut stats = observe(obs)?;
     stats.input_shapes = shapes;
+    stats.equalization = equalization;
     let stored = cache::store(dir, &key, &stats).err();
     let cache_warning = match (damaged, stored) {
         (None, None) => None,
@@ -283,7 +342,8 @@ pub fn calibrate_stream(
         type_warning = unresolved_warning(&outcome);
         shapes = Some(s);
     }
-    prepare(module)?;
+    // a stream is read once: its first sample alone measures the equalization ranges
+    let equalization = equalize(module, opts, std::iter::once(Ok(first.clone())))?;
     let obs = observation(module, opts)?;
     let (i0, every) = opts.shard.unwrap_or((0, 1));
     let mut picked = std::iter::once(Ok(first))
@@ -294,6 +354,7 @@ pub fn calibrate_stream(
         .map(|(i, r)| r.map(|inputs| (i, inputs)));
     let mut stats = run_observation(module, Feed::Stream(&mut picked), opts, obs)?;
     stats.input_shapes = shapes;
+    stats.equalization = equalization;
     Ok(Calibrated {
         stats,
         from_cache: None,

@@ -91,6 +91,25 @@ pub fn prepare(module: &Module) -> Result<Vec<(String, PassReport)>, PassError> 
     passes::run_pipeline(module, &["prepare".to_string()], &PassOptions::default())
 }
 
+/// [`prepare`], then what `config` asks of the prepared model before it is calibrated:
+/// cross-layer equalization (`equalize-layers`, which leaves a module it equalized before
+/// alone). The float reference of `evaluate` is prepared without it.
+pub fn prepare_with(module: &Module, config: &QuantConfig) -> Result<Vec<(String, PassReport)>, PassError> {
+    let mut reports = prepare(module)?;
+    if config.equalize_layers {
+        let options = PassOptions {
+            stats: None,
+            config: config.clone(),
+        };
+        reports.extend(passes::run_pipeline(
+            module,
+            &["equalize-layers".to_string()],
+            &options,
+        )?);
+    }
+    Ok(reports)
+}
+
 /// Gives the entry function's unranked results types from running it on zeros shaped like a
 /// sample (`shapes`, one per input: the data's first), when the importer's guess for the
 /// dynamic dims could not type them; does nothing when every result is typed. The outcome says
@@ -298,7 +317,31 @@ pub fn quantize_module(
     if let Some(shapes) = &stats.input_shapes {
         resolve_types(module, shapes);
     }
-    prepare(module)?;
+    match (&stats.equalization, config.equalize_layers) {
+        (None, true) => {
+            return Err(QuantizeError::Stats(
+                "the statistics were calibrated without cross-layer equalization: calibrate with --equalize-layers, or quantize without it".into(),
+            ))
+        }
+        (Some(_), false) => {
+            return Err(QuantizeError::Stats(
+                "the statistics were calibrated after cross-layer equalization: quantize with --equalize-layers (recipe equalize_layers = true)".into(),
+            ))
+        }
+        _ => {}
+    }
+    let equalized;
+    let config = match (&stats.equalization, config.equalize_layers) {
+        (Some(ranges), true) => {
+            equalized = QuantConfig {
+                equalize_ranges: ranges.clone(),
+                ..config.clone()
+            };
+            &equalized
+        }
+        _ => config,
+    };
+    prepare_with(module, config)?;
     let hash = model_hash(module);
     stats
         .check_model(&hash)

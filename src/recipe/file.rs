@@ -13,6 +13,8 @@
 //! float_read_outputs = false  # no Q/DQ on a compute op's output that only float ops read
 //! qlinear_outputs = false     # no Q/DQ that only completes an int8 kernel of onnxruntime's
 //! activation_matmuls = true   # both operands of attention's Q·Kᵀ and P·V quantized
+//! equalize_layers = false     # cross-layer equalization of consecutive conv/matmul layers
+//! equalize_by = "activations" # or "weights" (data-free): what the next layer's weights are balanced against
 //!
 //! [[override]]
 //! match = "tf.MatMul"         # glob over op names and tensor keys
@@ -78,6 +80,10 @@ struct RecipeFile {
     qlinear_outputs: Option<bool>,
     /// both operands of matmuls with no constant operand (attention) quantized
     activation_matmuls: Option<bool>,
+    /// cross-layer equalization (the `equalize-layers` pass) before calibration
+    equalize_layers: Option<bool>,
+    /// `activations` (measured on calibration data) or `weights` (data-free)
+    equalize_by: Option<super::EqualizeBy>,
     exclude: Vec<String>,
     method: Option<String>,
     percentile: Option<f64>,
@@ -160,6 +166,8 @@ pub fn parse_onto(text: &str, base: QuantConfig) -> Result<QuantConfig, String> 
     c.float_read_outputs = f.float_read_outputs.unwrap_or(c.float_read_outputs);
     c.qlinear_outputs = f.qlinear_outputs.unwrap_or(c.qlinear_outputs);
     c.activation_matmuls = f.activation_matmuls.unwrap_or(c.activation_matmuls);
+    c.equalize_layers = f.equalize_layers.unwrap_or(c.equalize_layers);
+    c.equalize_by = f.equalize_by.unwrap_or(c.equalize_by);
     c.bias_overflow = f.bias_overflow.unwrap_or(c.bias_overflow);
     c.exclude = f.exclude;
     c.method = f.method;

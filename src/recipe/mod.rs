@@ -68,6 +68,30 @@ impl std::fmt::Display for Runtime {
     }
 }
 
+/// What `equalize-layers` balances the next layer's input-channel weight ranges against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EqualizeBy {
+    /// Each channel's largest magnitude of the activation in between, measured on the
+    /// calibration data's first samples (SmoothQuant's balance at α = ½): with per-channel
+    /// weights it is the per-tensor activation between the two layers that loses resolution.
+    #[default]
+    Activations,
+    /// The first layer's output-channel weight ranges (Nagel et al.'s data-free form).
+    Weights,
+}
+
+impl std::str::FromStr for EqualizeBy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "activations" => Ok(EqualizeBy::Activations),
+            "weights" => Ok(EqualizeBy::Weights),
+            _ => Err(format!("unknown equalization '{s}' (expected activations or weights)")),
+        }
+    }
+}
+
 /// The quantization recipe.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -124,6 +148,18 @@ pub struct QuantConfig {
     /// every other activation: the op then runs W8A8 like the rest of a transformer. Off, such
     /// an op stays float (its other input is still quantized).
     pub activation_matmuls: bool,
+    /// Cross-layer equalization (`passes::equalize_layers`) as the last step of prepare, so
+    /// that calibration and quantization see the equalized weights: pairs of conv/matmul
+    /// layers joined through ReLU, LeakyReLU, max pooling or a bias get their per-channel
+    /// weight ranges balanced. The stats of an equalized model are of that model only.
+    pub equalize_layers: bool,
+    /// What the equalization balances against ([`EqualizeBy`]).
+    pub equalize_by: EqualizeBy,
+    /// The largest magnitude of each channel of the values `equalize-layers` balances against
+    /// the next layer's weights, by key (measured on calibration data; empty: the weights
+    /// alone decide): computed, never read from a recipe.
+    #[serde(skip)]
+    pub equalize_ranges: std::collections::BTreeMap<String, Vec<f32>>,
     /// The shifts bias correction measured, by compute op output key: computed, never read
     /// from a recipe.
     #[serde(skip)]
@@ -151,6 +187,9 @@ impl Default for QuantConfig {
             float_read_outputs: false,
             qlinear_outputs: false,
             activation_matmuls: true,
+            equalize_layers: false,
+            equalize_by: EqualizeBy::Activations,
+            equalize_ranges: Default::default(),
             bias_shifts: Default::default(),
         }
     }

@@ -1,0 +1,448 @@
+//! `equalize-layers`: cross-layer equalization (Nagel et al., "Data-Free Quantization Through
+//! Weight Equalization and Bias Correction", ICCV 2019). Where one compute op feeds the next
+//! through ops that commute with a positive per-channel scale (ReLU, LeakyReLU, max pooling, a
+//! bias), output channel `i` of the first is divided by `s_i` and input channel `i` of the
+//! second multiplied by it: the model computes the same function, and with
+//! `s_i = sqrt(r1_i / r2_i)` (`r1_i`, `r2_i` the channel's largest weight magnitude in each
+//! layer) both channels end with the range `sqrt(r1_i · r2_i)`, so that neither layer has
+//! channels far below its largest — which per-tensor weights and the per-tensor activation
+//! between the two round to a few levels.
+//!
+//! ```mlir
+//! %0 = "onnx.Conv"(%x, %w1, %b1) {group = 16 : i64}   // depthwise, %w1: 16x1x3x3
+//! %1 = "onnx.Relu"(%0)
+//! %2 = "onnx.Conv"(%1, %w2, %b2)                       // %w2: 32x16x1x1
+//! // becomes, with %w1'[i] = %w1[i] / s[i], %b1'[i] = %b1[i] / s[i], %w2'[:, i] = %w2[:, i] · s[i]
+//! %0 = "onnx.Conv"(%x, %w1', %b1') {group = 16 : i64} loc("conv1~equalized")
+//! %1 = "onnx.Relu"(%0) loc("relu1~equalized")
+//! %2 = "onnx.Conv"(%1, %w2', %b2)
+//! ```
+//!
+//! A layer in two pairs (the second of one, the first of the next) takes both scales, so the
+//! pairs are equalized in turn until the scales settle, as the paper does. The values between
+//! the two layers change (channel `i` is divided by `s_i`): their keys get `~equalized`
+//! appended, so that no comparison with the float model's tensor of the old key is made. Only
+//! pairs whose weights are constants used by that op alone, whose values in between have one
+//! use, and whose channel counts agree are touched; a grouped convolution other than depthwise
+//! ends a pair. ReLU6 and other clipping activations do not commute with a scale and end it too.
+
+use super::{PassOptions, PassReport};
+use crate::dialects::{channel_rule, is_channel_bias, is_positive_homogeneous, ChannelRule};
+use crate::ir::attrs::op_attrs;
+use crate::ir::graph::{body_ops, context_of, defining_op, erase_op, functions, op_name, set_operand, uses};
+use crate::ir::keys::TensorKeys;
+use crate::ir::ops::{constant_value, insert_constant, is_constant_op};
+use crate::passes::report::{err, Change, PassError};
+use crate::tensor::Tensor;
+use melior::ir::operation::{OperationLike, OperationMutLike};
+use melior::ir::{Location, Module, OperationRef, Value, ValueLike};
+use ndarray::{ArrayD, Axis};
+use std::collections::HashMap;
+
+/// Rounds of equalizing every pair in turn; the paper's scales settle in a few.
+const MAX_ROUNDS: usize = 32;
+/// A round that moves no scale by more than this relative step ends the iteration.
+const SETTLED: f32 = 1e-4;
+/// A channel whose range is below this share of its layer's largest is dead (all weights ≈ 0,
+/// as trained filters that were switched off): scaling it would only blow up noise.
+const DEAD: f32 = 1e-12;
+/// Scales are bounded so that no weight leaves f32's comfortable range.
+const MAX_SCALE: f32 = 1e6;
+
+/// Suffix of the keys of the values whose channels the pass rescales.
+pub const EQUALIZED_SUFFIX: &str = "~equalized";
+
+/// A weight the pass may rescale: its constant, its channel axes and the op's own bias.
+struct Layer<'c, 'a> {
+    op: OperationRef<'c, 'a>,
+    rule: &'static ChannelRule,
+    weight: ArrayD<f32>,
+    out_axis: usize,
+    in_axis: usize,
+    /// The op's own bias operand's values, if it has one.
+    bias: Option<ArrayD<f32>>,
+    changed: bool,
+}
+
+/// Two layers joined through scale-commuting ops, and the per-channel constants in between
+/// (biases) that scale with the first layer's outputs.
+struct Pair<'c, 'a> {
+    first: usize,
+    second: usize,
+    /// (op, operand) of each per-channel bias between them, with its values.
+    biases: Vec<(OperationRef<'c, 'a>, usize, ArrayD<f32>)>,
+    /// The values whose channels change: the first layer's result and each op's after it.
+    between: Vec<OperationRef<'c, 'a>>,
+    /// The largest magnitude of each channel of the value the second layer reads, measured on
+    /// calibration data (divided by the scales applied so far); `None`: the first layer's
+    /// weights stand for it.
+    activation: Option<Vec<f32>>,
+}
+
+pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, PassError> {
+    let mut report = PassReport::default();
+    for func in functions(module) {
+        report.add(
+            Change::LayerPairsEqualized,
+            equalize_function(func, &options.config.equalize_ranges)?,
+        );
+    }
+    Ok(report)
+}
+
+/// The values the pass would balance against the next layer's weights — the second layer's
+/// input of each pair — by key, with the axis their channels run along: what calibration
+/// measures per channel first ([`crate::recipe::QuantConfig::equalize_ranges`]).
+pub fn range_points(module: &Module) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    for func in functions(module) {
+        let (layers, pairs) = find_pairs(func);
+        let keys = TensorKeys::new(func);
+        for p in &pairs {
+            let second = layers[p.second].op;
+            let Some(v) = second.operand(0).ok() else { continue };
+            let Some(rank) = crate::ir::types::tensor_type(v.r#type()).map(|t| t.dims.len()) else {
+                continue;
+            };
+            if let (Some(k), Some(axis)) = (keys.get(v), channel_axis(layers[p.second].rule, rank)) {
+                out.push((k.to_string(), axis));
+            }
+        }
+    }
+    out
+}
+
+/// Equalizes the pairs of one function; returns how many.
+fn equalize_function(
+    func: OperationRef,
+    ranges: &std::collections::BTreeMap<String, Vec<f32>>,
+) -> Result<usize, PassError> {
+    // equalized before (prepare runs again on a prepared module): the scales have settled
+    let done = body_ops(func)
+        .into_iter()
+        .any(|op| crate::ir::keys::location_name(op.location()).is_some_and(|n| n.ends_with(EQUALIZED_SUFFIX)));
+    if done {
+        return Ok(0);
+    }
+    let (mut layers, mut pairs) = find_pairs(func);
+    if pairs.is_empty() {
+        return Ok(0);
+    }
+    // measured channel ranges of each pair's value in between, where calibration has them
+    let keys = TensorKeys::new(func);
+    for p in &mut pairs {
+        let v = layers[p.second].op.operand(0).ok();
+        p.activation = v
+            .and_then(|v| keys.get(v))
+            .and_then(|k| ranges.get(k))
+            .filter(|r| r.len() == layers[p.first].weight.shape()[layers[p.first].out_axis])
+            .cloned();
+    }
+    for _ in 0..MAX_ROUNDS {
+        let mut step = 0.0f32;
+        for p in &mut pairs {
+            step = step.max(equalize_pair(&mut layers, p));
+        }
+        if step < SETTLED {
+            break;
+        }
+    }
+    write_back(func, &mut layers, &pairs)?;
+    Ok(pairs.len())
+}
+
+/// The layers of `func` and the pairs they form.
+fn find_pairs<'c, 'a>(func: OperationRef<'c, 'a>) -> (Vec<Layer<'c, 'a>>, Vec<Pair<'c, 'a>>) {
+    let mut layers: Vec<Layer> = Vec::new();
+    let mut index: HashMap<usize, usize> = HashMap::new();
+    for op in body_ops(func) {
+        if let Some(l) = layer(op) {
+            index.insert(op.to_raw().ptr as usize, layers.len());
+            layers.push(l);
+        }
+    }
+    let mut pairs = Vec::new();
+    for (i, l) in layers.iter().enumerate() {
+        if let Some(p) = pair_from(i, l, &layers, &index) {
+            pairs.push(p);
+        }
+    }
+    (layers, pairs)
+}
+
+/// `op` as a layer: a compute op of the channel tables whose weight is an f32 constant used by
+/// it alone, with axes the weight's shape allows.
+fn layer<'c, 'a>(op: OperationRef<'c, 'a>) -> Option<Layer<'c, 'a>> {
+    let rule = channel_rule(&op_name(&op))?;
+    let w = op.operand(rule.weight).ok()?;
+    let wdef = defining_op(w).filter(is_constant_op)?;
+    if uses(w).len() != 1 {
+        return None;
+    }
+    let Tensor::F32(weight) = constant_value(wdef)? else {
+        return None;
+    };
+    let attrs = op_attrs(&op);
+    let out_axis = rule.out_axis.axis(weight.shape(), &attrs)?;
+    let mut in_axis = rule.in_axis.axis(weight.shape(), &attrs)?;
+    if let Some(g) = rule.group_attr {
+        let groups = attrs.get(g).and_then(|v| v.as_int()).unwrap_or(1);
+        if groups != 1 {
+            // depthwise only: one input channel per group, one output channel per group
+            if weight.shape()[in_axis] != 1 || groups as usize != weight.shape()[out_axis] {
+                return None;
+            }
+            in_axis = out_axis;
+        }
+    }
+    if matches!(op_name(&op).as_str(), "onnx.MatMul" | "tf.MatMul") && weight.ndim() != 2 {
+        return None;
+    }
+    let bias = match rule.bias_operand.and_then(|i| op.operand(i).ok()) {
+        None => None,
+        Some(b) => match defining_op(b) {
+            Some(d) if op_name(&d) == crate::dialects::onnx::NO_VALUE => None,
+            Some(d) if is_constant_op(&d) && uses(b).len() == 1 => match constant_value(d) {
+                Some(Tensor::F32(a)) if a.len() == weight.shape()[out_axis] => Some(a),
+                _ => return None,
+            },
+            _ => return None,
+        },
+    };
+    Some(Layer {
+        op,
+        rule,
+        weight,
+        out_axis,
+        in_axis,
+        bias,
+        changed: false,
+    })
+}
+
+/// The pair that starts at layer `i`: its result's single-use chain through biases and
+/// positive-homogeneous ops, ending at a layer that reads it as its activation operand with as
+/// many input channels.
+fn pair_from<'c, 'a>(
+    i: usize,
+    first: &Layer<'c, 'a>,
+    layers: &[Layer<'c, 'a>],
+    index: &HashMap<usize, usize>,
+) -> Option<Pair<'c, 'a>> {
+    let c = first.weight.shape()[first.out_axis];
+    let mut cur: Value = first.op.result(0).ok()?.into();
+    let mut between = vec![first.op];
+    let mut biases = Vec::new();
+    let rank = crate::ir::types::tensor_type(cur.r#type())?.dims.len();
+    let axis = channel_axis(first.rule, rank)?;
+    loop {
+        let [u] = uses(cur).as_slice().try_into().ok()?;
+        let u: crate::ir::graph::Use = u;
+        let name = op_name(&u.owner);
+        if let Some(&j) = index.get(&(u.owner.to_raw().ptr as usize)) {
+            let second = &layers[j];
+            // the second reads its input channels on the axis the first wrote them on (a
+            // Conv's NCHW axis 1 into a MatMul's last would mix them), and a Gemm with transA
+            // reads them transposed
+            let trans_a = op_attrs(&second.op).get("transA").and_then(|v| v.as_int()).unwrap_or(0) != 0;
+            let ok = u.operand == 0
+                && second.weight.shape()[second.in_axis] == c
+                && channel_axis(second.rule, rank) == Some(axis)
+                && !trans_a
+                && j != i;
+            return ok.then_some(Pair {
+                first: i,
+                second: j,
+                biases,
+                between,
+                activation: None,
+            });
+        }
+        if is_positive_homogeneous(&name) && u.operand == 0 && u.owner.result_count() == 1 {
+            // LeakyRelu, MaxPool: a scale commutes with them
+        } else if is_channel_bias(&name) && u.owner.operand_count() == 2 {
+            let k = 1 - u.operand;
+            let b = u.owner.operand(k).ok()?;
+            let d = defining_op(b).filter(is_constant_op)?;
+            let Tensor::F32(v) = constant_value(d)? else {
+                return None;
+            };
+            if uses(b).len() != 1 || !on_channel_axis(v.shape(), c, axis, rank) {
+                return None;
+            }
+            biases.push((u.owner, k, v));
+        } else {
+            return None;
+        }
+        between.push(u.owner);
+        cur = u.owner.result(0).ok()?.into();
+    }
+}
+
+/// The axis a layer's channels run along in a rank-`rank` activation.
+fn channel_axis(rule: &ChannelRule, rank: usize) -> Option<usize> {
+    match rule.result_axis {
+        a if a < 0 => rank.checked_sub(a.unsigned_abs() as usize),
+        a => Some(a as usize).filter(|&a| a < rank),
+    }
+}
+
+/// True when a constant of `shape` holds `c` values along `axis` of a rank-`rank` result
+/// (right-aligned broadcasting): `[c]` for the last axis, `[c, 1, 1]` or `[1, c, 1, 1]` for NCHW.
+fn on_channel_axis(shape: &[usize], c: usize, axis: usize, rank: usize) -> bool {
+    if shape.iter().product::<usize>() != c || shape.len() > rank {
+        return false;
+    }
+    let at = rank - shape.len();
+    shape
+        .iter()
+        .enumerate()
+        .all(|(k, &n)| if at + k == axis { n == c } else { n == 1 })
+}
+
+/// Largest magnitude of each slice of `w` along `axis`.
+fn channel_ranges(w: &ArrayD<f32>, axis: usize) -> Vec<f32> {
+    w.axis_iter(Axis(axis))
+        .map(|s| s.iter().fold(0.0f32, |m, v| m.max(v.abs())))
+        .collect()
+}
+
+/// One equalization step of `p`: returns the largest relative change of a scale.
+fn equalize_pair(layers: &mut [Layer], p: &mut Pair) -> f32 {
+    // the first side: the measured activation when there is one (per-channel weights of the
+    // first layer do not care about a per-channel scale; the per-tensor activation between
+    // the two does), else the first layer's weights as the paper has it
+    let r1 = match &p.activation {
+        Some(a) => a.clone(),
+        None => channel_ranges(&layers[p.first].weight, layers[p.first].out_axis),
+    };
+    let r2 = channel_ranges(&layers[p.second].weight, layers[p.second].in_axis);
+    let top1 = r1.iter().fold(0.0f32, |m, &v| m.max(v));
+    let top2 = r2.iter().fold(0.0f32, |m, &v| m.max(v));
+    let s: Vec<f32> = r1
+        .iter()
+        .zip(&r2)
+        .map(|(&a, &b)| {
+            if a <= DEAD * top1 || b <= DEAD * top2 {
+                1.0
+            } else {
+                (a / b).sqrt().clamp(1.0 / MAX_SCALE, MAX_SCALE)
+            }
+        })
+        .collect();
+    let step = s.iter().fold(0.0f32, |m, &v| m.max((v - 1.0).abs()));
+    if step < SETTLED {
+        return step;
+    }
+    if let Some(a) = &mut p.activation {
+        a.iter_mut().zip(&s).for_each(|(v, k)| *v /= k);
+    }
+    let first = &mut layers[p.first];
+    scale_along(&mut first.weight, first.out_axis, &s, true);
+    if let Some(b) = &mut first.bias {
+        // a bias of one value per channel, whatever its shape ([N], [1, N])
+        b.iter_mut().zip(&s).for_each(|(v, k)| *v /= k);
+    }
+    first.changed = true;
+    for (_, _, b) in &mut p.biases {
+        // the constant's only non-unit axis is the channel axis, so its flat order is channels
+        b.iter_mut().zip(&s).for_each(|(v, k)| *v /= k);
+    }
+    let second = &mut layers[p.second];
+    scale_along(&mut second.weight, second.in_axis, &s, false);
+    second.changed = true;
+    step
+}
+
+/// Divides (or multiplies) slice `i` of `w` along `axis` by `s[i]`.
+fn scale_along(w: &mut ArrayD<f32>, axis: usize, s: &[f32], divide: bool) {
+    for (mut sub, &k) in w.axis_iter_mut(Axis(axis)).zip(s) {
+        if divide {
+            sub.mapv_inplace(|v| v / k);
+        } else {
+            sub.mapv_inplace(|v| v * k);
+        }
+    }
+}
+
+/// Writes every changed weight and bias back as new constants and renames the keys of the
+/// values in between.
+fn write_back(func: OperationRef, layers: &mut [Layer], pairs: &[Pair]) -> Result<(), PassError> {
+    let keys = TensorKeys::new(func);
+    for l in layers.iter().filter(|l| l.changed) {
+        let w = Tensor::F32(l.weight.clone());
+        replace_constant(l.op, l.rule.weight, &w)?;
+        if let (Some(b), Some(i)) = (&l.bias, l.rule.bias_operand) {
+            replace_constant(l.op, i, &Tensor::F32(b.clone()))?;
+        }
+    }
+    for p in pairs {
+        if !layers[p.first].changed {
+            continue;
+        }
+        for (op, k, b) in &p.biases {
+            replace_constant(*op, *k, &Tensor::F32(b.clone()))?;
+        }
+        for op in &p.between {
+            let Some(key) = op.result(0).ok().and_then(|r| keys.get(r.into()).map(str::to_string)) else {
+                continue;
+            };
+            if key.ends_with(EQUALIZED_SUFFIX) {
+                continue;
+            }
+            let loc = Location::name(context_of(op), &format!("{key}{EQUALIZED_SUFFIX}"), op.location());
+            crate::ir::graph::op_mut(*op).set_location(loc);
+        }
+    }
+    Ok(())
+}
+
+/// Replaces operand `i` of `op` (a constant used by it alone) by a new constant `t` of the
+/// same dialect and location.
+fn replace_constant(op: OperationRef, i: usize, t: &Tensor) -> Result<(), PassError> {
+    let old =
+        defining_op(op.operand(i).map_err(err)?).ok_or_else(|| PassError::new("bias or weight has no constant"))?;
+    let tf = op_name(&old).starts_with("tf.");
+    let nc = insert_constant(op, t, tf, old.location())?;
+    set_operand(op, i, nc.result(0).map_err(err)?.into());
+    if old.results().all(|r| uses(r.into()).is_empty()) {
+        erase_op(old)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_axis_shapes() {
+        assert!(on_channel_axis(&[8], 8, 3, 4));
+        assert!(on_channel_axis(&[1, 8, 1, 1], 8, 1, 4));
+        assert!(on_channel_axis(&[8, 1, 1], 8, 1, 4));
+        assert!(!on_channel_axis(&[8], 8, 1, 4));
+        assert!(!on_channel_axis(&[1, 1, 8], 8, 1, 4));
+        assert!(!on_channel_axis(&[2, 4], 8, 1, 2));
+    }
+
+    #[test]
+    fn one_step_equalizes_both_ranges() {
+        // first: 2 output channels of ranges 4 and 1; second: input channels of ranges 1 and 4
+        let w1 = ndarray::arr2(&[[4.0f32, -2.0], [0.5, 1.0]]).into_dyn(); // [out, in]
+        let w2 = ndarray::arr2(&[[1.0f32, 4.0], [-0.5, 2.0]]).into_dyn(); // [out, in]
+        let mut a = [w1.clone(), w2.clone()];
+        let s = [2.0f32, 0.5]; // sqrt(4/1), sqrt(1/4)
+        scale_along(&mut a[0], 0, &s, true);
+        scale_along(&mut a[1], 1, &s, false);
+        assert_eq!(channel_ranges(&a[0], 0), vec![2.0, 2.0]);
+        assert_eq!(channel_ranges(&a[1], 1), vec![2.0, 2.0]);
+        // the product through a ReLU is unchanged: w2 · relu(w1 x) for x = (1, 1)
+        let y = |w1: &ArrayD<f32>, w2: &ArrayD<f32>| {
+            let h: Vec<f32> = (0..2).map(|o| (w1[[o, 0]] + w1[[o, 1]]).max(0.0)).collect();
+            (0..2)
+                .map(|o| w2[[o, 0]] * h[0] + w2[[o, 1]] * h[1])
+                .collect::<Vec<f32>>()
+        };
+        assert_eq!(y(&w1, &w2), y(&a[0], &a[1]));
+    }
+}

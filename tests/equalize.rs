@@ -1,0 +1,348 @@
+//! `equalize-layers` (cross-layer equalization) on small modules of both dialects: the function
+//! is unchanged, the two layers' channel ranges meet, only scale-commuting chains are touched,
+//! the changed values get new keys, and a second run changes nothing.
+
+mod common;
+
+use melior::ir::operation::OperationLike;
+use ndarray::{ArrayD, Axis, IxDyn};
+use quantir::interp::Program;
+use quantir::ir::ops::constant_value;
+use quantir::passes::{run_pipeline, Change, PassOptions};
+use quantir::tensor::Tensor;
+use std::path::Path;
+
+/// A seeded f32 array of `shape` in [-1, 1), times `scale` per slice of axis `axis` (so that
+/// channels have ranges that differ by 100×, which is what equalization is for).
+fn weights(shape: &[usize], seed: u64, axis: usize, scale: &[f32]) -> ArrayD<f32> {
+    let mut s = seed;
+    let mut a = ArrayD::from_shape_fn(IxDyn(shape), |_| {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    });
+    for (mut sub, k) in a.axis_iter_mut(Axis(axis)).zip(scale.iter().cycle()) {
+        sub.mapv_inplace(|v| v * k);
+    }
+    a
+}
+
+fn dense(a: &ArrayD<f32>) -> String {
+    // hex: a flat list is only a 1-D literal
+    let hex: String = a
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .map(|b| format!("{b:02X}"))
+        .collect();
+    let shape: Vec<String> = a.shape().iter().map(|d| d.to_string()).collect();
+    format!("dense<\"0x{hex}\"> : tensor<{}xf32>", shape.join("x"))
+}
+
+/// Channel scales 0.01 … 1 over 8 channels.
+const SPREAD: [f32; 8] = [1.0, 0.01, 0.3, 0.05, 0.7, 0.02, 0.1, 0.5];
+
+/// Conv 3→8 (bias) → `act` → Conv 8→4, ONNX dialect, NCHW 1x3x6x6.
+fn onnx_conv_pair(act: &str) -> String {
+    let w1 = weights(&[8, 3, 3, 3], 1, 0, &SPREAD);
+    let b1 = weights(&[8], 2, 0, &[0.1]);
+    let w2 = weights(&[4, 8, 1, 1], 3, 1, &SPREAD.iter().rev().copied().collect::<Vec<_>>());
+    let act = match act {
+        "relu" => r#"%2 = "onnx.Relu"(%1) : (tensor<1x8x4x4xf32>) -> tensor<1x8x4x4xf32> loc("relu")"#.to_string(),
+        "clip" => r#"%lo = "arith.constant"() {value = dense<0.0> : tensor<f32>} : () -> tensor<f32>
+    %hi = "arith.constant"() {value = dense<6.0> : tensor<f32>} : () -> tensor<f32>
+    %2 = "onnx.Clip"(%1, %lo, %hi) : (tensor<1x8x4x4xf32>, tensor<f32>, tensor<f32>) -> tensor<1x8x4x4xf32> loc("relu6")"#
+            .to_string(),
+        _ => unreachable!(),
+    };
+    format!(
+        r#"module {{
+  func.func @main(%x: tensor<1x3x6x6xf32>) -> tensor<1x4x4x4xf32> {{
+    %w1 = "arith.constant"() {{value = {w1}}} : () -> tensor<8x3x3x3xf32>
+    %b1 = "arith.constant"() {{value = {b1}}} : () -> tensor<8xf32>
+    %w2 = "arith.constant"() {{value = {w2}}} : () -> tensor<4x8x1x1xf32>
+    %n = "onnx.NoValue"() {{value}} : () -> none
+    %1 = "onnx.Conv"(%x, %w1, %b1) {{group = 1 : si64, kernel_shape = [3, 3], pads = [0, 0, 0, 0], strides = [1, 1]}} : (tensor<1x3x6x6xf32>, tensor<8x3x3x3xf32>, tensor<8xf32>) -> tensor<1x8x4x4xf32> loc("conv1")
+    {act}
+    %3 = "onnx.Conv"(%2, %w2, %n) {{group = 1 : si64, kernel_shape = [1, 1], pads = [0, 0, 0, 0], strides = [1, 1]}} : (tensor<1x8x4x4xf32>, tensor<4x8x1x1xf32>, none) -> tensor<1x4x4x4xf32> loc("conv2")
+    return %3 : tensor<1x4x4x4xf32>
+  }}
+}}"#,
+        w1 = dense(&w1),
+        b1 = dense(&b1),
+        w2 = dense(&w2),
+    )
+}
+
+/// Depthwise 3x3 (8 channels) → BiasAdd → Relu → MaxPool → pointwise Conv2D 8→4, TF dialect, NHWC.
+fn tf_depthwise_pair() -> String {
+    let w1 = weights(&[3, 3, 8, 1], 4, 2, &SPREAD);
+    let b1 = weights(&[8], 5, 0, &[0.1]);
+    let w2 = weights(&[1, 1, 8, 4], 6, 2, &SPREAD.iter().rev().copied().collect::<Vec<_>>());
+    format!(
+        r#"module {{
+  func.func @main(%x: tensor<1x6x6x8xf32>) -> tensor<1x2x2x4xf32> {{
+    %w1 = "tf.Const"() {{value = {w1}}} : () -> tensor<3x3x8x1xf32>
+    %b1 = "tf.Const"() {{value = {b1}}} : () -> tensor<8xf32>
+    %w2 = "tf.Const"() {{value = {w2}}} : () -> tensor<1x1x8x4xf32>
+    %1 = "tf.DepthwiseConv2dNative"(%x, %w1) {{data_format = "NHWC", dilations = [1, 1, 1, 1], padding = "VALID", strides = [1, 1, 1, 1]}} : (tensor<1x6x6x8xf32>, tensor<3x3x8x1xf32>) -> tensor<1x4x4x8xf32> loc("dw")
+    %2 = "tf.BiasAdd"(%1, %b1) {{data_format = "NHWC"}} : (tensor<1x4x4x8xf32>, tensor<8xf32>) -> tensor<1x4x4x8xf32> loc("dw_bias")
+    %3 = "tf.Relu"(%2) : (tensor<1x4x4x8xf32>) -> tensor<1x4x4x8xf32> loc("dw_relu")
+    %4 = "tf.MaxPool"(%3) {{data_format = "NHWC", ksize = [1, 2, 2, 1], padding = "VALID", strides = [1, 2, 2, 1]}} : (tensor<1x4x4x8xf32>) -> tensor<1x2x2x8xf32> loc("pool")
+    %5 = "tf.Conv2D"(%4, %w2) {{data_format = "NHWC", dilations = [1, 1, 1, 1], padding = "VALID", strides = [1, 1, 1, 1]}} : (tensor<1x2x2x8xf32>, tensor<1x1x8x4xf32>) -> tensor<1x2x2x4xf32> loc("pw")
+    return %5 : tensor<1x2x2x4xf32>
+  }}
+}}"#,
+        w1 = dense(&w1),
+        b1 = dense(&b1),
+        w2 = dense(&w2),
+    )
+}
+
+fn run_on(m: &melior::ir::Module, x: &ArrayD<f32>) -> ArrayD<f32> {
+    let p = Program::compile(m, None).unwrap();
+    match p.run(&[Tensor::F32(x.clone())]).unwrap().remove(0) {
+        Tensor::F32(a) => a,
+        t => panic!("f32 output expected, got {t:?}"),
+    }
+}
+
+fn equalize(m: &melior::ir::Module) -> usize {
+    let r = run_pipeline(m, &["equalize-layers".to_string()], &PassOptions::default()).unwrap();
+    r[0].1.get(&Change::LayerPairsEqualized)
+}
+
+/// The weights of the compute ops, in order.
+fn compute_weights(m: &melior::ir::Module) -> Vec<ArrayD<f32>> {
+    let func = quantir::ir::graph::find_function(m, None).unwrap();
+    quantir::ir::graph::body_ops(func)
+        .into_iter()
+        .filter(|op| {
+            let n = quantir::ir::graph::op_name(op);
+            n.ends_with("Conv") || n.ends_with("Conv2D") || n.ends_with("Conv2dNative")
+        })
+        .map(|op| {
+            let d = quantir::ir::graph::defining_op(op.operand(1).unwrap()).unwrap();
+            match constant_value(d).unwrap() {
+                Tensor::F32(a) => a,
+                _ => panic!(),
+            }
+        })
+        .collect()
+}
+
+fn ranges(w: &ArrayD<f32>, axis: usize) -> Vec<f32> {
+    w.axis_iter(Axis(axis))
+        .map(|s| s.iter().fold(0.0f32, |m, v| m.max(v.abs())))
+        .collect()
+}
+
+fn keys(m: &melior::ir::Module) -> Vec<String> {
+    let func = quantir::ir::graph::find_function(m, None).unwrap();
+    quantir::ir::graph::body_ops(func)
+        .into_iter()
+        .filter_map(|op| quantir::ir::keys::location_name(op.location()))
+        .collect()
+}
+
+fn assert_close(a: &ArrayD<f32>, b: &ArrayD<f32>) {
+    let top = a.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let d = a.iter().zip(b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    assert!(d <= 1e-5 * top.max(1.0), "max |before − after| = {d} (largest {top})");
+}
+
+#[test]
+fn an_onnx_conv_relu_conv_pair_meets_in_range_and_computes_the_same() {
+    let ctx = quantir::ir::new_context();
+    let m = quantir::ir::load_bytes(&ctx, onnx_conv_pair("relu").as_bytes(), Path::new("pair.mlir")).unwrap();
+    let x = weights(&[1, 3, 6, 6], 7, 0, &[1.0]);
+    let before = run_on(&m, &x);
+    let w = compute_weights(&m);
+    let spread = |r: &[f32]| r.iter().fold(0.0f32, |a, &b| a.max(b)) / r.iter().fold(f32::MAX, |a, &b| a.min(b));
+    assert!(
+        spread(&ranges(&w[0], 0)) > 30.0,
+        "the test's first layer has spread-out channels"
+    );
+
+    assert_eq!(equalize(&m), 1);
+    assert_close(&before, &run_on(&m, &x));
+    let w = compute_weights(&m);
+    let (r1, r2) = (ranges(&w[0], 0), ranges(&w[1], 1));
+    for (a, b) in r1.iter().zip(&r2) {
+        assert!(
+            (a / b - 1.0).abs() < 1e-3,
+            "channel ranges after equalization: {a} vs {b}"
+        );
+    }
+    // the values whose channels moved have new keys; the second layer's output keeps its own
+    let k = keys(&m);
+    for name in ["conv1~equalized", "relu~equalized", "conv2"] {
+        assert!(k.iter().any(|n| n == name), "{name} in {k:?}");
+    }
+    // a second run (prepare runs again on a prepared module) leaves it alone
+    let text = quantir::ir::io::model_hash(&m);
+    assert_eq!(equalize(&m), 0);
+    assert_eq!(quantir::ir::io::model_hash(&m), text);
+}
+
+#[test]
+fn measured_activation_ranges_meet_the_next_layers_weights() {
+    // given the relu output's channel ranges a, s = sqrt(a / r2): the activation's range a/s and
+    // the second layer's input-channel range r2·s both become sqrt(a · r2)
+    let ctx = quantir::ir::new_context();
+    let m = quantir::ir::load_bytes(&ctx, onnx_conv_pair("relu").as_bytes(), Path::new("pair.mlir")).unwrap();
+    let x = weights(&[1, 3, 6, 6], 7, 0, &[1.0]);
+    let before = run_on(&m, &x);
+    let w = compute_weights(&m);
+    let (r1, r2) = (ranges(&w[0], 0), ranges(&w[1], 1));
+    let a: Vec<f32> = (0..8).map(|i| 0.5 + i as f32).collect();
+    let mut options = PassOptions::default();
+    options.config.equalize_ranges.insert("relu".into(), a.clone());
+    let r = run_pipeline(&m, &["equalize-layers".to_string()], &options).unwrap();
+    assert_eq!(r[0].1.get(&Change::LayerPairsEqualized), 1);
+    assert_close(&before, &run_on(&m, &x));
+    let w = compute_weights(&m);
+    let (r1e, r2e) = (ranges(&w[0], 0), ranges(&w[1], 1));
+    for i in 0..8 {
+        let s = (a[i] / r2[i]).sqrt();
+        assert!(
+            (r2e[i] / (a[i] * r2[i]).sqrt() - 1.0).abs() < 1e-4,
+            "channel {i}: {} vs {}",
+            r2e[i],
+            (a[i] * r2[i]).sqrt()
+        );
+        assert!(
+            (r1e[i] * s / r1[i] - 1.0).abs() < 1e-4,
+            "channel {i}: first layer divided by s"
+        );
+    }
+}
+
+#[test]
+fn relu6_does_not_commute_with_a_scale_and_ends_the_pair() {
+    let ctx = quantir::ir::new_context();
+    let m = quantir::ir::load_bytes(&ctx, onnx_conv_pair("clip").as_bytes(), Path::new("pair.mlir")).unwrap();
+    let hash = quantir::ir::io::model_hash(&m);
+    assert_eq!(equalize(&m), 0);
+    assert_eq!(quantir::ir::io::model_hash(&m), hash);
+}
+
+#[test]
+fn a_tf_depthwise_bias_relu_pool_pointwise_chain_is_equalized() {
+    let ctx = quantir::ir::new_context();
+    let m = quantir::ir::load_bytes(&ctx, tf_depthwise_pair().as_bytes(), Path::new("dw.mlir")).unwrap();
+    let x = weights(&[1, 6, 6, 8], 8, 3, &[1.0]);
+    let before = run_on(&m, &x);
+    assert_eq!(equalize(&m), 1);
+    assert_close(&before, &run_on(&m, &x));
+    let w = compute_weights(&m);
+    let (r1, r2) = (ranges(&w[0], 2), ranges(&w[1], 2));
+    for (a, b) in r1.iter().zip(&r2) {
+        assert!(
+            (a / b - 1.0).abs() < 1e-3,
+            "channel ranges after equalization: {a} vs {b}"
+        );
+    }
+    let k = keys(&m);
+    for name in [
+        "dw~equalized",
+        "dw_bias~equalized",
+        "dw_relu~equalized",
+        "pool~equalized",
+        "pw",
+    ] {
+        assert!(k.iter().any(|n| n == name), "{name} in {k:?}");
+    }
+}
+
+#[test]
+fn quantize_with_equalization_needs_stats_of_the_equalized_model() {
+    // calibrate → quantize --stats must agree on --equalize-layers: the stats describe the
+    // equalized model, and the hash check says so when they do not
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::data("digits_cnn.onnx");
+    let data = common::example("digits_calib.npz");
+    let stats = dir.path().join("s.json");
+    common::ok(common::quantir(&[
+        "calibrate",
+        &common::arg(&model),
+        "--data",
+        &common::arg(&data),
+        "--equalize-layers",
+        "-o",
+        &common::arg(&stats),
+    ]));
+    let out = dir.path().join("q.onnx");
+    let q = common::ok(common::quantir(&[
+        "quantize",
+        &common::arg(&model),
+        "--stats",
+        &common::arg(&stats),
+        "--equalize-layers",
+        "-o",
+        &common::arg(&out),
+    ]));
+    assert!(out.exists(), "{}", common::stderr(&q));
+    // the stats hold the measured ranges, one per channel of each value equalized against
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    let eq = json["equalization"]
+        .as_object()
+        .expect("equalization ranges in the stats");
+    assert!(!eq.is_empty());
+    for (k, v) in eq {
+        assert!(v.as_array().unwrap().iter().all(|x| x.as_f64().unwrap() >= 0.0), "{k}");
+    }
+    // data-free: equalized, with no ranges measured
+    let wstats = dir.path().join("w.json");
+    common::ok(common::quantir(&[
+        "calibrate",
+        &common::arg(&model),
+        "--data",
+        &common::arg(&data),
+        "--equalize-layers",
+        "--equalize-by",
+        "weights",
+        "-o",
+        &common::arg(&wstats),
+    ]));
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&wstats).unwrap()).unwrap();
+    assert_eq!(json["equalization"], serde_json::json!({}));
+    let plain = common::quantir(&[
+        "quantize",
+        &common::arg(&model),
+        "--stats",
+        &common::arg(&stats),
+        "-o",
+        &common::arg(&dir.path().join("p.onnx")),
+    ]);
+    assert!(!plain.status.success());
+    assert!(
+        common::stderr(&plain).contains("calibrated after cross-layer equalization: quantize with --equalize-layers"),
+        "{}",
+        common::stderr(&plain)
+    );
+    assert!(!dir.path().join("p.onnx").exists());
+    // and the other way round
+    let plain_stats = dir.path().join("plain.json");
+    common::ok(common::quantir(&[
+        "calibrate",
+        &common::arg(&model),
+        "--data",
+        &common::arg(&data),
+        "-o",
+        &common::arg(&plain_stats),
+    ]));
+    let eq = common::quantir(&[
+        "quantize",
+        &common::arg(&model),
+        "--stats",
+        &common::arg(&plain_stats),
+        "--equalize-layers",
+        "-o",
+        &common::arg(&dir.path().join("e.onnx")),
+    ]);
+    assert!(
+        common::stderr(&eq).contains("calibrate with --equalize-layers"),
+        "{}",
+        common::stderr(&eq)
+    );
+    assert!(!dir.path().join("e.onnx").exists());
+}
