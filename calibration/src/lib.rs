@@ -21,7 +21,7 @@ mod stats;
 pub use histogram::Histogram;
 pub use minmax::{batch_min_max, MinMax, MovingAverage, MovingAverageMinMax, PerChannelMinMax};
 pub use observer::{Method, NonFinitePolicy, ObserveError, Observer, State};
-pub use stats::{StatsFile, TensorStats, FORMAT_VERSION};
+pub use stats::{ChannelMoments, StatsFile, TensorStats, FORMAT_VERSION};
 
 /// Errors of the calibration crate; each names what it is about.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

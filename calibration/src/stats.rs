@@ -44,13 +44,21 @@ pub struct StatsFile {
     /// them; absent for a model with static inputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_shapes: Option<Vec<Vec<usize>>>,
-    /// For a model calibrated after cross-layer equalization: the largest magnitude of each
-    /// channel of every value equalized against (by its key before equalization), measured on
-    /// the data's first samples; quantize equalizes the model with them again before its keys
-    /// are read.
+    /// For a model calibrated after cross-layer equalization: the per-channel moments of every
+    /// value equalized against (by its key before equalization), measured on the data's first
+    /// samples; quantize equalizes the model with them again before its keys are read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub equalization: Option<BTreeMap<String, Vec<f32>>>,
+    pub equalization: Option<BTreeMap<String, ChannelMoments>>,
     pub tensors: BTreeMap<String, TensorStats>,
+}
+
+/// Per-channel minimum, maximum and mean square of a value over some samples (what
+/// cross-layer equalization weighs its choices with).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChannelMoments {
+    pub min: Vec<f32>,
+    pub max: Vec<f32>,
+    pub mean_square: Vec<f32>,
 }
 
 impl StatsFile {
@@ -146,7 +154,7 @@ impl StatsFile {
             ));
         }
         if self.equalization != o.equalization {
-            let on = |e: &Option<BTreeMap<String, Vec<f32>>>| match e {
+            let on = |e: &Option<BTreeMap<String, ChannelMoments>>| match e {
                 Some(_) => "equalized",
                 None => "not equalized",
             };

@@ -27,12 +27,14 @@
 //! ends a pair. ReLU6 and other clipping activations do not commute with a scale and end it too.
 
 use super::{PassOptions, PassReport};
+use crate::calibration::ChannelMoments;
 use crate::dialects::{channel_rule, is_channel_bias, is_positive_homogeneous, ChannelRule};
 use crate::ir::attrs::op_attrs;
 use crate::ir::graph::{body_ops, context_of, defining_op, erase_op, functions, op_name, set_operand, uses};
 use crate::ir::keys::TensorKeys;
 use crate::ir::ops::{constant_value, insert_constant, is_constant_op};
 use crate::passes::report::{err, Change, PassError};
+use crate::recipe::QuantConfig;
 use crate::tensor::Tensor;
 use melior::ir::operation::{OperationLike, OperationMutLike};
 use melior::ir::{Location, Module, OperationRef, Value, ValueLike};
@@ -73,19 +75,15 @@ struct Pair<'c, 'a> {
     biases: Vec<(OperationRef<'c, 'a>, usize, ArrayD<f32>)>,
     /// The values whose channels change: the first layer's result and each op's after it.
     between: Vec<OperationRef<'c, 'a>>,
-    /// The largest magnitude of each channel of the value the second layer reads, measured on
-    /// calibration data (divided by the scales applied so far); `None`: the first layer's
-    /// weights stand for it.
-    activation: Option<Vec<f32>>,
+    /// The per-channel moments of the value the second layer reads, measured on calibration
+    /// data; `None`: the first layer's weights stand for it.
+    activation: Option<ChannelMoments>,
 }
 
 pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, PassError> {
     let mut report = PassReport::default();
     for func in functions(module) {
-        report.add(
-            Change::LayerPairsEqualized,
-            equalize_function(func, &options.config.equalize_ranges)?,
-        );
+        report.add(Change::LayerPairsEqualized, equalize_function(func, &options.config)?);
     }
     Ok(report)
 }
@@ -113,10 +111,8 @@ pub fn range_points(module: &Module) -> Vec<(String, usize)> {
 }
 
 /// Equalizes the pairs of one function; returns how many.
-fn equalize_function(
-    func: OperationRef,
-    ranges: &std::collections::BTreeMap<String, Vec<f32>>,
-) -> Result<usize, PassError> {
+fn equalize_function(func: OperationRef, config: &QuantConfig) -> Result<usize, PassError> {
+    let ranges = &config.equalize_ranges;
     // equalized before (prepare runs again on a prepared module): the scales have settled
     let done = body_ops(func)
         .into_iter()
@@ -135,12 +131,23 @@ fn equalize_function(
         p.activation = v
             .and_then(|v| keys.get(v))
             .and_then(|k| ranges.get(k))
-            .filter(|r| r.len() == layers[p.first].weight.shape()[layers[p.first].out_axis])
+            .filter(|r| r.max.len() == layers[p.first].weight.shape()[layers[p.first].out_axis])
+            .filter(|r| r.min.len() == r.max.len() && r.mean_square.len() == r.max.len())
             .cloned();
     }
+    // measured pairs: the candidate scale whose estimated noise at the second layer's output
+    // is least, once, in order
+    let levels = quantization_levels(config);
+    for p in pairs.iter_mut().filter(|p| p.activation.is_some()) {
+        let s = choose_scale(&layers, p, levels);
+        if s.iter().any(|&k| k != 1.0) {
+            apply(&mut layers, p, &s);
+        }
+    }
+    // the others: the paper's weight ranges, in turn until the scales settle
     for _ in 0..MAX_ROUNDS {
         let mut step = 0.0f32;
-        for p in &mut pairs {
+        for p in pairs.iter_mut().filter(|p| p.activation.is_none()) {
             step = step.max(equalize_pair(&mut layers, p));
         }
         if step < SETTLED {
@@ -309,49 +316,132 @@ fn channel_ranges(w: &ArrayD<f32>, axis: usize) -> Vec<f32> {
 
 /// One equalization step of `p`: returns the largest relative change of a scale.
 fn equalize_pair(layers: &mut [Layer], p: &mut Pair) -> f32 {
-    // the first side: the measured activation when there is one (per-channel weights of the
-    // first layer do not care about a per-channel scale; the per-tensor activation between
-    // the two does), else the first layer's weights as the paper has it
-    let r1 = match &p.activation {
-        Some(a) => a.clone(),
-        None => channel_ranges(&layers[p.first].weight, layers[p.first].out_axis),
-    };
+    let r1 = channel_ranges(&layers[p.first].weight, layers[p.first].out_axis);
     let r2 = channel_ranges(&layers[p.second].weight, layers[p.second].in_axis);
-    let top1 = r1.iter().fold(0.0f32, |m, &v| m.max(v));
-    let top2 = r2.iter().fold(0.0f32, |m, &v| m.max(v));
-    let s: Vec<f32> = r1
-        .iter()
-        .zip(&r2)
-        .map(|(&a, &b)| {
-            if a <= DEAD * top1 || b <= DEAD * top2 {
-                1.0
-            } else {
-                (a / b).sqrt().clamp(1.0 / MAX_SCALE, MAX_SCALE)
-            }
-        })
-        .collect();
+    let s = balanced(&r1, &r2, 0.5);
     let step = s.iter().fold(0.0f32, |m, &v| m.max((v - 1.0).abs()));
     if step < SETTLED {
         return step;
     }
-    if let Some(a) = &mut p.activation {
-        a.iter_mut().zip(&s).for_each(|(v, k)| *v /= k);
+    apply(layers, p, &s);
+    step
+}
+
+/// Scales `s_i = x_i^α / r_i^(1−α)` (SmoothQuant's migration strength α; at ½ both sides
+/// end at `sqrt(x_i · r_i)`, the paper's equalization when `x` is the first layer's weight
+/// ranges), bounded; a dead channel (either side ≈ 0) takes the geometric mean of the others,
+/// so that it neither sets the range in between nor loses its weights.
+fn balanced(x: &[f32], r: &[f32], alpha: f32) -> Vec<f32> {
+    let top = |v: &[f32]| v.iter().fold(0.0f32, |m, &a| m.max(a));
+    let (tx, tr) = (top(x), top(r));
+    let raw: Vec<Option<f64>> = (0..x.len())
+        .map(|i| {
+            let live = x[i] > DEAD * tx && r[i] > DEAD * tr;
+            live.then(|| (x[i] as f64).powf(alpha as f64) / (r[i] as f64).powf(1.0 - alpha as f64))
+        })
+        .collect();
+    let logs: Vec<f64> = raw.iter().flatten().map(|v| v.ln()).collect();
+    let mean = match logs.is_empty() {
+        true => 0.0,
+        false => logs.iter().sum::<f64>() / logs.len() as f64,
+    };
+    raw.iter()
+        .map(|v| (v.unwrap_or(mean.exp()) as f32).clamp(1.0 / MAX_SCALE, MAX_SCALE))
+        .collect()
+}
+
+/// (activation levels, weight levels) the noise estimate divides ranges by.
+fn quantization_levels(config: &QuantConfig) -> (f32, f32) {
+    let act = match config.activations {
+        Some(crate::params::StorageType::Int16) => 65535.0,
+        _ => 255.0,
+    };
+    let w = match config.weights {
+        crate::recipe::WeightMode::Int4 => 7.0,
+        _ => 127.0,
+    };
+    (act, w)
+}
+
+/// Of no scaling, SmoothQuant's balance at α = ¼, ½, ¾ against the measured activation and
+/// the paper's weight balance, the scale whose estimated rounding noise at the second layer's
+/// output is least: the activation between the layers rounded per tensor (step = its range
+/// over the levels), the second layer's weights per output channel.
+///
+/// ```text
+/// noise(s) = Δx(s)²/12 · Σ_o,i Σ_taps (w_oi · s_i)²  +  Σ_o Δw_o(s)²/12 · Σ_i taps_oi · E[x_i²] / s_i²
+/// Δx(s) = (max(0, max_i hi_i/s_i) − min(0, min_i lo_i/s_i)) / levels,   Δw_o(s) = max_i |w_oi| s_i / levels
+/// ```
+///
+/// Ties go to the earlier candidate, so no scaling wins where nothing is gained.
+fn choose_scale(layers: &[Layer], p: &Pair, (act_levels, w_levels): (f32, f32)) -> Vec<f32> {
+    let m = p.activation.as_ref().expect("a measured pair");
+    let c = m.max.len();
+    let second = &layers[p.second];
+    let (w2, oa, ia) = (&second.weight, second.out_axis, second.in_axis);
+    let outs = w2.shape()[oa];
+    // per (output, input) channel: Σ w², max |w| and the number of taps
+    let (mut sq, mut mx, mut taps) = (vec![0f64; outs * c], vec![0f32; outs * c], vec![0f64; outs * c]);
+    for (idx, &v) in w2.indexed_iter() {
+        let (o, i) = (idx[oa], idx[ia]);
+        let k = o * c + i;
+        sq[k] += v as f64 * v as f64;
+        mx[k] = mx[k].max(v.abs());
+        taps[k] += 1.0;
     }
+    let noise = |s: &[f32]| -> f64 {
+        let hi = (0..c).map(|i| m.max[i] / s[i]).fold(0.0f32, f32::max);
+        let lo = (0..c).map(|i| m.min[i] / s[i]).fold(0.0f32, f32::min);
+        let dx = ((hi - lo) / act_levels) as f64;
+        let mut act = 0.0f64;
+        let mut wn = 0.0f64;
+        for o in 0..outs {
+            let row = &sq[o * c..(o + 1) * c];
+            act += row.iter().zip(s).map(|(q, &k)| q * (k as f64).powi(2)).sum::<f64>();
+            let dw = (0..c).map(|i| mx[o * c + i] * s[i]).fold(0.0f32, f32::max) as f64 / w_levels as f64;
+            let x2: f64 = (0..c)
+                .map(|i| taps[o * c + i] * m.mean_square[i] as f64 / (s[i] as f64).powi(2))
+                .sum();
+            wn += dw * dw / 12.0 * x2;
+        }
+        dx * dx / 12.0 * act + wn
+    };
+    let a: Vec<f32> = (0..c).map(|i| m.max[i].abs().max(m.min[i].abs())).collect();
+    let r2 = channel_ranges(w2, ia);
+    let r1 = channel_ranges(&layers[p.first].weight, layers[p.first].out_axis);
+    let mut best = vec![1.0f32; c];
+    let mut least = noise(&best);
+    for s in [
+        balanced(&a, &r2, 0.25),
+        balanced(&a, &r2, 0.5),
+        balanced(&a, &r2, 0.75),
+        balanced(&r1, &r2, 0.5),
+    ] {
+        let n = noise(&s);
+        if n < least {
+            (best, least) = (s, n);
+        }
+    }
+    best
+}
+
+/// Divides the first layer's output channels (weights, its bias, the biases in between) by
+/// `s` and multiplies the second layer's input channels by it.
+fn apply(layers: &mut [Layer], p: &mut Pair, s: &[f32]) {
     let first = &mut layers[p.first];
-    scale_along(&mut first.weight, first.out_axis, &s, true);
+    scale_along(&mut first.weight, first.out_axis, s, true);
     if let Some(b) = &mut first.bias {
         // a bias of one value per channel, whatever its shape ([N], [1, N])
-        b.iter_mut().zip(&s).for_each(|(v, k)| *v /= k);
+        b.iter_mut().zip(s).for_each(|(v, k)| *v /= k);
     }
     first.changed = true;
     for (_, _, b) in &mut p.biases {
         // the constant's only non-unit axis is the channel axis, so its flat order is channels
-        b.iter_mut().zip(&s).for_each(|(v, k)| *v /= k);
+        b.iter_mut().zip(s).for_each(|(v, k)| *v /= k);
     }
     let second = &mut layers[p.second];
-    scale_along(&mut second.weight, second.in_axis, &s, false);
+    scale_along(&mut second.weight, second.in_axis, s, false);
     second.changed = true;
-    step
 }
 
 /// Divides (or multiplies) slice `i` of `w` along `axis` by `s[i]`.

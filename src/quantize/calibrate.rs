@@ -128,7 +128,7 @@ fn equalize(
     module: &Module,
     opts: &CalibrateOptions,
     samples: impl Iterator<Item = Result<Vec<Tensor>, DataError>>,
-) -> Result<Option<BTreeMap<String, Vec<f32>>>, CalibrateError> {
+) -> Result<Option<BTreeMap<String, crate::calibration::ChannelMoments>>, CalibrateError> {
     if !opts.config.equalize_layers {
         prepare_with(module, &opts.config)?;
         return Ok(None);
@@ -137,7 +137,9 @@ fn equalize(
     let points: BTreeMap<String, usize> = crate::passes::equalize_layers::range_points(module)
         .into_iter()
         .collect();
-    let mut ranges: BTreeMap<String, Vec<f32>> = BTreeMap::new();
+    let mut ranges: BTreeMap<String, crate::calibration::ChannelMoments> = BTreeMap::new();
+    // per key: the channel sums of squares and the element count per channel
+    let mut squares: BTreeMap<String, (Vec<f64>, f64)> = BTreeMap::new();
     if !points.is_empty() && opts.config.equalize_by == crate::recipe::EqualizeBy::Activations {
         let program = Program::compile(module, None)?;
         let keys: Vec<String> = points.keys().cloned().collect();
@@ -150,19 +152,27 @@ fn equalize(
                         return Ok(());
                     };
                     let r = ranges.entry(key.to_string()).or_default();
+                    let (sq, n) = squares.entry(key.to_string()).or_default();
+                    let c = a.shape()[axis];
+                    if r.max.is_empty() {
+                        (r.min, r.max, *sq) = (vec![0.0; c], vec![0.0; c], vec![0.0; c]);
+                    }
                     for (c, lane) in a.axis_iter(ndarray::Axis(axis)).enumerate() {
-                        let m = lane
-                            .iter()
-                            .fold(0.0f32, |m, v| if v.is_finite() { m.max(v.abs()) } else { m });
-                        match r.get_mut(c) {
-                            Some(x) => *x = x.max(m),
-                            None => r.push(m),
+                        for &v in lane.iter().filter(|v| v.is_finite()) {
+                            r.min[c] = r.min[c].min(v);
+                            r.max[c] = r.max[c].max(v);
+                            sq[c] += v as f64 * v as f64;
                         }
                     }
+                    *n += (a.len() / c.max(1)) as f64;
                     Ok(())
                 })
                 .map_err(|error| RunError::Interp { sample: i, error })?;
         }
+    }
+    for (k, r) in ranges.iter_mut() {
+        let (sq, n) = &squares[k];
+        r.mean_square = sq.iter().map(|s| (s / n.max(1.0)) as f32).collect();
     }
     let config = crate::recipe::QuantConfig {
         equalize_ranges: ranges.clone(),

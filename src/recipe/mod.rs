@@ -155,11 +155,11 @@ pub struct QuantConfig {
     pub equalize_layers: bool,
     /// What the equalization balances against ([`EqualizeBy`]).
     pub equalize_by: EqualizeBy,
-    /// The largest magnitude of each channel of the values `equalize-layers` balances against
-    /// the next layer's weights, by key (measured on calibration data; empty: the weights
-    /// alone decide): computed, never read from a recipe.
+    /// Per-channel moments of the values `equalize-layers` balances against the next layer's
+    /// weights, by key (measured on calibration data; empty: the weights alone decide):
+    /// computed, never read from a recipe.
     #[serde(skip)]
-    pub equalize_ranges: std::collections::BTreeMap<String, Vec<f32>>,
+    pub equalize_ranges: std::collections::BTreeMap<String, crate::calibration::ChannelMoments>,
     /// The shifts bias correction measured, by compute op output key: computed, never read
     /// from a recipe.
     #[serde(skip)]
