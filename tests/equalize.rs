@@ -332,6 +332,23 @@ fn quantize_with_equalization_needs_stats_of_the_equalized_model() {
         common::stderr(&plain)
     );
     assert!(!dir.path().join("p.onnx").exists());
+    // quantize --data says what it did
+    let d = common::ok(common::quantir(&[
+        "quantize",
+        &common::arg(&model),
+        "--data",
+        &common::arg(&data),
+        "--no-cache",
+        "--equalize-layers",
+        "-o",
+        &common::arg(&dir.path().join("d.onnx")),
+    ]));
+    let said = common::stderr(&d);
+    assert!(
+        said.contains("cross-layer equalization: ")
+            && said.contains("layer pairs rescaled, each scale chosen on the activations"),
+        "{said}"
+    );
     // and the other way round
     let plain_stats = dir.path().join("plain.json");
     common::ok(common::quantir(&[

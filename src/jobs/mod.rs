@@ -280,6 +280,19 @@ fn first_samples(
         .collect::<Result<_, _>>()?)
 }
 
+/// What cross-layer equalization did to the (calibrated) module, in one line.
+fn equalized_line(module: &Module, config: &QuantConfig) -> String {
+    let n = crate::passes::equalize_layers::equalized_pairs(module);
+    let by = match config.equalize_by {
+        crate::recipe::EqualizeBy::Activations => format!(
+            "each scale chosen on the activations of up to {} calibration samples",
+            quantize::calibrate::EQUALIZE_SAMPLES
+        ),
+        crate::recipe::EqualizeBy::Weights => "by weight ranges (data-free)".to_string(),
+    };
+    format!("cross-layer equalization: {n} layer pairs rescaled, {by}")
+}
+
 /// Calibration samples bias correction measures each layer's shift on (the first ones).
 pub const BIAS_SAMPLES: usize = 128;
 
@@ -568,6 +581,9 @@ pub fn quantize(
                         say(format!("warning: {from}: {w}"));
                     }
                     say(calibrated_line(&c, t.elapsed().as_secs_f64()));
+                    if config.equalize_layers {
+                        say(equalized_line(&module, &config));
+                    }
                     let mut stats = c.stats;
                     if let Some(candidates) = &per_point {
                         let scored = dataset.or(kept.as_ref()).ok_or_else(|| {

@@ -78,6 +78,8 @@ struct Pair<'c, 'a> {
     /// The per-channel moments of the value the second layer reads, measured on calibration
     /// data; `None`: the first layer's weights stand for it.
     activation: Option<ChannelMoments>,
+    /// A scale other than 1 was applied.
+    applied: bool,
 }
 
 pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, PassError> {
@@ -86,6 +88,17 @@ pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, PassErr
         report.add(Change::LayerPairsEqualized, equalize_function(func, &options.config)?);
     }
     Ok(report)
+}
+
+/// How many layer pairs of `module` were rescaled: each one's first layer carries the
+/// `~equalized` key.
+pub fn equalized_pairs(module: &Module) -> usize {
+    functions(module)
+        .into_iter()
+        .flat_map(body_ops)
+        .filter(|op| channel_rule(&op_name(op)).is_some())
+        .filter(|op| crate::ir::keys::location_name(op.location()).is_some_and(|n| n.ends_with(EQUALIZED_SUFFIX)))
+        .count()
 }
 
 /// The values the pass would balance against the next layer's weights — the second layer's
@@ -155,7 +168,7 @@ fn equalize_function(func: OperationRef, config: &QuantConfig) -> Result<usize, 
         }
     }
     write_back(func, &mut layers, &pairs)?;
-    Ok(pairs.len())
+    Ok(pairs.iter().filter(|p| p.applied).count())
 }
 
 /// The layers of `func` and the pairs they form.
@@ -263,6 +276,7 @@ fn pair_from<'c, 'a>(
                 biases,
                 between,
                 activation: None,
+                applied: false,
             });
         }
         if is_positive_homogeneous(&name) && u.operand == 0 && u.owner.result_count() == 1 {
@@ -428,6 +442,7 @@ fn choose_scale(layers: &[Layer], p: &Pair, (act_levels, w_levels): (f32, f32)) 
 /// Divides the first layer's output channels (weights, its bias, the biases in between) by
 /// `s` and multiplies the second layer's input channels by it.
 fn apply(layers: &mut [Layer], p: &mut Pair, s: &[f32]) {
+    p.applied = true;
     let first = &mut layers[p.first];
     scale_along(&mut first.weight, first.out_axis, s, true);
     if let Some(b) = &mut first.bias {
@@ -467,7 +482,7 @@ fn write_back(func: OperationRef, layers: &mut [Layer], pairs: &[Pair]) -> Resul
         }
     }
     for p in pairs {
-        if !layers[p.first].changed {
+        if !p.applied {
             continue;
         }
         for (op, k, b) in &p.biases {
