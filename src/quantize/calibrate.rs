@@ -3,7 +3,7 @@
 
 use super::cache::{self, hash_data, Fnv};
 use super::{model_hash, plan, prepare_with, QuantConfig};
-use crate::calibration::{Method, NonFinitePolicy, StatsFile};
+use crate::calibration::{ChannelMoments, Method, NonFinitePolicy, StatsFile};
 use crate::formats::data::{Binding, DataError, Fingerprint};
 use crate::interp::Program;
 use crate::run::{run_feed, run_samples_fold, Feed, RunError};
@@ -121,14 +121,15 @@ fn observation(module: &Module, opts: &CalibrateOptions) -> Result<Observation, 
 /// Calibration samples the equalization ranges are measured on (the data's first).
 pub const EQUALIZE_SAMPLES: usize = 32;
 
-/// Prepares `module` (in place) as `opts.config` asks: with cross-layer equalization, the
-/// largest magnitude of each channel the pass balances is measured on `samples` first (float,
-/// before equalization) and handed to it; returns those ranges, for the statistics.
+/// Prepares `module` (in place) as `opts.config` asks. With cross-layer equalization by
+/// activations, the per-channel moments of every value the pass balances are measured on
+/// `feed` first (float, before equalization, in sample order whatever the thread count) and
+/// handed to it; returns them, for the statistics (empty when equalizing by weights).
 fn equalize(
     module: &Module,
     opts: &CalibrateOptions,
-    samples: impl Iterator<Item = Result<Vec<Tensor>, DataError>>,
-) -> Result<Option<BTreeMap<String, crate::calibration::ChannelMoments>>, CalibrateError> {
+    feed: Feed,
+) -> Result<Option<BTreeMap<String, ChannelMoments>>, CalibrateError> {
     if !opts.config.equalize_layers {
         prepare_with(module, &opts.config)?;
         return Ok(None);
@@ -137,43 +138,46 @@ fn equalize(
     let points: BTreeMap<String, usize> = crate::passes::equalize_layers::range_points(module)
         .into_iter()
         .collect();
-    let mut ranges: BTreeMap<String, crate::calibration::ChannelMoments> = BTreeMap::new();
-    // per key: the channel sums of squares and the element count per channel
-    let mut squares: BTreeMap<String, (Vec<f64>, f64)> = BTreeMap::new();
+    // per key: the moments so far, the channel sums of squares and the elements per channel
+    let mut acc: BTreeMap<String, (ChannelMoments, Vec<f64>, f64)> = BTreeMap::new();
     if !points.is_empty() && opts.config.equalize_by == crate::recipe::EqualizeBy::Activations {
         let program = Program::compile(module, None)?;
         let keys: Vec<String> = points.keys().cloned().collect();
         let watch = program.watch(&keys)?;
-        for (i, sample) in samples.enumerate() {
-            let sample = sample.map_err(RunError::Data)?;
-            program
-                .run_observed(&sample, &watch, &mut |key, t| {
-                    let (Some(&axis), Tensor::F32(a)) = (points.get(key), t) else {
-                        return Ok(());
-                    };
-                    let r = ranges.entry(key.to_string()).or_default();
-                    let (sq, n) = squares.entry(key.to_string()).or_default();
-                    let c = a.shape()[axis];
-                    if r.max.is_empty() {
-                        (r.min, r.max, *sq) = (vec![0.0; c], vec![0.0; c], vec![0.0; c]);
+        run_feed(
+            &program,
+            feed,
+            opts.threads,
+            &watch,
+            &mut |_, key, t| {
+                let (Some(&axis), Tensor::F32(a)) = (points.get(key), t) else {
+                    return Ok(());
+                };
+                let (r, sq, n) = acc.entry(key.to_string()).or_default();
+                let c = a.shape()[axis];
+                if r.max.is_empty() {
+                    (r.min, r.max, *sq) = (vec![0.0; c], vec![0.0; c], vec![0.0; c]);
+                }
+                for (c, lane) in a.axis_iter(ndarray::Axis(axis)).enumerate() {
+                    for &v in lane.iter().filter(|v| v.is_finite()) {
+                        r.min[c] = r.min[c].min(v);
+                        r.max[c] = r.max[c].max(v);
+                        sq[c] += v as f64 * v as f64;
                     }
-                    for (c, lane) in a.axis_iter(ndarray::Axis(axis)).enumerate() {
-                        for &v in lane.iter().filter(|v| v.is_finite()) {
-                            r.min[c] = r.min[c].min(v);
-                            r.max[c] = r.max[c].max(v);
-                            sq[c] += v as f64 * v as f64;
-                        }
-                    }
-                    *n += (a.len() / c.max(1)) as f64;
-                    Ok(())
-                })
-                .map_err(|error| RunError::Interp { sample: i, error })?;
-        }
+                }
+                *n += (a.len() / c.max(1)) as f64;
+                Ok(())
+            },
+            "equalize",
+        )?;
     }
-    for (k, r) in ranges.iter_mut() {
-        let (sq, n) = &squares[k];
-        r.mean_square = sq.iter().map(|s| (s / n.max(1.0)) as f32).collect();
-    }
+    let ranges: BTreeMap<String, ChannelMoments> = acc
+        .into_iter()
+        .map(|(k, (mut r, sq, n))| {
+            r.mean_square = sq.iter().map(|s| (s / n.max(1.0)) as f32).collect();
+            (k, r)
+        })
+        .collect();
     let config = crate::recipe::QuantConfig {
         equalize_ranges: ranges.clone(),
         ..opts.config.clone()
@@ -246,8 +250,8 @@ pub fn calibrate_cached(
     let (shapes, type_warning) = resolve_from(module, data)?;
     // equalization ranges from the data's first samples, whatever the shard, so that shards
     // equalize alike and merge
-    let first = (0..data.samples.min(EQUALIZE_SAMPLES)).map(|i| data.sample(i));
-    let equalization = equalize(module, opts, first)?;
+    let first: Vec<usize> = (0..data.samples.min(EQUALIZE_SAMPLES)).collect();
+    let equalization = equalize(module, opts, Feed::Indexed { data, indices: &first })?;
     let obs = observation(module, opts)?;
     let indices = sample_indices(data.samples, opts.limit, opts.shard)?;
     let feed = Feed::Indexed {
@@ -353,7 +357,8 @@ pub fn calibrate_stream(
         shapes = Some(s);
     }
     // a stream is read once: its first sample alone measures the equalization ranges
-    let equalization = equalize(module, opts, std::iter::once(Ok(first.clone())))?;
+    let mut only_first = std::iter::once(Ok((0, first.clone())));
+    let equalization = equalize(module, opts, Feed::Stream(&mut only_first))?;
     let obs = observation(module, opts)?;
     let (i0, every) = opts.shard.unwrap_or((0, 1));
     let mut picked = std::iter::once(Ok(first))
