@@ -383,9 +383,9 @@ pub struct RecipeArgs {
     #[arg(long)]
     pub no_activation_matmuls: bool,
     /// Cross-layer equalization before calibration (Nagel et al. 2019): consecutive
-    /// conv/matmul layers joined through ReLU, LeakyReLU, max pooling or a bias get their
-    /// per-channel weight ranges balanced, the function unchanged. Statistics must come from
-    /// `calibrate --equalize-layers`.
+    /// conv/matmul layers joined through ReLU, LeakyReLU, max pooling or a bias get a
+    /// per-channel scale moved from the first to the second, the function unchanged.
+    /// Statistics must come from `calibrate --equalize-layers`.
     #[arg(long, overrides_with = "no_equalize_layers")]
     pub equalize_layers: bool,
     /// No cross-layer equalization.

@@ -126,27 +126,24 @@ pub struct ChannelRule {
     /// The attribute holding the group count (ONNX Conv): only 1 and depthwise (one input
     /// channel per group) are handled; a depthwise weight holds both channels on `out_axis`.
     pub group_attr: Option<&'static str>,
+    /// The weight rank the rule holds for, when it holds for one only (a MatMul's [K, N], not
+    /// a batched weight).
+    pub weight_rank: Option<usize>,
 }
 
 /// The channel rule of an op of any dialect; `None` for ops whose channels no table knows.
 pub fn channel_rule(name: &str) -> Option<&'static ChannelRule> {
-    let table = if name.starts_with("onnx.") {
-        onnx::CHANNEL_RULES
-    } else {
-        tf::CHANNEL_RULES
-    };
-    table.iter().find(|r| r.name == name)
+    of_dialect(name, onnx::CHANNEL_RULES, tf::CHANNEL_RULES)
+        .iter()
+        .find(|r| r.name == name)
 }
 
 /// True for ops that commute with a positive per-channel scale, f(s·x) = s·f(x) channel by
 /// channel (ReLU, LeakyReLU, max pooling), so that a scale moves through them.
 pub fn is_positive_homogeneous(name: &str) -> bool {
-    let table = if name.starts_with("onnx.") {
-        onnx::POSITIVE_HOMOGENEOUS
-    } else {
-        tf::POSITIVE_HOMOGENEOUS
-    };
-    table.binary_search(&name).is_ok()
+    of_dialect(name, onnx::POSITIVE_HOMOGENEOUS, tf::POSITIVE_HOMOGENEOUS)
+        .binary_search(&name)
+        .is_ok()
 }
 
 /// True for an op that adds a per-channel constant (operand 1) to its operand 0: a bias that
@@ -155,14 +152,17 @@ pub fn is_channel_bias(name: &str) -> bool {
     rule(name).is_some_and(|r| r.bias)
 }
 
+/// The table of `name`'s dialect: ONNX's for `onnx.` ops, TF's otherwise.
+fn of_dialect<T>(name: &str, onnx: &'static [T], tf: &'static [T]) -> &'static [T] {
+    match name.starts_with("onnx.") {
+        true => onnx,
+        false => tf,
+    }
+}
+
 /// The rule of an op of any dialect; `None` for ops no table knows.
 pub fn rule(name: &str) -> Option<&'static OpRule> {
-    let table = if name.starts_with("onnx.") {
-        onnx::RULES
-    } else {
-        tf::RULES
-    };
-    table.iter().find(|r| r.name == name)
+    of_dialect(name, onnx::RULES, tf::RULES).iter().find(|r| r.name == name)
 }
 
 /// The resolved shape-determining operand indices of an op with `num_operands` operands.

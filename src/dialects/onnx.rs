@@ -15,6 +15,7 @@ pub const CHANNEL_RULES: &[ChannelRule] = &[
         result_axis: 1,
         bias_operand: Some(2),
         group_attr: Some("group"),
+        weight_rank: None,
     },
     // B [K, N], or [N, K] with transB
     ChannelRule {
@@ -25,6 +26,7 @@ pub const CHANNEL_RULES: &[ChannelRule] = &[
         result_axis: -1,
         bias_operand: Some(2),
         group_attr: None,
+        weight_rank: None,
     },
     // B [K, N]
     ChannelRule {
@@ -35,6 +37,7 @@ pub const CHANNEL_RULES: &[ChannelRule] = &[
         result_axis: -1,
         bias_operand: None,
         group_attr: None,
+        weight_rank: Some(2),
     },
 ];
 

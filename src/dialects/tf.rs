@@ -13,6 +13,7 @@ pub const CHANNEL_RULES: &[ChannelRule] = &[
         result_axis: -1,
         bias_operand: None,
         group_attr: None,
+        weight_rank: None,
     },
     // [KH, KW, C, M]: with M = 1 channel c is both the input and the output channel
     ChannelRule {
@@ -23,6 +24,7 @@ pub const CHANNEL_RULES: &[ChannelRule] = &[
         result_axis: -1,
         bias_operand: None,
         group_attr: None,
+        weight_rank: None,
     },
     // [K, N], or [N, K] with transpose_b
     ChannelRule {
@@ -33,6 +35,7 @@ pub const CHANNEL_RULES: &[ChannelRule] = &[
         result_axis: -1,
         bias_operand: None,
         group_attr: None,
+        weight_rank: Some(2),
     },
 ];
 

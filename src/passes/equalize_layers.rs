@@ -18,8 +18,15 @@
 //! %2 = "onnx.Conv"(%1, %w2', %b2)
 //! ```
 //!
+//! That is the paper's data-free form (`--equalize-by weights`). With per-channel weights it is
+//! the per-tensor activation between the layers that loses resolution, so where calibration
+//! measured that activation's channels (`QuantConfig::equalize_ranges`, the default), each
+//! pair takes instead, of no scaling, SmoothQuant's balance at α = ¼, ½, ¾ against the
+//! activation and the weight balance above, the scale with the least estimated rounding noise
+//! at the second layer's output ([`choose_scale`]).
+//!
 //! A layer in two pairs (the second of one, the first of the next) takes both scales, so the
-//! pairs are equalized in turn until the scales settle, as the paper does. The values between
+//! data-free pairs are equalized in turn until the scales settle, as the paper does. The values between
 //! the two layers change (channel `i` is divided by `s_i`): their keys get `~equalized`
 //! appended, so that no comparison with the float model's tensor of the old key is made. Only
 //! pairs whose weights are constants used by that op alone, whose values in between have one
@@ -96,9 +103,13 @@ pub fn equalized_pairs(module: &Module) -> usize {
     functions(module)
         .into_iter()
         .flat_map(body_ops)
-        .filter(|op| channel_rule(&op_name(op)).is_some())
-        .filter(|op| crate::ir::keys::location_name(op.location()).is_some_and(|n| n.ends_with(EQUALIZED_SUFFIX)))
+        .filter(|op| channel_rule(&op_name(op)).is_some() && has_equalized_key(op))
         .count()
+}
+
+/// True when the pass renamed `op`'s result.
+fn has_equalized_key(op: &OperationRef) -> bool {
+    crate::ir::keys::location_name(op.location()).is_some_and(|n| n.ends_with(EQUALIZED_SUFFIX))
 }
 
 /// The values the pass would balance against the next layer's weights — the second layer's
@@ -127,10 +138,7 @@ pub fn range_points(module: &Module) -> Vec<(String, usize)> {
 fn equalize_function(func: OperationRef, config: &QuantConfig) -> Result<usize, PassError> {
     let ranges = &config.equalize_ranges;
     // equalized before (prepare runs again on a prepared module): the scales have settled
-    let done = body_ops(func)
-        .into_iter()
-        .any(|op| crate::ir::keys::location_name(op.location()).is_some_and(|n| n.ends_with(EQUALIZED_SUFFIX)));
-    if done {
+    if body_ops(func).iter().any(has_equalized_key) {
         return Ok(0);
     }
     let (mut layers, mut pairs) = find_pairs(func);
@@ -215,7 +223,7 @@ fn layer<'c, 'a>(op: OperationRef<'c, 'a>) -> Option<Layer<'c, 'a>> {
             in_axis = out_axis;
         }
     }
-    if matches!(op_name(&op).as_str(), "onnx.MatMul" | "tf.MatMul") && weight.ndim() != 2 {
+    if rule.weight_rank.is_some_and(|r| r != weight.ndim()) {
         return None;
     }
     let bias = match rule.bias_operand.and_then(|i| op.operand(i).ok()) {

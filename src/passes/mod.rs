@@ -114,9 +114,10 @@ pub const PASSES: &[PassInfo] = &[
         name: "equalize-layers",
         summary: "cross-layer equalization: move per-channel scales between consecutive conv/matmul layers",
         description: "Nagel et al. 2019: through ReLU, LeakyReLU, max pooling and biases, output channel i of a layer \
-                      is divided by sqrt(r1/r2) and the next layer's input channel i multiplied by it, so that both \
-                      weight ranges meet; the function is unchanged, the values in between get '~equalized' keys. \
-                      Run by prepare when the recipe asks (--equalize-layers)",
+                      is divided by s_i and the next layer's input channel i multiplied by it: sqrt(r1/r2), so that \
+                      both weight ranges meet, or, where calibration measured the activation in between, the scale \
+                      of least estimated rounding noise; the function is unchanged, the values in between get \
+                      '~equalized' keys. Run by prepare when the recipe asks (--equalize-layers)",
         scope: Scope::EveryFunction,
         needs: Needs::Nothing,
         run: equalize_layers::run,

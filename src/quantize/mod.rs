@@ -317,7 +317,9 @@ pub fn quantize_module(
     if let Some(shapes) = &stats.input_shapes {
         resolve_types(module, shapes);
     }
-    match (&stats.equalization, config.equalize_layers) {
+    // the model is equalized again with the moments calibration measured
+    let equalized;
+    let config = match (&stats.equalization, config.equalize_layers) {
         (None, true) => {
             return Err(QuantizeError::Stats(
                 "the statistics were calibrated without cross-layer equalization: calibrate with --equalize-layers, or quantize without it".into(),
@@ -328,10 +330,6 @@ pub fn quantize_module(
                 "the statistics were calibrated after cross-layer equalization: quantize with --equalize-layers (recipe equalize_layers = true)".into(),
             ))
         }
-        _ => {}
-    }
-    let equalized;
-    let config = match (&stats.equalization, config.equalize_layers) {
         (Some(ranges), true) => {
             equalized = QuantConfig {
                 equalize_ranges: ranges.clone(),
@@ -339,7 +337,7 @@ pub fn quantize_module(
             };
             &equalized
         }
-        _ => config,
+        (None, false) => config,
     };
     prepare_with(module, config)?;
     let hash = model_hash(module);

@@ -72,9 +72,11 @@ impl std::fmt::Display for Runtime {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EqualizeBy {
-    /// Each channel's largest magnitude of the activation in between, measured on the
-    /// calibration data's first samples (SmoothQuant's balance at α = ½): with per-channel
-    /// weights it is the per-tensor activation between the two layers that loses resolution.
+    /// The activation in between, measured channel by channel on the calibration data's first
+    /// samples: of no scaling, SmoothQuant's balance at α = ¼, ½, ¾ and the weight balance,
+    /// the scale of least estimated rounding noise at the second layer's output (with
+    /// per-channel weights it is the per-tensor activation between the layers that loses
+    /// resolution).
     #[default]
     Activations,
     /// The first layer's output-channel weight ranges (Nagel et al.'s data-free form).
@@ -150,8 +152,9 @@ pub struct QuantConfig {
     pub activation_matmuls: bool,
     /// Cross-layer equalization (`passes::equalize_layers`) as the last step of prepare, so
     /// that calibration and quantization see the equalized weights: pairs of conv/matmul
-    /// layers joined through ReLU, LeakyReLU, max pooling or a bias get their per-channel
-    /// weight ranges balanced. The stats of an equalized model are of that model only.
+    /// layers joined through ReLU, LeakyReLU, max pooling or a bias get a per-channel scale
+    /// moved from the first to the second ([`EqualizeBy`] says how it is chosen). The stats
+    /// of an equalized model are of that model only.
     pub equalize_layers: bool,
     /// What the equalization balances against ([`EqualizeBy`]).
     pub equalize_by: EqualizeBy,
