@@ -149,6 +149,41 @@ fn assert_close(a: &ArrayD<f32>, b: &ArrayD<f32>) {
     assert!(d <= 1e-5 * top.max(1.0), "max |before − after| = {d} (largest {top})");
 }
 
+/// Per-channel ranges of the first layer's outputs equal those of the second layer's inputs.
+fn assert_ranges_meet(r1: &[f32], r2: &[f32]) {
+    for (a, b) in r1.iter().zip(r2) {
+        assert!(
+            (a / b - 1.0).abs() < 1e-3,
+            "channel ranges after equalization: {a} vs {b}"
+        );
+    }
+}
+
+fn assert_has_keys(m: &melior::ir::Module, names: &[&str]) {
+    let k = keys(m);
+    for name in names {
+        assert!(k.iter().any(|n| n == name), "{name} in {k:?}");
+    }
+}
+
+/// `quantir calibrate MODEL --data DATA EXTRA… -o OUT`.
+fn calibrate(model: &Path, data: &Path, extra: &[&str], out: &Path) -> std::process::Output {
+    let (model, data, out) = (common::arg(model), common::arg(data), common::arg(out));
+    let mut args = vec!["calibrate", &model, "--data", &data];
+    args.extend_from_slice(extra);
+    args.extend(["-o", &out]);
+    common::quantir(&args)
+}
+
+/// `quantir quantize MODEL --stats STATS EXTRA… -o OUT`.
+fn quantize(model: &Path, stats: &Path, extra: &[&str], out: &Path) -> std::process::Output {
+    let (model, stats, out) = (common::arg(model), common::arg(stats), common::arg(out));
+    let mut args = vec!["quantize", &model, "--stats", &stats];
+    args.extend_from_slice(extra);
+    args.extend(["-o", &out]);
+    common::quantir(&args)
+}
+
 #[test]
 fn an_onnx_conv_relu_conv_pair_meets_in_range_and_computes_the_same() {
     let ctx = quantir::ir::new_context();
@@ -165,18 +200,9 @@ fn an_onnx_conv_relu_conv_pair_meets_in_range_and_computes_the_same() {
     assert_eq!(equalize(&m), 1);
     assert_close(&before, &run_on(&m, &x));
     let w = compute_weights(&m);
-    let (r1, r2) = (ranges(&w[0], 0), ranges(&w[1], 1));
-    for (a, b) in r1.iter().zip(&r2) {
-        assert!(
-            (a / b - 1.0).abs() < 1e-3,
-            "channel ranges after equalization: {a} vs {b}"
-        );
-    }
+    assert_ranges_meet(&ranges(&w[0], 0), &ranges(&w[1], 1));
     // the values whose channels moved have new keys; the second layer's output keeps its own
-    let k = keys(&m);
-    for name in ["conv1~equalized", "relu~equalized", "conv2"] {
-        assert!(k.iter().any(|n| n == name), "{name} in {k:?}");
-    }
+    assert_has_keys(&m, &["conv1~equalized", "relu~equalized", "conv2"]);
     // a second run (prepare runs again on a prepared module) leaves it alone
     let text = quantir::ir::io::model_hash(&m);
     assert_eq!(equalize(&m), 0);
@@ -234,23 +260,17 @@ fn a_tf_depthwise_bias_relu_pool_pointwise_chain_is_equalized() {
     assert_eq!(equalize(&m), 1);
     assert_close(&before, &run_on(&m, &x));
     let w = compute_weights(&m);
-    let (r1, r2) = (ranges(&w[0], 2), ranges(&w[1], 2));
-    for (a, b) in r1.iter().zip(&r2) {
-        assert!(
-            (a / b - 1.0).abs() < 1e-3,
-            "channel ranges after equalization: {a} vs {b}"
-        );
-    }
-    let k = keys(&m);
-    for name in [
-        "dw~equalized",
-        "dw_bias~equalized",
-        "dw_relu~equalized",
-        "pool~equalized",
-        "pw",
-    ] {
-        assert!(k.iter().any(|n| n == name), "{name} in {k:?}");
-    }
+    assert_ranges_meet(&ranges(&w[0], 2), &ranges(&w[1], 2));
+    assert_has_keys(
+        &m,
+        &[
+            "dw~equalized",
+            "dw_bias~equalized",
+            "dw_relu~equalized",
+            "pool~equalized",
+            "pw",
+        ],
+    );
 }
 
 #[test]
@@ -261,25 +281,9 @@ fn quantize_with_equalization_needs_stats_of_the_equalized_model() {
     let model = common::data("digits_cnn.onnx");
     let data = common::example("digits_calib.npz");
     let stats = dir.path().join("s.json");
-    common::ok(common::quantir(&[
-        "calibrate",
-        &common::arg(&model),
-        "--data",
-        &common::arg(&data),
-        "--equalize-layers",
-        "-o",
-        &common::arg(&stats),
-    ]));
+    common::ok(calibrate(&model, &data, &["--equalize-layers"], &stats));
     let out = dir.path().join("q.onnx");
-    let q = common::ok(common::quantir(&[
-        "quantize",
-        &common::arg(&model),
-        "--stats",
-        &common::arg(&stats),
-        "--equalize-layers",
-        "-o",
-        &common::arg(&out),
-    ]));
+    let q = common::ok(quantize(&model, &stats, &["--equalize-layers"], &out));
     assert!(out.exists(), "{}", common::stderr(&q));
     // the stats hold the measured ranges, one per channel of each value equalized against
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
@@ -304,27 +308,15 @@ fn quantize_with_equalization_needs_stats_of_the_equalized_model() {
     }
     // data-free: equalized, with no ranges measured
     let wstats = dir.path().join("w.json");
-    common::ok(common::quantir(&[
-        "calibrate",
-        &common::arg(&model),
-        "--data",
-        &common::arg(&data),
-        "--equalize-layers",
-        "--equalize-by",
-        "weights",
-        "-o",
-        &common::arg(&wstats),
-    ]));
+    common::ok(calibrate(
+        &model,
+        &data,
+        &["--equalize-layers", "--equalize-by", "weights"],
+        &wstats,
+    ));
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&wstats).unwrap()).unwrap();
     assert_eq!(json["equalization"], serde_json::json!({}));
-    let plain = common::quantir(&[
-        "quantize",
-        &common::arg(&model),
-        "--stats",
-        &common::arg(&stats),
-        "-o",
-        &common::arg(&dir.path().join("p.onnx")),
-    ]);
+    let plain = quantize(&model, &stats, &[], &dir.path().join("p.onnx"));
     assert!(!plain.status.success());
     assert!(
         common::stderr(&plain).contains("calibrated after cross-layer equalization: quantize with --equalize-layers"),
@@ -351,23 +343,8 @@ fn quantize_with_equalization_needs_stats_of_the_equalized_model() {
     );
     // and the other way round
     let plain_stats = dir.path().join("plain.json");
-    common::ok(common::quantir(&[
-        "calibrate",
-        &common::arg(&model),
-        "--data",
-        &common::arg(&data),
-        "-o",
-        &common::arg(&plain_stats),
-    ]));
-    let eq = common::quantir(&[
-        "quantize",
-        &common::arg(&model),
-        "--stats",
-        &common::arg(&plain_stats),
-        "--equalize-layers",
-        "-o",
-        &common::arg(&dir.path().join("e.onnx")),
-    ]);
+    common::ok(calibrate(&model, &data, &[], &plain_stats));
+    let eq = quantize(&model, &plain_stats, &["--equalize-layers"], &dir.path().join("e.onnx"));
     assert!(
         common::stderr(&eq).contains("calibrate with --equalize-layers"),
         "{}",
