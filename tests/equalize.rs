@@ -72,6 +72,30 @@ fn onnx_conv_pair(act: &str) -> String {
     )
 }
 
+/// Conv 3→8 (bias) → Relu → depthwise Conv 3x3 (group 8), ONNX dialect, NCHW 1x3x6x6.
+fn onnx_conv_depthwise_pair() -> String {
+    let w1 = weights(&[8, 3, 3, 3], 1, 0, &SPREAD);
+    let b1 = weights(&[8], 2, 0, &[0.1]);
+    let w2 = weights(&[8, 1, 3, 3], 3, 0, &SPREAD.iter().rev().copied().collect::<Vec<_>>());
+    format!(
+        r#"module {{
+  func.func @main(%x: tensor<1x3x6x6xf32>) -> tensor<1x8x2x2xf32> {{
+    %w1 = "arith.constant"() {{value = {w1}}} : () -> tensor<8x3x3x3xf32>
+    %b1 = "arith.constant"() {{value = {b1}}} : () -> tensor<8xf32>
+    %w2 = "arith.constant"() {{value = {w2}}} : () -> tensor<8x1x3x3xf32>
+    %n = "onnx.NoValue"() {{value}} : () -> none
+    %1 = "onnx.Conv"(%x, %w1, %b1) {{group = 1 : si64, kernel_shape = [3, 3], pads = [0, 0, 0, 0], strides = [1, 1]}} : (tensor<1x3x6x6xf32>, tensor<8x3x3x3xf32>, tensor<8xf32>) -> tensor<1x8x4x4xf32> loc("conv1")
+    %2 = "onnx.Relu"(%1) : (tensor<1x8x4x4xf32>) -> tensor<1x8x4x4xf32> loc("relu")
+    %3 = "onnx.Conv"(%2, %w2, %n) {{group = 8 : si64, kernel_shape = [3, 3], pads = [0, 0, 0, 0], strides = [1, 1]}} : (tensor<1x8x4x4xf32>, tensor<8x1x3x3xf32>, none) -> tensor<1x8x2x2xf32> loc("dw")
+    return %3 : tensor<1x8x2x2xf32>
+  }}
+}}"#,
+        w1 = dense(&w1),
+        b1 = dense(&b1),
+        w2 = dense(&w2),
+    )
+}
+
 /// Depthwise 3x3 (8 channels) → BiasAdd → Relu → MaxPool → pointwise Conv2D 8→4, TF dialect, NHWC.
 fn tf_depthwise_pair() -> String {
     let w1 = weights(&[3, 3, 8, 1], 4, 2, &SPREAD);
@@ -240,6 +264,40 @@ fn measured_activation_ranges_spread_less_after_equalization() {
         spread(&a),
         spread(&after)
     );
+}
+
+#[test]
+fn a_depthwise_input_quantized_per_channel_gains_nothing_from_a_scale() {
+    // channels spanning 100× into a depthwise conv: quantized per channel there (the default),
+    // both roundings are per channel and no scale lowers the noise, so the pair is left alone;
+    // with one scale per tensor at depthwise inputs, the same pair is rescaled
+    let moments = || {
+        let a: Vec<f32> = SPREAD.iter().map(|k| 4.0 * k).collect();
+        quantir::calibration::ChannelMoments {
+            min: vec![0.0; 8],
+            max: a.clone(),
+            mean_square: a.iter().map(|v| v * v / 9.0).collect(),
+        }
+    };
+    for per_channel_inputs in [true, false] {
+        let ctx = quantir::ir::new_context();
+        let m = quantir::ir::load_bytes(&ctx, onnx_conv_depthwise_pair().as_bytes(), Path::new("dw.mlir")).unwrap();
+        let x = weights(&[1, 3, 6, 6], 7, 0, &[1.0]);
+        let before = run_on(&m, &x);
+        let hash = quantir::ir::io::model_hash(&m);
+        let mut options = PassOptions::default();
+        options.config.per_channel_depthwise_inputs = per_channel_inputs;
+        options.config.equalize_ranges.insert("relu".into(), moments());
+        let r = run_pipeline(&m, &["equalize-layers".to_string()], &options).unwrap();
+        let rescaled = r[0].1.get(&Change::LayerPairsEqualized);
+        assert_eq!(
+            rescaled,
+            usize::from(!per_channel_inputs),
+            "per-channel depthwise inputs: {per_channel_inputs}"
+        );
+        assert_close(&before, &run_on(&m, &x));
+        assert_eq!(quantir::ir::io::model_hash(&m) == hash, per_channel_inputs);
+    }
 }
 
 #[test]

@@ -41,6 +41,7 @@ use crate::ir::graph::{body_ops, context_of, defining_op, erase_op, functions, o
 use crate::ir::keys::TensorKeys;
 use crate::ir::ops::{constant_value, insert_constant, is_constant_op};
 use crate::passes::report::{err, Change, PassError};
+use crate::recipe::plan::{step_gain_db, PER_CHANNEL_MIN_GAIN_DB};
 use crate::recipe::QuantConfig;
 use crate::tensor::Tensor;
 use melior::ir::operation::{OperationLike, OperationMutLike};
@@ -57,6 +58,8 @@ const SETTLED: f32 = 1e-4;
 const DEAD: f32 = 1e-12;
 /// Scales are bounded so that no weight leaves f32's comfortable range.
 const MAX_SCALE: f32 = 1e6;
+/// The least relative drop of the estimated noise for which a measured pair is rescaled.
+const GAIN: f64 = 1e-3;
 
 /// Suffix of the keys of the values whose channels the pass rescales.
 pub const EQUALIZED_SUFFIX: &str = "~equalized";
@@ -85,6 +88,10 @@ struct Pair<'c, 'a> {
     /// The per-channel moments of the value the second layer reads, measured on calibration
     /// data; `None`: the first layer's weights stand for it.
     activation: Option<ChannelMoments>,
+    /// That value may be quantized per channel (a depthwise convolution's input, see
+    /// `recipe::plan::depthwise_input_axis`): the plan does so where that cuts the noise by
+    /// `PER_CHANNEL_MIN_GAIN_DB` or more, per tensor otherwise.
+    activation_per_channel: bool,
     /// A scale other than 1 was applied.
     applied: bool,
 }
@@ -149,6 +156,9 @@ fn equalize_function(func: OperationRef, config: &QuantConfig) -> Result<usize, 
     let keys = TensorKeys::new(func);
     for p in &mut pairs {
         let v = layers[p.second].op.operand(0).ok();
+        p.activation_per_channel = config.per_channel_depthwise_inputs
+            && config.per_channel
+            && v.is_some_and(|v| crate::recipe::plan::depthwise_input_axis(v).is_some());
         p.activation = v
             .and_then(|v| keys.get(v))
             .and_then(|k| ranges.get(k))
@@ -160,7 +170,7 @@ fn equalize_function(func: OperationRef, config: &QuantConfig) -> Result<usize, 
     // is least, once, in order
     let levels = quantization_levels(config);
     for p in pairs.iter_mut().filter(|p| p.activation.is_some()) {
-        let s = choose_scale(&layers, p, levels);
+        let s = choose_scale(&layers, p, levels, config.per_channel);
         if s.iter().any(|&k| k != 1.0) {
             apply(&mut layers, p, &s);
         }
@@ -284,6 +294,7 @@ fn pair_from<'c, 'a>(
                 biases,
                 between,
                 activation: None,
+                activation_per_channel: false,
                 applied: false,
             });
         }
@@ -387,16 +398,24 @@ fn quantization_levels(config: &QuantConfig) -> (f32, f32) {
 
 /// Of no scaling, SmoothQuant's balance at α = ¼, ½, ¾ against the measured activation and
 /// the paper's weight balance, the scale whose estimated rounding noise at the second layer's
-/// output is least: the activation between the layers rounded per tensor (step = its range
-/// over the levels), the second layer's weights per output channel.
+/// output is least, rounding each side as the quantized model will: the activation between the
+/// layers per tensor (step = its range over the levels) or per channel (a depthwise input),
+/// the second layer's weights per output channel or per tensor.
 ///
 /// ```text
-/// noise(s) = Δx(s)²/12 · Σ_o,i Σ_taps (w_oi · s_i)²  +  Σ_o Δw_o(s)²/12 · Σ_i taps_oi · E[x_i²] / s_i²
-/// Δx(s) = (max(0, max_i hi_i/s_i) − min(0, min_i lo_i/s_i)) / levels,   Δw_o(s) = max_i |w_oi| s_i / levels
+/// noise(s) = Σ_o,i Δx_i(s)²/12 · Σ_taps (w_oi · s_i)²  +  Σ_o Δw_o(s)²/12 · Σ_i taps_oi · E[x_i²] / s_i²
+/// per tensor:  Δx_i(s) = (max(0, max_k hi_k/s_k) − min(0, min_k lo_k/s_k)) / levels
+/// per channel: Δx_i(s) = (max(0, hi_i) − min(0, lo_i)) / s_i / levels  (where the plan will
+///              choose it: a gain of PER_CHANNEL_MIN_GAIN_DB over per tensor at these ranges)
+/// Δw_o(s) = max_i |w_oi| s_i / levels   (per tensor: the max over o too)
 /// ```
 ///
-/// Ties go to the earlier candidate, so no scaling wins where nothing is gained.
-fn choose_scale(layers: &[Layer], p: &Pair, (act_levels, w_levels): (f32, f32)) -> Vec<f32> {
+/// Where both sides round per channel along `i` (a depthwise second layer reading per-channel
+/// activations) the noise does not depend on `s`; a scale that evens the channels out enough
+/// turns that input per tensor again, which may be better or worse. A candidate must lower the noise by more than
+/// [`GAIN`] to be taken, so that float rounding in the estimate never rescales a pair for
+/// nothing.
+fn choose_scale(layers: &[Layer], p: &Pair, (act_levels, w_levels): (f32, f32), per_channel_weights: bool) -> Vec<f32> {
     let m = p.activation.as_ref().expect("a measured pair");
     let c = m.max.len();
     let second = &layers[p.second];
@@ -412,27 +431,38 @@ fn choose_scale(layers: &[Layer], p: &Pair, (act_levels, w_levels): (f32, f32)) 
         taps[k] += 1.0;
     }
     let noise = |s: &[f32]| -> f64 {
+        let span = |i: usize| (m.max[i].max(0.0) - m.min[i].min(0.0)) as f64 / s[i] as f64;
         let hi = (0..c).map(|i| m.max[i] / s[i]).fold(0.0f32, f32::max);
         let lo = (0..c).map(|i| m.min[i] / s[i]).fold(0.0f32, f32::min);
-        let dx = ((hi - lo) / act_levels) as f64;
+        let whole = (hi - lo) as f64;
+        let spans: Vec<f64> = (0..c).map(span).collect();
+        // as the plan will decide it on the ranges of the rescaled model
+        let per_channel = p.activation_per_channel && step_gain_db(whole, &spans) >= PER_CHANNEL_MIN_GAIN_DB;
+        let dx: Vec<f64> = match per_channel {
+            true => spans.iter().map(|v| v / act_levels as f64).collect(),
+            false => vec![whole / act_levels as f64; c],
+        };
+        let dw_of = |o: usize| (0..c).map(|i| mx[o * c + i] * s[i]).fold(0.0f32, f32::max) as f64 / w_levels as f64;
+        let dw_all = (0..outs).map(dw_of).fold(0.0f64, f64::max);
         let mut act = 0.0f64;
         let mut wn = 0.0f64;
         for o in 0..outs {
             let row = &sq[o * c..(o + 1) * c];
-            act += row.iter().zip(s).map(|(q, &k)| q * (k as f64).powi(2)).sum::<f64>();
-            let dw = (0..c).map(|i| mx[o * c + i] * s[i]).fold(0.0f32, f32::max) as f64 / w_levels as f64;
+            act += (0..c).map(|i| row[i] * (s[i] as f64 * dx[i]).powi(2)).sum::<f64>();
+            let dw = if per_channel_weights { dw_of(o) } else { dw_all };
             let x2: f64 = (0..c)
                 .map(|i| taps[o * c + i] * m.mean_square[i] as f64 / (s[i] as f64).powi(2))
                 .sum();
-            wn += dw * dw / 12.0 * x2;
+            wn += dw * dw * x2;
         }
-        dx * dx / 12.0 * act + wn
+        (act + wn) / 12.0
     };
     let a: Vec<f32> = (0..c).map(|i| m.max[i].abs().max(m.min[i].abs())).collect();
     let r2 = channel_ranges(w2, ia);
     let r1 = channel_ranges(&layers[p.first].weight, layers[p.first].out_axis);
     let mut best = vec![1.0f32; c];
-    let mut least = noise(&best);
+    let unscaled = noise(&best);
+    let mut least = unscaled * (1.0 - GAIN);
     for s in [
         balanced(&a, &r2, 0.25),
         balanced(&a, &r2, 0.5),

@@ -141,10 +141,15 @@ pub const PER_CHANNEL_MIN_GAIN_DB: f64 = 4.771_212_547_196_624;
 /// `10·log10(s² / mean(s_c²))` (the noise of a uniform grid goes with its step squared, and
 /// every channel holds as many values).
 pub fn resolution_gain_db(per_tensor: &QuantParams, per_channel: &QuantParams) -> f64 {
-    let n = per_channel.scale.len().max(1) as f64;
-    let mean_sq = per_channel.scale.iter().map(|s| s * s).sum::<f64>() / n;
-    let s = per_tensor.scale[0];
-    10.0 * (s * s / mean_sq.max(f64::MIN_POSITIVE)).log10()
+    step_gain_db(per_tensor.scale[0], &per_channel.scale)
+}
+
+/// [`resolution_gain_db`] of a per-tensor step against per-channel steps (or any quantities
+/// proportional to them, such as the ranges they cover).
+pub fn step_gain_db(per_tensor: f64, per_channel: &[f64]) -> f64 {
+    let n = per_channel.len().max(1) as f64;
+    let mean_sq = per_channel.iter().map(|s| s * s).sum::<f64>() / n;
+    10.0 * (per_tensor * per_tensor / mean_sq.max(f64::MIN_POSITIVE)).log10()
 }
 
 /// Per-channel activation parameters for the ranges `[lo[c], hi[c]]` along `axis`, each
@@ -215,7 +220,7 @@ fn only_reaches_return(v: Value) -> bool {
 /// ```
 /// Ops without a quantization rule (a HardSwish's Mul, a residual Add) may read it too: they
 /// read its dequantized value.
-fn depthwise_input_axis(v: Value) -> Option<usize> {
+pub(crate) fn depthwise_input_axis(v: Value) -> Option<usize> {
     let mut depthwise = false;
     for u in uses(v) {
         let name = op_name(&u.owner);
