@@ -6,7 +6,7 @@ use super::elementwise::broadcast_shape;
 use super::{from_vec, KernelResult};
 use crate::tensor::Tensor;
 use ndarray::Axis;
-use ndarray::{ArrayD, IxDyn};
+use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
 /// c[m×n] = a[m×k] · b[k×n] for row-major slices with explicit row/column strides, overwriting c.
 #[allow(clippy::too_many_arguments)]
@@ -101,6 +101,12 @@ pub fn matmul(a: &ArrayD<f32>, b: &ArrayD<f32>, ta: bool, tb: bool) -> KernelRes
 /// Batched matmul over the leading dims with NumPy broadcasting (TF BatchMatMulV2 adj flags,
 /// ONNX MatMul); rank-1 operands are not promoted (callers reshape).
 pub fn batch_matmul(a: &ArrayD<f32>, b: &ArrayD<f32>, ta: bool, tb: bool) -> KernelResult<ArrayD<f32>> {
+    batch_matmul_views(a.view(), b.view(), ta, tb)
+}
+
+/// [`batch_matmul`] on views: an operand without batch dims (a weight matrix) is read in
+/// place for every batch, never copied once per batch or at all.
+fn batch_matmul_views(a: ArrayViewD<'_, f32>, b: ArrayViewD<'_, f32>, ta: bool, tb: bool) -> KernelResult<ArrayD<f32>> {
     if a.ndim() < 2 || b.ndim() < 2 {
         return Err(format!(
             "batch matmul needs rank ≥ 2 operands, got {:?} and {:?}",
@@ -126,10 +132,19 @@ pub fn batch_matmul(a: &ArrayD<f32>, b: &ArrayD<f32>, ta: bool, tb: bool) -> Ker
     let nb: usize = batch.iter().product();
     let a_full: Vec<usize> = batch.iter().copied().chain([am, ak]).collect();
     let b_full: Vec<usize> = batch.iter().copied().chain([bk, bn]).collect();
-    let av = a.broadcast(IxDyn(&a_full)).ok_or("broadcast failed")?;
-    let bv = b.broadcast(IxDyn(&b_full)).ok_or("broadcast failed")?;
-    let av = av.as_standard_layout();
-    let bv = bv.as_standard_layout();
+    // a rank-2 operand is the same matrix for every batch: offset 0, not a broadcast copy
+    let (a_step, b_step) = (if ra == 2 { 0 } else { am * ak }, if rb == 2 { 0 } else { bk * bn });
+    let ab = if ra == 2 {
+        a.view()
+    } else {
+        a.broadcast(IxDyn(&a_full)).ok_or("broadcast failed")?
+    };
+    let bb = if rb == 2 {
+        b.view()
+    } else {
+        b.broadcast(IxDyn(&b_full)).ok_or("broadcast failed")?
+    };
+    let (av, bv) = (ab.as_standard_layout(), bb.as_standard_layout());
     let (asl, bsl) = (av.as_slice().ok_or("layout")?, bv.as_slice().ok_or("layout")?);
     let mut out = vec![0f32; nb * m * n];
     let (a_rs, a_cs) = if ta { (1, ak as isize) } else { (ak as isize, 1) };
@@ -139,10 +154,10 @@ pub fn batch_matmul(a: &ArrayD<f32>, b: &ArrayD<f32>, ta: bool, tb: bool) -> Ker
             m,
             n,
             k,
-            &asl[i * am * ak..],
+            &asl[i * a_step..],
             a_rs,
             a_cs,
-            &bsl[i * bk * bn..],
+            &bsl[i * b_step..],
             b_rs,
             b_cs,
             &mut out[i * m * n..(i + 1) * m * n],
@@ -156,6 +171,41 @@ pub fn batch_matmul(a: &ArrayD<f32>, b: &ArrayD<f32>, ta: bool, tb: bool) -> Ker
 mod tests {
     use super::*;
     use ndarray::array;
+
+    #[test]
+    fn a_matrix_without_batch_dims_serves_every_batch_of_the_other_operand() {
+        let x = ArrayD::from_shape_fn(IxDyn(&[3, 2, 4]), |i| (i[0] * 8 + i[1] * 4 + i[2]) as f32 - 7.0);
+        let w = ArrayD::from_shape_fn(IxDyn(&[4, 5]), |i| (i[0] * 5 + i[1]) as f32 * 0.5 - 3.0);
+        let w2 = w.clone().into_dimensionality::<ndarray::Ix2>().unwrap();
+        let xw = batch_matmul(&x, &w, false, false).unwrap();
+        let wt = w.t().to_owned().into_dyn(); // [5, 4]
+        let wx = batch_matmul(
+            &wt,
+            &x.clone()
+                .permuted_axes(IxDyn(&[0, 2, 1]))
+                .as_standard_layout()
+                .into_owned(),
+            false,
+            false,
+        )
+        .unwrap();
+        for i in 0..3 {
+            let xi = x
+                .index_axis(Axis(0), i)
+                .to_owned()
+                .into_dimensionality::<ndarray::Ix2>()
+                .unwrap();
+            assert_eq!(xw.index_axis(Axis(0), i), xi.dot(&w2).into_dyn());
+            assert_eq!(wx.index_axis(Axis(0), i), w2.t().dot(&xi.t()).into_dyn());
+        }
+        // NumPy's 1-D rules on top: [4] · [4, 5] → [5]
+        let v = Tensor::F32(ArrayD::from_shape_vec(IxDyn(&[4]), vec![1.0, 0.0, -1.0, 2.0]).unwrap());
+        let Tensor::F32(y) = numpy_matmul(&v, &Tensor::F32(w.clone())).unwrap() else {
+            panic!()
+        };
+        let v2 = ndarray::arr1(&[1.0f32, 0.0, -1.0, 2.0]);
+        assert_eq!(y, v2.dot(&w2).into_dyn());
+    }
 
     #[test]
     fn transposes_and_broadcast_batches() {
@@ -201,13 +251,10 @@ pub fn numpy_matmul(a: &Tensor, b: &Tensor) -> KernelResult<Tensor> {
         return Err(format!("MatMul of {} and {}", a.dtype(), b.dtype()));
     };
     let (a1, b1) = (a.ndim() == 1, b.ndim() == 1);
-    let a2 = if a1 { a.clone().insert_axis(Axis(0)) } else { a.clone() };
-    let b2 = if b1 { b.clone().insert_axis(Axis(1)) } else { b.clone() };
-    let mut y = if a2.ndim() == 2 && b2.ndim() == 2 {
-        matmul(&a2, &b2, false, false)?
-    } else {
-        batch_matmul(&a2, &b2, false, false)?
-    };
+    // views: the weight operand of a model's MatMul is a constant, never copied per run
+    let a2 = if a1 { a.view().insert_axis(Axis(0)) } else { a.view() };
+    let b2 = if b1 { b.view().insert_axis(Axis(1)) } else { b.view() };
+    let mut y = batch_matmul_views(a2, b2, false, false)?;
     if b1 {
         let last = y.ndim() - 1;
         y = y.remove_axis(Axis(last));
