@@ -455,3 +455,72 @@ fn fused_epilogues_give_the_same_bits_as_the_separate_ops() {
     assert!(seen > 200);
     assert!(fused[0].bit_eq(&unfused[0]));
 }
+
+/// Every value of `p` watched (so none is handed over channels last, none fused) against
+/// none watched: the outputs must be the same bits.
+fn assert_hand_offs_change_no_bit(p: &Program, x: &[Tensor]) {
+    let all: Vec<String> = p.values.iter().filter(|v| !v.constant).map(|v| v.key.clone()).collect();
+    let nchw = p.run_observed(x, &p.watch(&all).unwrap(), &mut |_, _| Ok(())).unwrap();
+    let handed = p.run(x).unwrap();
+    assert_eq!(nchw.len(), handed.len());
+    for (a, b) in nchw.iter().zip(&handed) {
+        assert_eq!(a.shape(), b.shape());
+        assert!(a.bit_eq(b), "{:?} vs {:?}", a.as_f32(), b.as_f32());
+    }
+}
+
+#[test]
+fn values_handed_channels_last_between_onnx_convs_give_the_same_bits() {
+    // the ONNX MobileNet: NHWC input → Transpose → Conv, Conv → Pad → depthwise Conv, 1×1
+    // convs reading and writing NHWC through the GEMM's strides
+    let ctx = quantir::ir::new_context();
+    let m = quantir::formats::model::load(&ctx, &common::data("mobilenet_v2_035.onnx")).unwrap();
+    let p = Program::compile(&m, None).unwrap();
+    let d = Dataset::open(&common::data("mobilenet_test.npz")).unwrap();
+    let b = bind(&d, &p.inputs, &[]).unwrap();
+    assert_hand_offs_change_no_bit(&p, &b.sample(5).unwrap());
+
+    // reflect and constant pads, a grouped conv, strides, a transpose between convs with an
+    // odd permutation, and a value with two users (never handed over)
+    let w = |n: usize, seed: f32| -> String {
+        let v: Vec<String> = (0..n)
+            .map(|i| format!("{:.4}", ((i as f32 * 0.37 + seed).sin())))
+            .collect();
+        v.join(", ")
+    };
+    let src = format!(
+        r#"module {{
+  func.func @main(%x: tensor<1x4x9x7xf32>) -> (tensor<1x6x5x4xf32>, tensor<1x4x9x7xf32>) {{
+    %w1 = "arith.constant"() {{value = dense<[{w1}]> : tensor<144xf32>}} : () -> tensor<144xf32>
+    %s1 = "arith.constant"() {{value = dense<[4, 4, 3, 3]> : tensor<4xi64>}} : () -> tensor<4xi64>
+    %k1 = "onnx.Reshape"(%w1, %s1) : (tensor<144xf32>, tensor<4xi64>) -> tensor<4x4x3x3xf32>
+    %w2 = "arith.constant"() {{value = dense<[{w2}]> : tensor<36xf32>}} : () -> tensor<36xf32>
+    %s2 = "arith.constant"() {{value = dense<[4, 1, 3, 3]> : tensor<4xi64>}} : () -> tensor<4xi64>
+    %k2 = "onnx.Reshape"(%w2, %s2) : (tensor<36xf32>, tensor<4xi64>) -> tensor<4x1x3x3xf32>
+    %w3 = "arith.constant"() {{value = dense<[{w3}]> : tensor<24xf32>}} : () -> tensor<24xf32>
+    %s3 = "arith.constant"() {{value = dense<[6, 4, 1, 1]> : tensor<4xi64>}} : () -> tensor<4xi64>
+    %k3 = "onnx.Reshape"(%w3, %s3) : (tensor<24xf32>, tensor<4xi64>) -> tensor<6x4x1x1xf32>
+    %n = "onnx.NoValue"() {{value}} : () -> none
+    %p1 = "arith.constant"() {{value = dense<[0, 0, 1, 1, 0, 0, 1, 1]> : tensor<8xi64>}} : () -> tensor<8xi64>
+    %p2 = "arith.constant"() {{value = dense<[0, 0, 2, 0, 0, 0, 0, 1]> : tensor<8xi64>}} : () -> tensor<8xi64>
+    %1 = "onnx.Conv"(%x, %k1, %n) {{group = 1 : si64, kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [1, 1]}} : (tensor<1x4x9x7xf32>, tensor<4x4x3x3xf32>, none) -> tensor<1x4x9x7xf32>
+    %2 = "onnx.Pad"(%1, %p1, %n, %n) {{mode = "reflect"}} : (tensor<1x4x9x7xf32>, tensor<8xi64>, none, none) -> tensor<1x4x11x9xf32>
+    %3 = "onnx.Conv"(%2, %k2, %n) {{group = 4 : si64, kernel_shape = [3, 3], pads = [0, 0, 0, 0], strides = [2, 2]}} : (tensor<1x4x11x9xf32>, tensor<4x1x3x3xf32>, none) -> tensor<1x4x5x4xf32>
+    %4 = "onnx.Pad"(%3, %p2, %n, %n) {{mode = "constant"}} : (tensor<1x4x5x4xf32>, tensor<8xi64>, none, none) -> tensor<1x4x7x5xf32>
+    %5 = "onnx.Transpose"(%4) {{perm = [0, 1, 3, 2]}} : (tensor<1x4x7x5xf32>) -> tensor<1x4x5x7xf32>
+    %6 = "onnx.Conv"(%5, %k3, %n) {{group = 1 : si64, kernel_shape = [1, 1], pads = [0, 0, 0, 0], strides = [1, 2]}} : (tensor<1x4x5x7xf32>, tensor<6x4x1x1xf32>, none) -> tensor<1x6x5x4xf32>
+    %7 = "onnx.Conv"(%1, %k1, %n) {{group = 1 : si64, kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [1, 1]}} : (tensor<1x4x9x7xf32>, tensor<4x4x3x3xf32>, none) -> tensor<1x4x9x7xf32>
+    return %6, %7 : tensor<1x6x5x4xf32>, tensor<1x4x9x7xf32>
+  }}
+}}"#,
+        w1 = w(144, 0.1),
+        w2 = w(36, 1.3),
+        w3 = w(24, 2.9),
+    );
+    let p = compile_src(&src).unwrap();
+    let x = f32t(
+        &[1, 4, 9, 7],
+        (0..252).map(|i| ((i * 7919 % 251) as f32 - 125.0) / 50.0).collect(),
+    );
+    assert_hand_offs_change_no_bit(&p, &[x]);
+}

@@ -146,6 +146,10 @@ pub struct Program {
     consumes_first: Vec<bool>,
     /// Per step: the bias/activation steps it absorbs when nothing between is watched.
     fusions: Vec<Option<Fusion>>,
+    /// Per step: its (fused) 4-D result goes to one consumer only, operand 0 of a kernel that
+    /// also [`kernels::Kernel::takes_channels_last`], and not out of the function: it is
+    /// handed over channels last, unless an observer watches it.
+    hand_off: Vec<bool>,
     /// The ops run with a runtime's own integer numerics (`ort_x86`), in program order.
     simulated: Vec<ort_x86::Simulated>,
 }
@@ -469,6 +473,29 @@ impl Program {
                 fusions[i] = Some(f);
             }
         }
+        // conv → conv: the value between them stays channels last (kernels::ChannelsLast)
+        let hand_off: Vec<bool> = (0..steps.len())
+            .map(|i| {
+                let out = fusions[i]
+                    .as_ref()
+                    .map_or(steps[i].outputs.first().copied(), |f| Some(f.out));
+                let Some(out) = out.filter(|_| steps[i].outputs.len() == 1) else {
+                    return false;
+                };
+                let users: Vec<usize> = (i + 1..steps.len())
+                    .filter(|&j| steps[j].inputs.contains(&out))
+                    .collect();
+                let f32_value = |s: usize| values[s].dtype == Some(crate::tensor::DType::F32);
+                steps[i].kernel.takes_channels_last()
+                    && values[out].dims.len() == 4
+                    && f32_value(out)
+                    && steps[i].inputs.first().is_some_and(|&s| f32_value(s))
+                    && !outs.contains(&out)
+                    && matches!(users.as_slice(), &[j] if steps[j].kernel.takes_channels_last()
+                        && steps[j].inputs.iter().filter(|&&s| s == out).count() == 1
+                        && steps[j].inputs[0] == out)
+            })
+            .collect();
         let output_names = if output_names.len() == outputs.len() {
             output_names
         } else {
@@ -485,6 +512,7 @@ impl Program {
             free_after,
             consumes_first,
             fusions,
+            hand_off,
             simulated,
         })
     }
@@ -552,7 +580,10 @@ impl Program {
             env[i] = Some(t.clone());
         }
         let mut absorbed_until = 0usize;
+        // slots whose value is held channels last (handed from one conv to the next)
+        let mut channels_last = vec![false; self.values.len()];
         for (i, st) in self.steps.iter().enumerate() {
+            let input_last = st.inputs.first().is_some_and(|&s| channels_last[s]);
             if i < absorbed_until {
                 // absorbed into a fused step: only its bookkeeping remains
                 for &s in &self.free_after[i] {
@@ -580,10 +611,20 @@ impl Program {
                     bias: vec_of(f.bias),
                     act: f.act,
                 };
-                let (mut res, applied) = match st.kernel.run_fused(&args, &ep) {
-                    Some(r) => (r.map_err(|m| self.kernel_error(st, m))?, true),
-                    None => (st.kernel.run(&args).map_err(|m| self.kernel_error(st, m))?, false),
+                let layout = kernels::ChannelsLast {
+                    input: input_last,
+                    output: self.hand_off[i] && !watch.slots.contains(&f.out),
                 };
+                let (mut res, applied) = if layout != kernels::ChannelsLast::default() {
+                    let r = st.kernel.run_channels_last(&args, Some(&ep), layout);
+                    (r.map_err(|m| self.kernel_error(st, m))?, true)
+                } else {
+                    match st.kernel.run_fused(&args, &ep) {
+                        Some(r) => (r.map_err(|m| self.kernel_error(st, m))?, true),
+                        None => (st.kernel.run(&args).map_err(|m| self.kernel_error(st, m))?, false),
+                    }
+                };
+                channels_last[f.out] = layout.output;
                 let Some(Tensor::F32(mut y)) = res.pop() else {
                     return Err(self.kernel_error(st, "fused epilogue on a non-f32 value".into()));
                 };
@@ -608,9 +649,15 @@ impl Program {
                 absorbed_until = f.tail.last().map_or(i + 1, |&t| t + 1);
                 continue;
             }
+            let layout = kernels::ChannelsLast {
+                input: input_last,
+                output: self.hand_off[i]
+                    && self.fusions[i].is_none()
+                    && st.outputs.first().is_some_and(|s| !watch.slots.contains(s)),
+            };
             // operand 0 dies here and is not used twice by this op: hand its buffer over
             let owned = match st.inputs.first() {
-                Some(&s0) if self.consumes_first[i] => env[s0].take(),
+                Some(&s0) if self.consumes_first[i] && layout == kernels::ChannelsLast::default() => env[s0].take(),
                 _ => None,
             };
             let skip = owned.is_some() as usize;
@@ -621,9 +668,13 @@ impl Program {
                 .ok_or_else(|| self.kernel_error(st, "an operand was not computed".into()))?;
             let res = match owned {
                 Some(first) => st.kernel.run_owned(first, &args),
+                None if layout != kernels::ChannelsLast::default() => st.kernel.run_channels_last(&args, None, layout),
                 None => st.kernel.run(&args),
             }
             .map_err(|m| self.kernel_error(st, m))?;
+            if let Some(&s) = st.outputs.first() {
+                channels_last[s] = layout.output;
+            }
             if res.len() != st.outputs.len() {
                 return Err(self.kernel_error(
                     st,

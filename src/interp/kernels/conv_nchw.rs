@@ -5,9 +5,10 @@
 use super::conv::{conv2d, depthwise_conv2d, Padding};
 use super::epilogue::Epilogue;
 use super::permute::permute;
-use super::{f32_arg, Kernel, KernelResult};
+use super::{f32_arg, ChannelsLast, Kernel, KernelResult};
 use crate::tensor::Tensor;
 use ndarray::{ArrayD, Axis, IxDyn};
+use std::borrow::Cow;
 
 /// How an ONNX conv/pool pads: explicit pads, or SAME_UPPER / SAME_LOWER worked out from the
 /// input size.
@@ -78,26 +79,40 @@ pub struct OnnxConv {
 
 impl Kernel for OnnxConv {
     fn run(&self, x: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
-        self.go(x, None)
+        self.go(x, None, ChannelsLast::default())
     }
 
     /// With the per-channel scale, bias and activation of the ops after it (`interp::fusion`,
     /// which gives a conv with a bias of its own only an activation).
     fn run_fused(&self, x: &[&Tensor], ep: &Epilogue) -> Option<KernelResult<Vec<Tensor>>> {
-        let own_bias = matches!(x.get(2), Some(Tensor::F32(b)) if !b.is_empty());
-        if own_bias && (ep.scale.is_some() || ep.bias.is_some()) {
-            return Some(Err(
-                "a conv with a bias of its own cannot take a fused scale or bias".into()
-            ));
-        }
-        Some(self.go(x, Some(ep)))
+        Some(self.go(x, Some(ep), ChannelsLast::default()))
+    }
+
+    /// The NHWC kernels work channels last anyway: a channels-last input or result only skips
+    /// the transpose into or out of them (and a 1×1 conv reads and writes either layout
+    /// through the GEMM's strides).
+    fn takes_channels_last(&self) -> bool {
+        true
+    }
+
+    fn run_channels_last(
+        &self,
+        x: &[&Tensor],
+        ep: Option<&Epilogue>,
+        layout: ChannelsLast,
+    ) -> KernelResult<Vec<Tensor>> {
+        self.go(x, ep, layout)
     }
 }
 
 impl OnnxConv {
     /// The convolution, then `fused` (whose bias, if any, stands in for the conv's own: the
-    /// caller never gives both).
-    fn go(&self, x: &[&Tensor], fused: Option<&Epilogue>) -> KernelResult<Vec<Tensor>> {
+    /// caller never gives both), reading operand 0 and writing the result as `layout` says.
+    fn go(&self, x: &[&Tensor], fused: Option<&Epilogue>, layout: ChannelsLast) -> KernelResult<Vec<Tensor>> {
+        let own_bias = matches!(x.get(2), Some(Tensor::F32(b)) if !b.is_empty());
+        if own_bias && fused.is_some_and(|ep| ep.scale.is_some() || ep.bias.is_some()) {
+            return Err("a conv with a bias of its own cannot take a fused scale or bias".into());
+        }
         let input = f32_arg(x, 0)?;
         let owned;
         let f = match &self.filter {
@@ -115,7 +130,7 @@ impl OnnxConv {
             return Err(format!("expected a 4-D NCHW input, got shape {:?}", input.shape()));
         }
         let (kh, kw, ci, co) = (f.shape()[0], f.shape()[1], f.shape()[2], f.shape()[3]);
-        let c = input.shape()[1];
+        let c = input.shape()[if layout.input { 3 } else { 1 }];
         let g = self.group;
         if g == 0 || c != ci * g || co % g != 0 {
             return Err(format!(
@@ -143,10 +158,13 @@ impl OnnxConv {
             e.check(co)?;
         }
         let ep = ep.as_ref();
-        if let Some(y) = pointwise_nchw(input, f, self, ep) {
+        if let Some(y) = pointwise(input, f, self, ep, layout) {
             return Ok(vec![Tensor::F32(y?)]);
         }
-        let xs = nchw_to_nhwc(input)?;
+        let xs = match layout.input {
+            true => Cow::Borrowed(input),
+            false => Cow::Owned(nchw_to_nhwc(input)?),
+        };
         let pad = self
             .pads
             .resolve([xs.shape()[1], xs.shape()[2]], [kh, kw], self.strides, self.dilations);
@@ -182,23 +200,30 @@ impl OnnxConv {
             }
             y
         };
-        Ok(vec![Tensor::F32(nhwc_to_nchw(y))])
+        Ok(vec![Tensor::F32(if layout.output { y } else { nhwc_to_nchw(y) })])
     }
 }
 
-/// A 1×1 convolution at stride 1 without padding or groups, in NCHW as it stands: per image
-/// one product `W[co, ci] · X[ci, H·W]`, which is the output's `[co, H·W]`, so neither the input
-/// nor the output is transposed (most convolutions of MobileNet-style models are of this
-/// kind). `None` for any other convolution.
-fn pointwise_nchw(
+/// A 1×1 convolution at stride 1 without padding or groups, as one product per image in
+/// whichever layout its input and result are in, so that neither is transposed (most
+/// convolutions of MobileNet-style models are of this kind): with X the image as `[ci, H·W]`
+/// (NCHW) or `[H·W, ci]` (NHWC) and F the filter `[ci, co]`, the result is `Fᵀ·X` as
+/// `[co, H·W]` for NCHW and `Xᵀ·F` (or `X·F`) as `[H·W, co]` for NHWC; the GEMM reads either
+/// operand through its strides. `None` for any other convolution.
+fn pointwise(
     x: &ArrayD<f32>,
     f: &ArrayD<f32>,
     conv: &OnnxConv,
     ep: Option<&Epilogue>,
+    layout: ChannelsLast,
 ) -> Option<KernelResult<ArrayD<f32>>> {
-    let (&[n, c, h, w], &[1, 1, ci, co]) = (x.shape(), f.shape()) else {
+    let &[1, 1, ci, co] = f.shape() else {
         return None;
     };
+    let &[n, d1, d2, d3] = x.shape() else {
+        return None;
+    };
+    let (c, h, w) = if layout.input { (d3, d1, d2) } else { (d1, d2, d3) };
     let unpadded = match conv.pads {
         Pads::Explicit(p) => p == [(0, 0); 2],
         Pads::SameUpper | Pads::SameLower => true,
@@ -208,14 +233,30 @@ fn pointwise_nchw(
     }
     let (xs, fs) = (x.as_slice()?, f.as_slice()?);
     let hw = h * w;
+    // X[channel, pixel] as (row stride, column stride) of the image's slice
+    let (x_cs, x_ps) = if layout.input {
+        (1, ci as isize)
+    } else {
+        (hw as isize, 1)
+    };
     let mut y = vec![0f32; n * co * hw];
     for (img, out) in xs.chunks_exact(ci * hw).zip(y.chunks_exact_mut(co * hw)) {
-        // the HWIO filter [ci, co] read as W[co, ci]: row stride 1, column stride co
-        super::matmul::gemm_strided(co, hw, ci, fs, 1, co as isize, img, hw as isize, 1, out);
-        if let Some(e) = ep {
-            // channel oc is the plane oc
-            e.apply_planes(out, co, hw);
+        if layout.output {
+            // Y[pixel, co] = X[pixel, ci] · F[ci, co]
+            super::matmul::gemm_strided(hw, co, ci, img, x_ps, x_cs, fs, co as isize, 1, out);
+            if let Some(e) = ep {
+                e.apply(out, co);
+            }
+        } else {
+            // Y[co, pixel] = F[ci, co]ᵀ · X[ci, pixel]: the filter read with row stride 1,
+            // column stride co
+            super::matmul::gemm_strided(co, hw, ci, fs, 1, co as isize, img, x_cs, x_ps, out);
+            if let Some(e) = ep {
+                // channel oc is the plane oc
+                e.apply_planes(out, co, hw);
+            }
         }
     }
-    Some(ArrayD::from_shape_vec(IxDyn(&[n, co, h, w]), y).map_err(|e| e.to_string()))
+    let shape = if layout.output { [n, h, w, co] } else { [n, co, h, w] };
+    Some(ArrayD::from_shape_vec(IxDyn(&shape), y).map_err(|e| e.to_string()))
 }

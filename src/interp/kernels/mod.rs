@@ -27,6 +27,15 @@ use ndarray::{ArrayD, IxDyn};
 /// A kernel failure, as text; the interpreter adds the op, its location and the tensor key.
 pub type KernelResult<T> = Result<T, String>;
 
+/// How a 4-D operand 0 and the result of one kernel call lie in memory: `true` is channels
+/// last (NHWC) for a value whose logical layout is NCHW. Two ONNX convolutions that hand a
+/// value only to each other keep it NHWC between them, so neither transposes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChannelsLast {
+    pub input: bool,
+    pub output: bool,
+}
+
 /// A compiled op: its attributes are already parsed; it only sees runtime operands.
 pub trait Kernel: Send + Sync {
     fn run(&self, inputs: &[&Tensor]) -> KernelResult<Vec<Tensor>>;
@@ -50,6 +59,22 @@ pub trait Kernel: Send + Sync {
     /// True when [`Kernel::run_owned`] reuses operand 0's buffer.
     fn reuses_first_operand(&self) -> bool {
         false
+    }
+
+    /// True when [`Kernel::run_channels_last`] takes every [`ChannelsLast`] combination.
+    fn takes_channels_last(&self) -> bool {
+        false
+    }
+
+    /// Runs with operand 0 and the result laid out as `layout` says, and with the epilogue
+    /// `ep` (if any) applied inside; only called where [`Kernel::takes_channels_last`].
+    fn run_channels_last(
+        &self,
+        _inputs: &[&Tensor],
+        _ep: Option<&epilogue::Epilogue>,
+        _layout: ChannelsLast,
+    ) -> KernelResult<Vec<Tensor>> {
+        Err("this kernel has no channels-last form".into())
     }
 }
 

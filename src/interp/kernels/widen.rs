@@ -9,7 +9,7 @@
 //! the fallback: it runs only after the kernel itself said no.
 
 use super::layout::cast;
-use super::{epilogue::Epilogue, Kernel, KernelResult};
+use super::{epilogue::Epilogue, ChannelsLast, Kernel, KernelResult};
 use crate::tensor::{DType, Tensor};
 
 pub struct FloatWidening(pub Box<dyn Kernel>);
@@ -65,6 +65,20 @@ impl Kernel for FloatWidening {
 
     fn reuses_first_operand(&self) -> bool {
         self.0.reuses_first_operand()
+    }
+
+    // (the program hands values over channels last only between f32 values)
+    fn takes_channels_last(&self) -> bool {
+        self.0.takes_channels_last()
+    }
+
+    fn run_channels_last(
+        &self,
+        inputs: &[&Tensor],
+        ep: Option<&Epilogue>,
+        layout: ChannelsLast,
+    ) -> KernelResult<Vec<Tensor>> {
+        self.0.run_channels_last(inputs, ep, layout)
     }
 }
 

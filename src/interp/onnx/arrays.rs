@@ -110,15 +110,75 @@ pub(super) fn arg_op(d: &OpDesc, max: bool) -> Result<Box<dyn Kernel>, String> {
 }
 
 pub(super) fn pad(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
-    let mode = d.choice("mode", &["constant", "reflect", "edge", "wrap"], "constant")?;
-    let attr_pads = d.ints_attr("pads");
-    let attr_value = d.f64_attr("value", 0.0);
-    Ok(one(move |x| {
-        let pads = match &attr_pads {
+    Ok(Box::new(Pad {
+        mode: d.choice("mode", &["constant", "reflect", "edge", "wrap"], "constant")?,
+        attr_pads: d.ints_attr("pads"),
+        attr_value: d.f64_attr("value", 0.0),
+    }))
+}
+
+/// ONNX Transpose; next to a convolution it reads or writes the channels-last value, which
+/// is one more permutation folded into its own (an NHWC model input transposed to NCHW for a
+/// conv becomes a plain copy).
+pub(super) struct Transpose {
+    pub perm: Option<Vec<i64>>,
+}
+
+impl Kernel for Transpose {
+    fn run(&self, x: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        let p = self
+            .perm
+            .clone()
+            .unwrap_or_else(|| (0..x[0].shape().len() as i64).rev().collect());
+        Ok(vec![layout::transpose(x[0], &p)?])
+    }
+
+    fn takes_channels_last(&self) -> bool {
+        true
+    }
+
+    fn run_channels_last(
+        &self,
+        x: &[&Tensor],
+        _ep: Option<&crate::interp::kernels::epilogue::Epilogue>,
+        layout: crate::interp::kernels::ChannelsLast,
+    ) -> KernelResult<Vec<Tensor>> {
+        let r = x[0].shape().len();
+        let p = self.perm.clone().unwrap_or_else(|| (0..r as i64).rev().collect());
+        if r != 4 || p.len() != 4 {
+            return Err(format!(
+                "a channels-last Transpose needs 4-D values, got shape {:?}",
+                x[0].shape()
+            ));
+        }
+        let p: Vec<usize> = p.iter().map(|&a| norm_axis(a, 4)).collect::<KernelResult<_>>()?;
+        // physical output axis k is logical output axis q_out[k] = logical input axis
+        // p[q_out[k]], held at physical input axis (q_in⁻¹)[p[q_out[k]]]
+        let q_out = if layout.output { NHWC_AXES } else { [0, 1, 2, 3] };
+        let q_in_inv = if layout.input { [0, 3, 1, 2] } else { [0, 1, 2, 3] };
+        let phys: Vec<i64> = q_out.iter().map(|&k| q_in_inv[p[k]] as i64).collect();
+        Ok(vec![layout::transpose(x[0], &phys)?])
+    }
+}
+
+/// ONNX Pad; between two convolutions it pads a channels-last value in place of its NCHW
+/// original (the pads permuted with it), so the value is not transposed around it.
+struct Pad {
+    mode: String,
+    attr_pads: Option<Vec<i64>>,
+    attr_value: f64,
+}
+
+/// NCHW axes in NHWC order.
+const NHWC_AXES: [usize; 4] = [0, 2, 3, 1];
+
+impl Pad {
+    /// TensorFlow-style `[[begin, end], ...]` paddings of a value of rank `r`.
+    fn paddings(&self, x: &[&Tensor], r: usize) -> KernelResult<Vec<i64>> {
+        let pads = match &self.attr_pads {
             Some(p) => p.clone(),
             None => int_arg(x, 1)?,
         };
-        let r = x[0].shape().len();
         let axes: Vec<usize> = match opt_ints(x, 3)? {
             Some(a) => a.iter().map(|&v| norm_axis(v, r)).collect::<KernelResult<_>>()?,
             None => (0..r).collect(),
@@ -132,17 +192,65 @@ pub(super) fn pad(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
             tf[2 * a] = pads[i];
             tf[2 * a + 1] = pads[axes.len() + i];
         }
-        match mode.as_str() {
-            "reflect" => return layout::mirror_pad(x[0], &tf, false),
-            "edge" | "wrap" => return index_pad(x[0], &tf, mode == "wrap"),
+        Ok(tf)
+    }
+
+    fn apply(&self, x: &[&Tensor], t: &Tensor, tf: &[i64]) -> KernelResult<Tensor> {
+        match self.mode.as_str() {
+            "reflect" => return layout::mirror_pad(t, tf, false),
+            "edge" | "wrap" => return index_pad(t, tf, self.mode == "wrap"),
             _ => {}
         }
         let value = match x.get(2) {
             Some(v) if !v.is_empty() => scalar_f32(v)? as f64,
-            _ => attr_value,
+            _ => self.attr_value,
         };
-        layout::pad(x[0], &tf, value)
-    }))
+        layout::pad(t, tf, value)
+    }
+}
+
+impl Kernel for Pad {
+    fn run(&self, x: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        let tf = self.paddings(x, x[0].shape().len())?;
+        Ok(vec![self.apply(x, x[0], &tf)?])
+    }
+
+    fn takes_channels_last(&self) -> bool {
+        true
+    }
+
+    fn run_channels_last(
+        &self,
+        x: &[&Tensor],
+        _ep: Option<&crate::interp::kernels::epilogue::Epilogue>,
+        layout: crate::interp::kernels::ChannelsLast,
+    ) -> KernelResult<Vec<Tensor>> {
+        if x[0].shape().len() != 4 {
+            return Err(format!(
+                "a channels-last Pad needs a 4-D value, got shape {:?}",
+                x[0].shape()
+            ));
+        }
+        let tf = self.paddings(x, 4)?;
+        let (to_last, to_first) = ([0, 2, 3, 1], [0, 3, 1, 2]);
+        let y = if layout.input {
+            let nhwc: Vec<i64> = NHWC_AXES.iter().flat_map(|&a| [tf[2 * a], tf[2 * a + 1]]).collect();
+            let y = self.apply(x, x[0], &nhwc)?;
+            if layout.output {
+                y
+            } else {
+                layout::transpose(&y, &to_first)?
+            }
+        } else {
+            let y = self.apply(x, x[0], &tf)?;
+            if layout.output {
+                layout::transpose(&y, &to_last)?
+            } else {
+                y
+            }
+        };
+        Ok(vec![y])
+    }
 }
 
 pub(super) fn range(x: &[&Tensor]) -> KernelResult<Tensor> {

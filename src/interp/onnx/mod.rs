@@ -280,12 +280,8 @@ pub const TABLE: &[(&str, Builder)] = &[
         }))
     }),
     ("onnx.Transpose", |d| {
-        let perm = d.ints_attr("perm");
-        Ok(one(move |x| {
-            let p = perm
-                .clone()
-                .unwrap_or_else(|| (0..x[0].shape().len() as i64).rev().collect());
-            layout::transpose(x[0], &p)
+        Ok(Box::new(arrays::Transpose {
+            perm: d.ints_attr("perm"),
         }))
     }),
     ("onnx.Concat", |d| {
