@@ -116,6 +116,10 @@ pub struct LayerReport {
     /// What a compute op runs at in the quantized model ("int8 weights, int16 activations",
     /// "float", ...; [`crate::precision`]); `None` for other ops.
     pub precision: Option<String>,
+    /// Why `quantize --target-sqnr` raised this value above int8 (or left its op float), as
+    /// the quantized model records it; `None` for the rest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raised: Option<String>,
 }
 
 /// The float model's values at one quantized activation and the range its quantized type
@@ -412,10 +416,15 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
         true => crate::precision::compute_precisions(quant)?,
         false => BTreeMap::new(),
     };
+    let raised = match opts.per_layer {
+        true => crate::precision::raised_marks(quant),
+        false => BTreeMap::new(),
+    };
     let mut layers: Vec<LayerReport> = layers
         .into_iter()
         .map(|(key, e)| LayerReport {
             precision: precisions.get(&key).cloned(),
+            raised: raised.get(&key).cloned(),
             producer: producers.get(&key).cloned().unwrap_or_default(),
             sqnr_db: e.sqnr_db(),
             max_abs_error: e.max_abs,
@@ -527,7 +536,15 @@ impl std::fmt::Display for EvalReport {
             writeln!(f, "\nper layer, worst SQNR first:")?;
             for l in self.layers.iter().take(15) {
                 let mark = if l.sharp_drop { "  ← first sharp drop" } else { "" };
-                writeln!(f, "  {:>10}  {:<24} {}{mark}", db(l.sqnr_db), l.producer, l.key)?;
+                let at = l.precision.as_ref().map_or(String::new(), |p| format!("  [{p}]"));
+                let raised = l.raised.as_ref().map_or(String::new(), |r| format!("  — {r}"));
+                writeln!(
+                    f,
+                    "  {:>10}  {:<24} {}{at}{raised}{mark}",
+                    db(l.sqnr_db),
+                    l.producer,
+                    l.key
+                )?;
             }
             if self.layers.len() > 15 {
                 writeln!(f, "  ... {} more in --json / --report", self.layers.len() - 15)?;
@@ -550,6 +567,7 @@ mod tests {
             order,
             sharp_drop: false,
             precision: None,
+            raised: None,
         }
     }
 

@@ -82,6 +82,57 @@ pub fn compute_precisions(module: &Module) -> Result<BTreeMap<String, String>, c
     Ok(out)
 }
 
+pub use crate::ir::attrs::{RAISED_ATTR, RAISED_PROP_PREFIX};
+
+/// Records `marks` (value key → why) on `module` as [`RAISED_ATTR`].
+pub fn mark_raised(module: &Module, marks: &[(String, String)]) {
+    use melior::ir::attribute::{ArrayAttribute, StringAttribute};
+    use melior::ir::operation::OperationMutLike;
+    let ctx = crate::ir::graph::module_context(module);
+    let items: Vec<melior::ir::Attribute> = marks
+        .iter()
+        .map(|(k, why)| {
+            ArrayAttribute::new(
+                ctx,
+                &[
+                    StringAttribute::new(ctx, k).into(),
+                    StringAttribute::new(ctx, why).into(),
+                ],
+            )
+            .into()
+        })
+        .collect();
+    let mut op = crate::ir::graph::module_op_mut(module);
+    op.set_attribute(RAISED_ATTR, ArrayAttribute::new(ctx, &items).into());
+}
+
+/// The raised values recorded on `module` (key → why): its [`RAISED_ATTR`], or in a module
+/// imported from ONNX the `quantir.raised/KEY` entries of its `metadata_props`.
+pub fn raised_marks(module: &Module) -> BTreeMap<String, String> {
+    use crate::ir::attrs::{attr_value, AttrValue};
+    let op = module.as_operation();
+    let pairs = |name: &str| -> Vec<(String, String)> {
+        let Ok(AttrValue::Array(items)) = op.attribute(name).map(attr_value) else {
+            return vec![];
+        };
+        items
+            .iter()
+            .filter_map(|p| match p {
+                AttrValue::Array(kv) if kv.len() == 2 => {
+                    Some((kv[0].as_str()?.to_string(), kv[1].as_str()?.to_string()))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let mut out: BTreeMap<String, String> = pairs("onnx.metadata_props")
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(RAISED_PROP_PREFIX)?.to_string(), v)))
+        .collect();
+    out.extend(pairs(RAISED_ATTR));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

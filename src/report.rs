@@ -147,15 +147,16 @@ pub fn html(r: &EvalReport, title: &str) -> String {
             Ok(svg) => h += &svg,
             Err(e) => h += &format!("<p>(chart not drawn: {})</p>", esc(&e)),
         }
-        h += "<h3>Worst SQNR first</h3><table><tr><th>SQNR</th><th>op</th><th>runs at</th><th>tensor</th></tr>";
+        h += "<h3>Worst SQNR first</h3><table><tr><th>SQNR</th><th>op</th><th>runs at</th><th>tensor</th><th>raised by the target</th></tr>";
         for l in &r.layers {
             h += &format!(
-                "<tr{}><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr{}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 if l.sharp_drop { " class=drop" } else { "" },
                 db(l.sqnr_db),
                 esc(&l.producer),
                 esc(l.precision.as_deref().unwrap_or("")),
-                esc(&l.key)
+                esc(&l.key),
+                esc(l.raised.as_deref().unwrap_or(""))
             );
         }
         h += "</table>";

@@ -93,6 +93,31 @@ pub struct TargetReport {
     pub seconds: f64,
 }
 
+impl TargetReport {
+    /// Each raised value's key with why, as the model written records them
+    /// (`precision::mark_raised`) for `evaluate --per-layer` and its report.
+    pub fn marks(&self) -> Vec<(String, String)> {
+        let t = self.target_db;
+        self.raised
+            .iter()
+            .map(|p| {
+                let why = match (p.kind, p.to.as_str()) {
+                    ("op", _) => format!(
+                        "left float by --target-sqnr {t} (the model with this op alone int8: {:.1} dB)",
+                        p.int8_sqnr_db
+                    ),
+                    (_, "float") => format!("left float by --target-sqnr {t} (int8 alone: {:.1} dB)", p.int8_sqnr_db),
+                    (_, to) => format!(
+                        "raised to {to} by --target-sqnr {t} (int8 alone: {:.1} dB)",
+                        p.int8_sqnr_db
+                    ),
+                };
+                (p.key.clone(), why)
+            })
+            .collect()
+    }
+}
+
 /// The recipe with the search's raises as overrides (what `--json` and the summary report).
 pub struct Reached {
     pub config: QuantConfig,

@@ -65,6 +65,54 @@ fn a_reachable_target_raises_the_fewest_activations_and_holds() {
             "{}",
             stderr(&o)
         );
+        // the model written says which layers the target raised: `evaluate --per-layer`
+        // marks exactly those, with why
+        let e = ok(quantir(&[
+            "evaluate",
+            &model,
+            &arg(&out),
+            "--data",
+            &calib,
+            "--limit",
+            "4",
+            "--per-layer",
+            "--json",
+        ]));
+        let ev: serde_json::Value = serde_json::from_slice(&e.stdout).unwrap();
+        let keys: Vec<&str> = raised.iter().map(|r| r["key"].as_str().unwrap()).collect();
+        let marked: Vec<&serde_json::Value> = ev["per_layer"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l.get("raised").is_some())
+            .collect();
+        assert!(!marked.is_empty(), "{model}: no layer marked; raised {keys:?}");
+        for l in &marked {
+            assert!(keys.contains(&l["key"].as_str().unwrap()), "{l}");
+            let why = l["raised"].as_str().unwrap();
+            assert!(
+                why.starts_with("raised to int16 by --target-sqnr") || why.starts_with("left float by --target-sqnr"),
+                "{why}"
+            );
+        }
+        // the all-int8 model has no marks
+        let e = ok(quantir(&[
+            "evaluate",
+            &model,
+            &arg(&all_int8),
+            "--data",
+            &calib,
+            "--limit",
+            "4",
+            "--per-layer",
+            "--json",
+        ]));
+        let ev: serde_json::Value = serde_json::from_slice(&e.stdout).unwrap();
+        assert!(ev["per_layer"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l.get("raised").is_none()));
     }
 }
 

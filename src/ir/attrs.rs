@@ -8,6 +8,15 @@ use melior::ir::operation::OperationLike;
 use melior::ir::{Attribute, Type};
 use std::collections::BTreeMap;
 
+/// The module attribute listing what `quantize --target-sqnr` raised above int8 and why, as
+/// `[[key, why], ...]` string pairs (`precision::mark_raised`), so that `evaluate --per-layer`
+/// and its report can mark those layers in the model written. An `.onnx` file carries each
+/// pair as a `metadata_props` entry `quantir.raised/KEY` ([`RAISED_PROP_PREFIX`]).
+pub const RAISED_ATTR: &str = "quantir.raised";
+
+/// The `metadata_props` key prefix of a raised value in an ONNX file.
+pub const RAISED_PROP_PREFIX: &str = "quantir.raised/";
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum AttrValue {
     Unit,

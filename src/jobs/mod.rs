@@ -671,6 +671,10 @@ pub fn quantize(
             e.within(model)
         }
     })?;
+    if let Some(t) = &target {
+        // so that `evaluate --per-layer` can say which layers the target raised, and why
+        crate::precision::mark_raised(&module, &t.marks());
+    }
     let mut inputs: Vec<&Path> = vec![model];
     inputs.extend(stats_file);
     let t_save = std::time::Instant::now();

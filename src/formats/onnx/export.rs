@@ -17,6 +17,7 @@
 //! need (10 per-tensor int8/uint8, 13 per-axis, 21 for int4/int16) when no op of the model
 //! changed meaning in between.
 
+use super::props::module_attr;
 use super::proto::{self, attribute_type as at, data_type as dt, AttributeProto, NodeProto, TensorProto};
 use crate::dialects::onnx::NO_VALUE;
 use crate::dialects::onnx_types::onnx_element;
@@ -334,30 +335,10 @@ fn module_str(module: &Module, k: &str) -> Option<String> {
     attr_value(a).as_str().map(str::to_string)
 }
 
-fn module_attr(module: &Module, k: &str) -> Option<AttrValue> {
-    module.as_operation().attribute(k).ok().map(attr_value)
-}
-
 fn unhex(s: &str) -> Option<Vec<u8>> {
     (0..s.len())
         .step_by(2)
         .map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
-        .collect()
-}
-
-fn pairs(v: Option<AttrValue>) -> Vec<proto::StringStringEntryProto> {
-    let Some(AttrValue::Array(items)) = v else {
-        return vec![];
-    };
-    items
-        .iter()
-        .filter_map(|p| match p {
-            AttrValue::Array(kv) if kv.len() == 2 => Some(proto::StringStringEntryProto {
-                key: kv[0].as_str()?.to_string(),
-                value: kv[1].as_str()?.to_string(),
-            }),
-            _ => None,
-        })
         .collect()
 }
 
@@ -400,7 +381,7 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, FormatE
     let mut graph = proto::GraphProto {
         name: module_str(module, "onnx.graph_name").unwrap_or_else(|| "main".into()),
         doc_string: module_str(module, "onnx.graph_doc_string").unwrap_or_default(),
-        metadata_props: pairs(module_attr(module, "onnx.graph_metadata_props")),
+        metadata_props: super::props::pairs(module_attr(module, "onnx.graph_metadata_props")),
         ..Default::default()
     };
     // inputs first, then the outputs' names, so nothing else takes them
@@ -750,7 +731,7 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, FormatE
             .unwrap_or(0),
         doc_string: module_str(module, "onnx.doc_string").unwrap_or_default(),
         graph: Some(graph),
-        metadata_props: pairs(module_attr(module, "onnx.metadata_props")),
+        metadata_props: super::props::metadata_props(module),
         training_info,
         functions,
         configuration: vec![],

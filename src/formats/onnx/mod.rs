@@ -4,6 +4,7 @@
 
 pub mod export;
 pub mod import;
+pub mod props;
 pub mod proto;
 
 pub use export::{export, save};
