@@ -96,6 +96,7 @@ impl RecipeArgs {
             exclude: self.exclude.clone(),
             target_sqnr: None,
             bias_correction: on_off(self.bias_correction, self.no_bias_correction),
+            gptq: on_off(self.gptq, self.no_gptq),
             per_channel_depthwise_inputs: on_off(
                 self.per_channel_depthwise_inputs,
                 self.no_per_channel_depthwise_inputs,

@@ -37,7 +37,7 @@ pub enum Feed<'a> {
 
 impl Feed<'_> {
     /// The number of samples, when known before the run.
-    fn len(&self) -> Option<usize> {
+    pub fn len(&self) -> Option<usize> {
         match self {
             Feed::Indexed { indices, .. } => Some(indices.len()),
             Feed::Stream(_) => None,

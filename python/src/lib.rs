@@ -269,6 +269,7 @@ impl RecipeArgs {
             exclude: self.exclude.clone(),
             target_sqnr: self.target_sqnr,
             bias_correction: None,
+            gptq: None,
             per_channel_depthwise_inputs: None,
             float_read_outputs: false,
             qlinear_outputs: false,

@@ -359,6 +359,14 @@ pub struct RecipeArgs {
     /// No bias correction.
     #[arg(long)]
     pub no_bias_correction: bool,
+    /// GPTQ weight rounding when quantize calibrates: each int8/int4 weight row rounded one
+    /// input at a time, the rounding error spread over the inputs not yet rounded, so that the
+    /// layer's output on calibration samples stays closest to float.
+    #[arg(long, overrides_with = "no_gptq")]
+    pub gptq: bool,
+    /// Round weights to nearest (the default).
+    #[arg(long)]
+    pub no_gptq: bool,
     /// One scale and zero point per channel at the activation input of each depthwise
     /// convolution (ONNX models): an integer kernel takes them as it takes per-channel weight
     /// scales; onnxruntime runs those convolutions in float.

@@ -3,11 +3,13 @@
 //! keep their input's scale, and which fuse into the op before them (bias, activation). The
 //! passes read these tables; none of them names an op itself.
 
+pub mod conv_window;
 pub mod onnx;
 pub mod onnx_types;
 pub mod ort_qlinear;
 pub mod ort_u8s8;
 pub mod tf;
+pub mod weight_layout;
 
 use crate::ir::attrs::AttrValue;
 use std::collections::BTreeMap;

@@ -21,6 +21,7 @@
 use super::kernels::conv_nchw::same_pads;
 use super::kernels::{Kernel, KernelResult};
 use super::ort_fusion::{dequantized, output_quantized};
+use crate::dialects::conv_window::{onnx_window, ConvPads, ConvWindow};
 use crate::dialects::ort_u8s8::{columns, is_depthwise, reduction, runs_int8, Reduction};
 use crate::ir::attrs::{op_attrs, AttrValue};
 use crate::ir::graph::op_name;
@@ -124,12 +125,6 @@ enum Geometry {
     MatMul { k: usize, n: usize, batches: usize },
 }
 
-#[derive(Debug, Clone, Copy)]
-enum ConvPads {
-    Explicit([(usize, usize); 2]),
-    Same { upper: bool },
-}
-
 /// The pairs of one GEMM column that can saturate.
 #[derive(Debug, Clone)]
 struct RiskyColumn {
@@ -152,10 +147,6 @@ pub struct PairSaturation {
     counts: Arc<PairCounts>,
 }
 
-fn ints(attrs: &BTreeMap<String, AttrValue>, name: &str) -> Option<Vec<i64>> {
-    attrs.get(name).and_then(AttrValue::as_ints)
-}
-
 /// The Conv geometry of an NCHW (or NCL) activation and an [M, C/g, k…] weight.
 fn conv_geometry(attrs: &BTreeMap<String, AttrValue>, rank: usize, w: &[usize]) -> Option<Geometry> {
     let sp = rank.checked_sub(2).filter(|s| (1..=2).contains(s))?;
@@ -163,30 +154,11 @@ fn conv_geometry(attrs: &BTreeMap<String, AttrValue>, rank: usize, w: &[usize]) 
         return None;
     }
     let group = attrs.get("group").and_then(AttrValue::as_int).unwrap_or(1).max(1) as usize;
-    let two = |v: Vec<i64>| -> Option<[usize; 2]> {
-        match (sp, v.as_slice()) {
-            (1, [x]) if *x > 0 => Some([1, *x as usize]),
-            (2, [y, x]) if *y > 0 && *x > 0 => Some([*y as usize, *x as usize]),
-            _ => None,
-        }
-    };
-    let ones = vec![1; sp];
-    let strides = two(ints(attrs, "strides").unwrap_or(ones.clone()))?;
-    let dilations = two(ints(attrs, "dilations").unwrap_or(ones))?;
-    let auto = attrs.get("auto_pad").and_then(AttrValue::as_str).unwrap_or("NOTSET");
-    let pads = match auto {
-        "SAME_UPPER" => ConvPads::Same { upper: true },
-        "SAME_LOWER" => ConvPads::Same { upper: false },
-        "VALID" => ConvPads::Explicit([(0, 0), (0, 0)]),
-        "NOTSET" => match (sp, ints(attrs, "pads").unwrap_or(vec![0; 2 * sp]).as_slice()) {
-            (1, [b, e]) if *b >= 0 && *e >= 0 => ConvPads::Explicit([(0, 0), (*b as usize, *e as usize)]),
-            (2, [t, l, b, r]) if [t, l, b, r].iter().all(|v| **v >= 0) => {
-                ConvPads::Explicit([(*t as usize, *b as usize), (*l as usize, *r as usize)])
-            }
-            _ => return None,
-        },
-        _ => return None,
-    };
+    let ConvWindow {
+        strides,
+        dilations,
+        pads,
+    } = onnx_window(attrs, sp == 1)?;
     let kernel = if sp == 1 { [1, w[2]] } else { [w[2], w[3]] };
     (w[0] % group == 0).then_some(Geometry::Conv {
         strides,

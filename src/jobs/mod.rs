@@ -11,6 +11,7 @@ use crate::{evaluate, formats, interp, ir, stats_io};
 use melior::ir::Module;
 use std::path::{Path, PathBuf};
 
+mod measure;
 mod settings;
 
 /// Why a job failed. [`JobError::Usage`] is a request that asks for something that does not
@@ -69,6 +70,7 @@ fn usage(e: impl std::fmt::Display) -> JobError {
     JobError::Usage(e.to_string())
 }
 
+pub use measure::{correct_biases, weight_grams, BIAS_SAMPLES};
 pub use settings::{config, RecipeFlags, RecipeSource};
 
 /// How to calibrate (the command line's calibration flags).
@@ -293,29 +295,15 @@ fn equalized_line(module: &Module, config: &QuantConfig) -> String {
     format!("cross-layer equalization: {n} layer pairs rescaled, {by}")
 }
 
-/// Calibration samples bias correction measures each layer's shift on (the first ones).
-pub const BIAS_SAMPLES: usize = 128;
-
-/// Bias correction's shifts for `module` (prepared, calibrated as `stats` say), measured on
-/// the first [`BIAS_SAMPLES`] of `data` on `threads` workers (0 = all cores).
-pub fn correct_biases(
-    module: &Module,
-    stats: &StatsFile,
-    config: &QuantConfig,
-    data: &Dataset,
-    (threads, overrides): (usize, &[(String, String)]),
-) -> Result<quantize::bias_correction::BiasCorrection, JobError> {
-    // one compiled program binds the data and runs it
-    let program = interp::Program::compile(module, None)?;
-    let binding = data::bind(data, &program.inputs, overrides)?;
-    let indices: Vec<usize> = (0..binding.samples.min(BIAS_SAMPLES)).collect();
-    let feed = crate::run::Feed::Indexed {
-        data: &binding,
-        indices: &indices,
-    };
-    Ok(quantize::bias_correction::measure_bias_shifts(
-        module, &program, stats, config, feed, threads,
-    )?)
+/// The statistics of a weight-only quantization: none, for the prepared module.
+fn weight_only_stats(module: &Module, config: &QuantConfig) -> Result<StatsFile, JobError> {
+    quantize::prepare_with(module, config)?;
+    Ok(StatsFile::new(
+        quantize::model_hash(module),
+        Method::MinMax,
+        0,
+        Default::default(),
+    ))
 }
 
 /// Calibration samples [`choose_method`] scores each candidate on.
@@ -528,6 +516,11 @@ pub fn quantize(
     let stats = match stats {
         StatsSource::File(p) => stats_io::load_stats(p)?,
         StatsSource::Given(s) => s.clone(),
+        // weight-only: no activation to calibrate; the data serve GPTQ's measurement
+        StatsSource::Calibrate {
+            samples: Samples::Data(_),
+            ..
+        } if config.activations.is_none() && config.gptq => weight_only_stats(&module, &config)?,
         StatsSource::Calibrate {
             samples,
             flags: cf,
@@ -570,7 +563,7 @@ pub fn quantize(
                         (None, Some(_)) => CHOOSE_SAMPLES,
                         (None, None) => 0,
                     }
-                    .max(if config.bias_correction { BIAS_SAMPLES } else { 0 });
+                    .max(if config.bias_correction || config.gptq { BIAS_SAMPLES } else { 0 });
                     let (c, first) = calibrate_keeping(&module, samples, cf, &opts, cache.as_deref(), keep)
                         .map_err(|e| e.within(model))?;
                     kept = first;
@@ -605,15 +598,36 @@ pub fn quantize(
                     "quantize needs statistics or calibration data (or activations 'none' for weight-only)",
                 ));
             }
-            quantize::prepare_with(&module, &config)?;
-            StatsFile::new(quantize::model_hash(&module), Method::MinMax, 0, Default::default())
+            weight_only_stats(&module, &config)?
         }
     };
     let mut config = config;
+    // the samples GPTQ, bias correction and a quality target measure on
+    let first = target_data.or(kept.as_ref());
+    // GPTQ where quantir calibrates; from a stats file the weights round to nearest
+    let gptq = config.gptq
+        && stats_source_calibrates
+        && matches!(
+            config.weights,
+            crate::recipe::WeightMode::Int8 | crate::recipe::WeightMode::Int4
+        );
+    // both measure the prepared module: prepared once
+    if first.is_some() && (gptq || config.bias_correction) {
+        quantize::prepare_with(&module, &config)?;
+    }
+    if gptq {
+        match first {
+            Some(data) => {
+                let g = weight_grams(&module, &config, data, (target_feed.0, &target_feed.1)).map_err(|e| e.within(model))?;
+                say(g.to_string());
+                config.weight_grams = g.grams;
+            }
+            None => say("warning: GPTQ measures on the calibration stream's first samples, but their shapes differ; weights rounded to nearest (give the data as a file or arrays)".into()),
+        }
+    }
     if config.bias_correction {
-        match (target_data.or(kept.as_ref()), stats_source_calibrates) {
+        match (first, stats_source_calibrates) {
             (Some(data), _) => {
-                quantize::prepare_with(&module, &config)?;
                 let bc = correct_biases(&module, &stats, &config, data, (target_feed.0, &target_feed.1)).map_err(|e| e.within(model))?;
                 say(bc.to_string());
                 config.bias_shifts = bc.shifts;
@@ -626,7 +640,7 @@ pub fn quantize(
             (None, false) => say("warning: bias correction needs calibration data (--data); not made".into()),
         }
     }
-    let (config, target) = match (flags.target_sqnr, target_data.or(kept.as_ref())) {
+    let (config, target) = match (flags.target_sqnr, first) {
         (Some(db), Some(data)) => {
             let twin = || -> Result<Module<'_>, crate::target::TargetError> {
                 let m = load(&ctx, model, signature).map_err(|e| crate::target::TargetError::Load(e.to_string()))?;
@@ -699,7 +713,7 @@ pub fn target_line(r: &crate::target::TargetReport) -> String {
     let count = |kind: &str, to: &str| r.raised.iter().filter(|p| p.kind == kind && p.to == to).count();
     let ops = match count("op", "float") {
         0 => String::new(),
-        n => format!(" and {n} compute ops left float (their int8 weights were the limit)"),
+        n => format!(" and {n} compute ops left float (weights and all: fewer MACs in float than the activations that would reach it)"),
     };
     format!(
         "target {} dB reached: {:.2} dB (all int8: {:.2} dB) on {} calibration samples with {} of {} activations raised ({} to int16, {} to float){ops}; {} evaluations in {:.1} s",

@@ -35,6 +35,8 @@ pub struct RecipeFlags {
     pub target_sqnr: Option<f64>,
     /// Bias correction on or off [default: the recipe's].
     pub bias_correction: Option<bool>,
+    /// GPTQ weight rounding on or off [default: the recipe's].
+    pub gptq: Option<bool>,
     /// Per-channel scales at depthwise convolution inputs on or off [default: the recipe's].
     pub per_channel_depthwise_inputs: Option<bool>,
     /// Q/DQ on compute op outputs that only float ops read (on when set; else the recipe's).
@@ -89,6 +91,7 @@ pub fn config(flags: &RecipeFlags, target: Option<&Path>) -> Result<QuantConfig,
     }
     c.exclude.extend(flags.exclude.iter().cloned());
     c.bias_correction = flags.bias_correction.unwrap_or(c.bias_correction);
+    c.gptq = flags.gptq.unwrap_or(c.gptq);
     c.float_read_outputs |= flags.float_read_outputs;
     c.qlinear_outputs |= flags.qlinear_outputs;
     c.activation_matmuls = flags.activation_matmuls.unwrap_or(c.activation_matmuls);

@@ -16,6 +16,7 @@
 //! A weight shared by several ops is quantized once; bias overflows are reported per channel.
 
 use super::{PassOptions, PassReport};
+use crate::dialects::weight_layout::WeightLayout;
 use crate::dialects::{rule, OpRule};
 use crate::ir::attrs::op_attrs;
 use crate::ir::constants::int4_attribute;
@@ -24,6 +25,7 @@ use crate::ir::ops::is_constant_op;
 use crate::ir::ops::location_string;
 use crate::ir::ops::{constant_value, insert_constant, insert_constant_attr};
 use crate::ir::quant::quantized_tensor_type;
+use crate::params::gptq::Gram;
 use crate::params::{
     compute, compute_per_axis, quantize, quantize_bias, to_bf16, to_f16, QuantParams, RangeOptions, Rounding,
     StorageType,
@@ -382,6 +384,21 @@ pub fn run_with_plan<'c, 'a>(
                         erase_op(bdef)?;
                     }
                 }
+                let wt = match config.weight_grams.get(&out_key) {
+                    Some(gram) => match gptq_rounded(op, &wt, &p, gram) {
+                        Ok(w) => {
+                            report.count(Change::WeightsGptq);
+                            w
+                        }
+                        Err(e) => {
+                            report
+                                .warnings
+                                .push(format!("{key}: rounded to nearest, not by GPTQ: {e}"));
+                            wt
+                        }
+                    },
+                    None => wt,
+                };
                 let q = quantize(&wt.view(), &p, Rounding::HalfEven).map_err(err)?;
                 (quantized_constant(def, w, &q, &p, tf, &key)?, Some(p))
             }
@@ -395,6 +412,16 @@ pub fn run_with_plan<'c, 'a>(
         }
     }
     Ok(report)
+}
+
+/// `w` rounded by GPTQ on the grid of `p` for the inputs whose Gram matrices are `gram`
+/// (`dialects::weight_layout`): values exactly on the grid, so that quantizing them with `p`
+/// gives GPTQ's levels.
+pub fn gptq_rounded(op: OperationRef, w: &ArrayD<f32>, p: &QuantParams, gram: &Gram) -> Result<ArrayD<f32>, String> {
+    let name = op_name(&op);
+    let layout = WeightLayout::of(&name, &op_attrs(&op), w.shape())
+        .ok_or_else(|| format!("{name} in this form is not handled"))?;
+    layout.round_by_gptq(w, p, gram).map_err(|e| e.to_string())
 }
 
 /// For an op onnxruntime runs on its u8s8 GEMM (`dialects::ort_u8s8`) with an 8-bit

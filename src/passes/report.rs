@@ -35,6 +35,8 @@ pub enum Change {
     SharedWeightsReused,
     /// quantize-weights: biases stored as int32.
     BiasesQuantized,
+    /// quantize-weights: weights rounded by GPTQ (from their inputs' Gram matrices).
+    WeightsGptq,
     /// quantize-weights: dead output channels (weights ≈ 0) given their layer's largest scale.
     DeadChannels,
     /// quantize-weights: layers that onnxruntime runs on its u8s8 GEMM (runtime onnxruntime).
@@ -73,6 +75,7 @@ impl std::fmt::Display for Change {
             Change::WeightsQuantized => f.write_str("weights quantized"),
             Change::SharedWeightsReused => f.write_str("shared weights reused"),
             Change::BiasesQuantized => f.write_str("biases quantized to int32"),
+            Change::WeightsGptq => f.write_str("weights rounded by GPTQ"),
             Change::U8s8Layers => f.write_str("layers on onnxruntime's u8s8 GEMM"),
             Change::U8s8LayersWidened => f.write_str("u8s8 layers with widened weight scales"),
             Change::U8s8LayersAsU8u8 => f.write_str("u8s8 layers given uint8 weights (u8u8 GEMM)"),

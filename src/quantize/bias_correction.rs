@@ -25,7 +25,7 @@ use crate::ir::attrs::op_attrs;
 use crate::ir::graph::{body_ops, find_function, op_name};
 use crate::ir::keys::TensorKeys;
 use crate::params::{fake_quant, QuantParams, Rounding};
-use crate::passes::quantize_weights::{bias_site, weight_params, weight_site};
+use crate::passes::quantize_weights::{bias_site, gptq_rounded, weight_params, weight_site};
 use crate::recipe::WeightMode;
 use crate::run::{run_samples_fold, Feed};
 use crate::tensor::Tensor;
@@ -168,7 +168,13 @@ pub fn measure_bias_shifts(
             continue;
         };
         let (p, _) = weight_params(&site.values, site.axis, &site.res).map_err(|e| failed(e.to_string()))?;
-        let wq = fake_quant(&site.values.view(), &p, Rounding::HalfEven).map_err(|e| failed(e.to_string()))?;
+        // the weights as the rewriter will round them: by GPTQ where it measured the layer
+        let rounded = config
+            .weight_grams
+            .get(&site.out_key)
+            .and_then(|gram| gptq_rounded(op, &site.values, &p, gram).ok());
+        let values = rounded.as_ref().unwrap_or(&site.values);
+        let wq = fake_quant(&values.view(), &p, Rounding::HalfEven).map_err(|e| failed(e.to_string()))?;
         let (Some(input), Some(out_value)) = (key_of(x), op.result(0).ok().and_then(|r| key_of(r.into()))) else {
             continue;
         };

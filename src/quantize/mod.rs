@@ -6,6 +6,7 @@ pub mod bias_correction;
 pub mod cache;
 pub mod calibrate;
 pub mod choose_range;
+pub mod gram;
 pub mod local_op;
 pub mod ort_int8;
 pub mod summary;
@@ -237,6 +238,13 @@ impl std::fmt::Display for QuantizeReport {
             self.weights.get(&Change::BiasesQuantized),
             self.qdq.get(&Change::QdqPairsInserted),
         )?;
+        let gptq = self.weights.get(&Change::WeightsGptq);
+        if gptq > 0 {
+            writeln!(
+                f,
+                "GPTQ: {gptq} weights rounded for their layer's output, the others to nearest"
+            )?;
+        }
         let dead = self.weights.get(&Change::DeadChannels);
         if dead > 0 {
             writeln!(

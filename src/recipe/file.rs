@@ -9,6 +9,7 @@
 //! exclude = ["*Softmax*"]
 //! bias_overflow = "enlarge-weight-scale"  # or "clip": an int32 bias that would not fit
 //! bias_correction = true      # each layer's mean output shift on calibration data off its bias
+//! gptq = true                 # weights rounded for the layer's output on calibration data
 //! per_channel_depthwise_inputs = true  # one scale per channel at depthwise conv inputs
 //! float_read_outputs = false  # no Q/DQ on a compute op's output that only float ops read
 //! qlinear_outputs = false     # no Q/DQ that only completes an int8 kernel of onnxruntime's
@@ -72,6 +73,8 @@ struct RecipeFile {
     bias_overflow: Option<crate::params::BiasOverflowPolicy>,
     /// each layer's mean output shift taken off its bias when quantize calibrates
     bias_correction: Option<bool>,
+    /// GPTQ rounding of int8/int4 weights when quantize calibrates
+    gptq: Option<bool>,
     /// per-channel scales at the activation input of depthwise convolutions
     per_channel_depthwise_inputs: Option<bool>,
     /// Q/DQ on compute op outputs that only float ops read
@@ -162,6 +165,7 @@ pub fn parse_onto(text: &str, base: QuantConfig) -> Result<QuantConfig, String> 
         c.runtime = r.parse().map_err(|e| format!("runtime: {e}"))?;
     }
     c.bias_correction = f.bias_correction.unwrap_or(c.bias_correction);
+    c.gptq = f.gptq.unwrap_or(c.gptq);
     c.per_channel_depthwise_inputs = f.per_channel_depthwise_inputs.unwrap_or(c.per_channel_depthwise_inputs);
     c.float_read_outputs = f.float_read_outputs.unwrap_or(c.float_read_outputs);
     c.qlinear_outputs = f.qlinear_outputs.unwrap_or(c.qlinear_outputs);

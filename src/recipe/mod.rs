@@ -128,6 +128,10 @@ pub struct QuantConfig {
     /// layer's weights and input causes in its output on calibration samples is taken off its
     /// bias (`quantize::bias_correction`).
     pub bias_correction: bool,
+    /// GPTQ rounding of int8/int4 weights when `quantize` calibrates: each weight row rounded
+    /// one input at a time, the error spread over the inputs not yet rounded, so that the
+    /// layer's output on calibration samples stays closest to float (`params::gptq`).
+    pub gptq: bool,
     /// Per-channel scales and zero points for the activation input of a depthwise
     /// convolution (ONNX `Conv` with one input channel per group): each output channel reads
     /// one input channel, so an integer kernel takes one input scale per channel as it takes
@@ -167,6 +171,10 @@ pub struct QuantConfig {
     /// from a recipe.
     #[serde(skip)]
     pub bias_shifts: std::collections::BTreeMap<String, Vec<f32>>,
+    /// The Gram matrices of each layer's inputs GPTQ rounds its weight with, by compute op
+    /// output key: computed, never read from a recipe.
+    #[serde(skip)]
+    pub weight_grams: std::collections::BTreeMap<String, std::sync::Arc<crate::params::gptq::Gram>>,
 }
 
 impl Default for QuantConfig {
@@ -186,6 +194,7 @@ impl Default for QuantConfig {
             percentile: None,
             overrides: Vec::new(),
             bias_correction: false,
+            gptq: false,
             per_channel_depthwise_inputs: true,
             float_read_outputs: false,
             qlinear_outputs: false,
@@ -194,6 +203,7 @@ impl Default for QuantConfig {
             equalize_by: EqualizeBy::Activations,
             equalize_ranges: Default::default(),
             bias_shifts: Default::default(),
+            weight_grams: Default::default(),
         }
     }
 }

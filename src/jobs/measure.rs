@@ -1,0 +1,58 @@
+//! Measurements on the first calibration samples that refine how `quantize` rounds: bias
+//! correction's output shifts and GPTQ's input Gram matrices.
+
+use super::JobError;
+use crate::calibration::StatsFile;
+use crate::formats::data::{self, Dataset};
+use crate::interp;
+use crate::quantize::{self, QuantConfig};
+use melior::ir::Module;
+
+/// Calibration samples bias correction and GPTQ measure on (the first ones).
+pub const BIAS_SAMPLES: usize = 128;
+
+/// Runs `measure` on one program compiled from `module` and the first [`BIAS_SAMPLES`] of
+/// `data` bound to its inputs.
+fn on_first_samples<T>(
+    module: &Module,
+    data: &Dataset,
+    overrides: &[(String, String)],
+    measure: impl FnOnce(&interp::Program, crate::run::Feed) -> Result<T, quantize::QuantizeError>,
+) -> Result<T, JobError> {
+    // one compiled program binds the data and runs it
+    let program = interp::Program::compile(module, None)?;
+    let binding = data::bind(data, &program.inputs, overrides)?;
+    let indices: Vec<usize> = (0..binding.samples.min(BIAS_SAMPLES)).collect();
+    let feed = crate::run::Feed::Indexed {
+        data: &binding,
+        indices: &indices,
+    };
+    Ok(measure(&program, feed)?)
+}
+
+/// Bias correction's shifts for `module` (prepared, calibrated as `stats` say), measured on
+/// the first [`BIAS_SAMPLES`] of `data` on `threads` workers (0 = all cores).
+pub fn correct_biases(
+    module: &Module,
+    stats: &StatsFile,
+    config: &QuantConfig,
+    data: &Dataset,
+    (threads, overrides): (usize, &[(String, String)]),
+) -> Result<quantize::bias_correction::BiasCorrection, JobError> {
+    on_first_samples(module, data, overrides, |program, feed| {
+        quantize::bias_correction::measure_bias_shifts(module, program, stats, config, feed, threads)
+    })
+}
+
+/// GPTQ's Gram matrices for `module` (prepared), measured on the first [`BIAS_SAMPLES`] of
+/// `data` on `threads` workers (0 = all cores).
+pub fn weight_grams(
+    module: &Module,
+    config: &QuantConfig,
+    data: &Dataset,
+    (threads, overrides): (usize, &[(String, String)]),
+) -> Result<quantize::gram::WeightGrams, JobError> {
+    on_first_samples(module, data, overrides, |program, feed| {
+        quantize::gram::measure_grams(module, program, config, feed, threads)
+    })
+}

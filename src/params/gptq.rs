@@ -1,0 +1,432 @@
+//! GPTQ rounding (Frantar et al., "GPTQ: Accurate Post-Training Quantization for Generative
+//! Pre-trained Transformers", ICLR 2023 — the Optimal Brain Quantizer of Frantar & Alistarh,
+//! NeurIPS 2022, in its one-pass form): each row of a weight matrix is rounded to its grid one
+//! column at a time, and each column's rounding error is spread over the columns not yet
+//! rounded, so that the layer's *output* on calibration inputs stays closest to float, not
+//! each weight.
+//!
+//! ```text
+//! minimise ‖(W − Q) X‖²      H = X Xᵀ (K×K, summed over calibration inputs) + λ·I
+//! U = the upper Cholesky factor of H⁻¹ (H⁻¹ = UᵀU)
+//! for i in the columns, largest H_ii first:
+//!     q_i = grid(w_i);   e = (w_i − q_i) / U_ii;   w_j −= e · U_ij   for the columns j after i
+//! ```
+//!
+//! Rows are independent (one output channel each), so the loop runs row by row over one
+//! shared U. Scales and zero points are the caller's: GPTQ only picks the levels.
+
+/// One row's quantization grid: level q stands for (q − zero_point) · scale, q in [qmin, qmax].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Grid {
+    pub scale: f64,
+    pub zero_point: i64,
+    pub qmin: i64,
+    pub qmax: i64,
+}
+
+impl Grid {
+    /// The nearest level (ties to even), clamped to the grid.
+    pub fn level(&self, x: f64) -> i64 {
+        let t = (x / self.scale).round_ties_even();
+        let t = if t.is_nan() { 0.0 } else { t };
+        (t as i64).saturating_add(self.zero_point).clamp(self.qmin, self.qmax)
+    }
+
+    pub fn value(&self, q: i64) -> f64 {
+        (q - self.zero_point) as f64 * self.scale
+    }
+}
+
+/// The Gram matrices X Xᵀ of the patches a layer's weight rows multiply, one k×k block per
+/// group (row-major), summed over calibration samples.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Gram {
+    pub groups: usize,
+    pub k: usize,
+    pub sums: Vec<f64>,
+    /// Patches summed.
+    pub patches: u64,
+    /// Each group's [`Factor`], once [`Gram::factorize`] made them (the sums are then dropped:
+    /// rounding needs only the factors).
+    pub factors: Vec<Factor>,
+}
+
+impl Gram {
+    /// Replaces the sums by each group's [`Factor`], so that every rounding of this layer (a
+    /// target search quantizes the model many times) reuses one factorisation.
+    pub fn factorize(&mut self) -> Result<(), GptqError> {
+        let kk = self.k * self.k;
+        if self.sums.len() != self.groups * kk {
+            return Err(GptqError::Shape(format!(
+                "{} sums for {} groups of {}",
+                self.sums.len(),
+                self.groups,
+                self.k
+            )));
+        }
+        self.factors = self
+            .sums
+            .chunks(kk)
+            .map(|h| factor(h, self.k))
+            .collect::<Result<_, _>>()?;
+        self.sums = Vec::new();
+        Ok(())
+    }
+
+    /// Group `g`'s factor: the stored one, or made from the sums.
+    pub fn factor_of(&self, g: usize) -> Result<std::borrow::Cow<'_, Factor>, GptqError> {
+        let kk = self.k * self.k;
+        match self.factors.get(g) {
+            Some(f) => Ok(std::borrow::Cow::Borrowed(f)),
+            None => match self.sums.get(g * kk..(g + 1) * kk) {
+                Some(h) => Ok(std::borrow::Cow::Owned(factor(h, self.k)?)),
+                None => Err(GptqError::Shape(format!("no Gram matrix for group {g}"))),
+            },
+        }
+    }
+}
+
+/// Damping added to H's diagonal, as a fraction of its mean (GPTQ's `percdamp`).
+pub const DAMP: f64 = 0.01;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GptqError {
+    #[error("the Gram matrix is not positive definite, even damped by {0:.0e} of its mean diagonal")]
+    NotPositiveDefinite(f64),
+    #[error("the Gram matrix holds NaN or infinity")]
+    NotFinite,
+    #[error("{0}")]
+    Shape(String),
+}
+
+/// Σ a_i b_i in four interleaved partial sums (which the compiler keeps in vector lanes;
+/// one running sum would have to be added in order).
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    let mut acc = [0f64; 4];
+    let (ca, cb) = (a.chunks_exact(4), b.chunks_exact(4));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..4 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let tail: f64 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
+    (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
+}
+
+/// Lower Cholesky factor of the symmetric `a` (n×n, row-major); None when not positive definite.
+fn cholesky(a: &[f64], n: usize) -> Option<Vec<f64>> {
+    let mut l = vec![0f64; n * n];
+    for i in 0..n {
+        for j in 0..=i {
+            let v = a[i * n + j] - dot(&l[i * n..i * n + j], &l[j * n..j * n + j]);
+            if i == j {
+                if v.is_nan() || v <= 0.0 {
+                    return None;
+                }
+                l[i * n + i] = v.sqrt();
+            } else {
+                l[i * n + j] = v / l[j * n + j];
+            }
+        }
+    }
+    Some(l)
+}
+
+/// Inverse of the lower-triangular `l` (n×n), itself lower triangular. Column j of the
+/// inverse is built as row j of a transposed buffer, so that the inner products run along
+/// contiguous rows of both.
+fn invert_lower(l: &[f64], n: usize) -> Vec<f64> {
+    let mut t = vec![0f64; n * n];
+    for j in 0..n {
+        let col = &mut t[j * n..(j + 1) * n];
+        col[j] = 1.0 / l[j * n + j];
+        for i in j + 1..n {
+            let s = dot(&l[i * n + j..i * n + i], &col[j..i]);
+            col[i] = -s / l[i * n + i];
+        }
+    }
+    (0..n * n).map(|i| t[(i % n) * n + i / n]).collect()
+}
+
+/// The upper Cholesky factor U of H⁻¹ (H⁻¹ = UᵀU), without forming H⁻¹: with P the order
+/// reversal, chol(P H P) = L gives H⁻¹ = P L⁻ᵀ L⁻¹ P = (P L⁻¹ P)ᵀ (P L⁻¹ P), and P L⁻¹ P is
+/// upper triangular with a positive diagonal — the unique factor.
+pub fn upper_cholesky_of_inverse(h: &[f64], n: usize) -> Option<Vec<f64>> {
+    let rev: Vec<f64> = (0..n * n).map(|i| h[(n - 1 - i / n) * n + (n - 1 - i % n)]).collect();
+    let l = cholesky(&rev, n)?;
+    let li = invert_lower(&l, n);
+    Some((0..n * n).map(|i| li[(n - 1 - i / n) * n + (n - 1 - i % n)]).collect())
+}
+
+/// What GPTQ needs of a Gram matrix, computed once per layer: the column order (largest
+/// H_ii first) and U, the upper Cholesky factor of the damped H⁻¹ in that order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Factor {
+    pub order: Vec<usize>,
+    pub u: Vec<f64>,
+}
+
+/// The [`Factor`] of the Gram matrix `h` (k×k). Inputs that were always 0 (H_ii = 0) are
+/// decoupled from the others, so that they round to nearest and take no error.
+pub fn factor(h: &[f64], k: usize) -> Result<Factor, GptqError> {
+    if h.len() != k * k {
+        return Err(GptqError::Shape(format!("{} Gram entries for k = {k}", h.len())));
+    }
+    if !h.iter().all(|v| v.is_finite()) {
+        return Err(GptqError::NotFinite);
+    }
+    let diag: Vec<f64> = (0..k).map(|i| h[i * k + i]).collect();
+    let live: Vec<bool> = diag.iter().map(|d| *d > 0.0).collect();
+    // largest input energy first ("act-order"); ties by index, so the order is deterministic
+    let mut order: Vec<usize> = (0..k).collect();
+    order.sort_by(|&a, &b| diag[b].total_cmp(&diag[a]).then(a.cmp(&b)));
+    let n_live = live.iter().filter(|l| **l).count();
+    let mean = if n_live > 0 {
+        order.iter().filter(|&&i| live[i]).map(|&i| diag[i]).sum::<f64>() / n_live as f64
+    } else {
+        1.0
+    };
+    // H in that order, a dead input decoupled from the others with a unit diagonal
+    let hp = |damp: f64| -> Vec<f64> {
+        let mut m = vec![0f64; k * k];
+        for (a, &i) in order.iter().enumerate() {
+            for (b, &j) in order.iter().enumerate() {
+                m[a * k + b] = match (live[i] && live[j], a == b) {
+                    (true, true) => h[i * k + j] + damp * mean,
+                    (true, false) => h[i * k + j],
+                    (false, true) => 1.0,
+                    (false, false) => 0.0,
+                };
+            }
+        }
+        m
+    };
+    let mut damp = DAMP;
+    loop {
+        if let Some(u) = upper_cholesky_of_inverse(&hp(damp), k) {
+            return Ok(Factor { order, u });
+        }
+        if damp >= 1.0 {
+            return Err(GptqError::NotPositiveDefinite(damp));
+        }
+        damp *= 10.0;
+    }
+}
+
+/// Rounds each row of `w` (`rows` × `k`, row-major) to its grid (`grids[r]`) by GPTQ, given the
+/// [`Factor`] of the Gram matrix of the inputs the rows multiply. On return `w` holds each
+/// row's dequantized values, exactly on its grid; the levels are returned in the same order.
+pub fn round_rows(w: &mut [f64], rows: usize, k: usize, f: &Factor, grids: &[Grid]) -> Result<Vec<i64>, GptqError> {
+    if w.len() != rows * k || f.order.len() != k || f.u.len() != k * k || grids.len() != rows {
+        return Err(GptqError::Shape(format!(
+            "{} weights, a factor of {} and {} grids for {rows} rows of {k}",
+            w.len(),
+            f.order.len(),
+            grids.len()
+        )));
+    }
+    let (order, u) = (&f.order, &f.u);
+    let mut levels = vec![0i64; rows * k];
+    let mut row = vec![0f64; k];
+    for r in 0..rows {
+        let g = &grids[r];
+        for (a, &i) in order.iter().enumerate() {
+            row[a] = w[r * k + i];
+        }
+        for a in 0..k {
+            let q = g.level(row[a]);
+            let v = g.value(q);
+            let e = (row[a] - v) / u[a * k + a];
+            row[a] = v;
+            levels[r * k + order[a]] = q;
+            if e != 0.0 {
+                let ur = &u[a * k + a + 1..(a + 1) * k];
+                row[a + 1..].iter_mut().zip(ur).for_each(|(x, uij)| *x -= e * uij);
+            }
+        }
+        for (a, &i) in order.iter().enumerate() {
+            w[r * k + i] = row[a];
+        }
+    }
+    Ok(levels)
+}
+
+/// [`factor`] then [`round_rows`]: `w` rounded by GPTQ given the Gram matrix `h` itself.
+pub fn gptq_round(w: &mut [f64], rows: usize, k: usize, h: &[f64], grids: &[Grid]) -> Result<Vec<i64>, GptqError> {
+    if w.len() != rows * k || grids.len() != rows {
+        return Err(GptqError::Shape(format!(
+            "{} weights and {} grids for {rows} rows of {k}",
+            w.len(),
+            grids.len()
+        )));
+    }
+    round_rows(w, rows, k, &factor(h, k)?, grids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grid(scale: f64) -> Grid {
+        Grid {
+            scale,
+            zero_point: 0,
+            qmin: -127,
+            qmax: 127,
+        }
+    }
+
+    /// A seeded stream of values in [-1, 1).
+    fn noise(seed: u64, n: usize) -> Vec<f64> {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (s >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_factor_is_the_upper_cholesky_factor_of_the_inverse() {
+        let n = 5;
+        let x = noise(7, n * 40);
+        let mut h = vec![0f64; n * n];
+        for p in 0..40 {
+            for i in 0..n {
+                for j in 0..n {
+                    h[i * n + j] += x[p * n + i] * x[p * n + j];
+                }
+            }
+        }
+        let u = upper_cholesky_of_inverse(&h, n).unwrap();
+        for i in 0..n {
+            assert!(u[i * n + i] > 0.0);
+            for j in 0..i {
+                assert_eq!(u[i * n + j], 0.0, "U is upper triangular");
+            }
+        }
+        // UᵀU H = I
+        for i in 0..n {
+            for j in 0..n {
+                let v: f64 = (0..n)
+                    .map(|m| (0..n).map(|p| u[p * n + i] * u[p * n + m]).sum::<f64>() * h[m * n + j])
+                    .sum();
+                assert!((v - if i == j { 1.0 } else { 0.0 }).abs() < 1e-9, "({i},{j}): {v}");
+            }
+        }
+    }
+
+    #[test]
+    fn uncorrelated_inputs_round_to_nearest() {
+        // a diagonal H: no column's error can be made up by another
+        let (rows, k) = (3, 4);
+        let h: Vec<f64> = (0..k * k)
+            .map(|i| if i % (k + 1) == 0 { 1.0 + i as f64 } else { 0.0 })
+            .collect();
+        let w0 = noise(3, rows * k);
+        let grids = vec![grid(0.01), grid(0.003), grid(0.02)];
+        let mut w = w0.clone();
+        let q = gptq_round(&mut w, rows, k, &h, &grids).unwrap();
+        for r in 0..rows {
+            for c in 0..k {
+                assert_eq!(q[r * k + c], grids[r].level(w0[r * k + c]));
+                assert_eq!(w[r * k + c], grids[r].value(q[r * k + c]));
+            }
+        }
+    }
+
+    #[test]
+    fn correlated_inputs_give_a_smaller_output_error_than_nearest() {
+        // inputs with a strong common component, as neighbouring pixels or channels have
+        let (rows, k, n) = (8, 16, 400);
+        let base = noise(11, n);
+        let own = noise(12, n * k);
+        let x: Vec<f64> = (0..n * k).map(|i| base[i / k] + 0.2 * own[i]).collect();
+        let mut h = vec![0f64; k * k];
+        for p in 0..n {
+            for i in 0..k {
+                for j in 0..k {
+                    h[i * k + j] += x[p * k + i] * x[p * k + j];
+                }
+            }
+        }
+        let w0 = noise(13, rows * k);
+        let grids: Vec<Grid> = (0..rows).map(|_| grid(1.0 / 64.0)).collect();
+        let mut w = w0.clone();
+        let q = gptq_round(&mut w, rows, k, &h, &grids).unwrap();
+        let err = |wq: &dyn Fn(usize) -> f64| -> f64 {
+            (0..rows)
+                .map(|r| {
+                    (0..n)
+                        .map(|p| {
+                            (0..k)
+                                .map(|c| (w0[r * k + c] - wq(r * k + c)) * x[p * k + c])
+                                .sum::<f64>()
+                                .powi(2)
+                        })
+                        .sum::<f64>()
+                })
+                .sum()
+        };
+        let nearest = err(&|i| grids[i / k].value(grids[i / k].level(w0[i])));
+        let gptq = err(&|i| w[i]);
+        assert!(q.iter().all(|v| (-127..=127).contains(v)));
+        assert!(gptq < 0.5 * nearest, "GPTQ {gptq} against nearest {nearest}");
+    }
+
+    #[test]
+    fn a_factorized_gram_rounds_as_its_sums_do() {
+        let (k, n) = (6, 50);
+        let x = noise(21, n * k * 2);
+        let mut sums = vec![0f64; 2 * k * k];
+        for g in 0..2 {
+            for p in 0..n {
+                for i in 0..k {
+                    for j in 0..k {
+                        sums[g * k * k + i * k + j] += x[(g * n + p) * k + i] * x[(g * n + p) * k + j];
+                    }
+                }
+            }
+        }
+        let plain = Gram {
+            groups: 2,
+            k,
+            sums,
+            patches: n as u64,
+            factors: Vec::new(),
+        };
+        let mut factored = plain.clone();
+        factored.factorize().unwrap();
+        assert!(factored.sums.is_empty() && factored.factors.len() == 2);
+        for g in 0..2 {
+            assert_eq!(*plain.factor_of(g).unwrap(), *factored.factor_of(g).unwrap());
+        }
+        assert!(factored.factor_of(2).is_err());
+    }
+
+    #[test]
+    fn an_input_that_is_always_zero_rounds_to_nearest() {
+        let k = 3;
+        let h = vec![4.0, 1.0, 0.0, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0];
+        let mut w = vec![0.0123, -0.0456, 0.0789];
+        let q = gptq_round(&mut w, 1, k, &h, &[grid(0.01)]).unwrap();
+        assert_eq!(q[2], 8);
+        assert_eq!(w[2], 0.08);
+    }
+
+    #[test]
+    fn a_gram_matrix_that_is_not_one_is_refused() {
+        let mut w = vec![0.1, 0.2];
+        let nan = vec![f64::NAN, 0.0, 0.0, 1.0];
+        assert_eq!(gptq_round(&mut w, 1, 2, &nan, &[grid(0.01)]), Err(GptqError::NotFinite));
+        // eigenvalues 4 and −2: no damping up to the mean diagonal makes it definite
+        let indefinite = vec![1.0, 3.0, 3.0, 1.0];
+        assert!(matches!(
+            gptq_round(&mut w, 1, 2, &indefinite, &[grid(0.01)]),
+            Err(GptqError::NotPositiveDefinite(_))
+        ));
+        assert_eq!(w, vec![0.1, 0.2], "the weights are left as they were");
+    }
+}

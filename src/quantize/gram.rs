@@ -1,0 +1,385 @@
+//! The Gram matrices GPTQ rounds weights with (`params::gptq`): one float run over calibration
+//! samples with each quantized layer's activation input watched. Each input becomes the
+//! patches its weight rows multiply (`dialects::weight_layout`), and X Xᵀ is summed per
+//! group — within a sample in f32 by the GEMM, across samples in f64 in sample order, so the
+//! sums do not depend on the thread count.
+//!
+//! ```text
+//! %y = onnx.Conv(%x, %w) {group = 1, pads = [1, 1, 1, 1]}    w: 16×8×3×3
+//!   H += Σ over output pixels p of patch(x, p) patch(x, p)ᵀ   (72×72; patch = (c, i, j))
+//! ```
+
+use super::QuantizeError;
+use crate::dialects::conv_window::ConvPads;
+use crate::dialects::weight_layout::{ConvPatches, Patches, WeightLayout};
+use crate::interp::kernels::conv_nchw::same_pads;
+use crate::interp::kernels::matmul::gemm_strided;
+use crate::interp::Program;
+use crate::ir::attrs::op_attrs;
+use crate::ir::graph::{body_ops, find_function, op_name};
+use crate::ir::keys::TensorKeys;
+use crate::params::gptq::Gram;
+use crate::passes::quantize_weights::weight_site;
+use crate::recipe::{QuantConfig, WeightMode};
+use crate::run::{run_samples_fold, Feed};
+use crate::tensor::Tensor;
+use melior::ir::operation::OperationLike;
+use melior::ir::Module;
+use ndarray::ArrayViewD;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// Bytes of f64 sums the measured layers may take together (each sample in flight holds as
+/// many again); layers past it keep nearest rounding, and say so.
+pub const GRAM_BUDGET: usize = 128 << 20;
+
+/// How many patches each sample contributes to a layer's Gram matrices (per image and group):
+/// all of them where that costs at most [`SAMPLE_MACS`] multiply-adds (k² each), else an
+/// evenly spread subset of that cost, but never fewer than [`PATCHES_PER_INPUT`] · k over
+/// all samples. A 3×3 convolution over 96 channels at 80×80 has 6,400 patches of 864 a
+/// sample, 4.8 G multiply-adds in full; on ppocr_det 432 of them per sample (16 · 864 over 32
+/// samples) gave the same model SQNR as all of them, while 256 patches a sample of its
+/// depthwise convolutions at 160×160 (25,600 of 9 each) cost 1 dB.
+pub const SAMPLE_MACS: usize = 1 << 26;
+
+/// Fewest patches per input a row multiplies, over all samples.
+pub const PATCHES_PER_INPUT: usize = 16;
+
+/// Patches each sample gives a layer whose patches are `k` long, out of `samples`.
+fn patches_per_sample(k: usize, samples: usize) -> usize {
+    (SAMPLE_MACS / (k * k))
+        .max((PATCHES_PER_INPUT * k).div_ceil(samples))
+        .max(1)
+}
+
+/// Largest patch length measured: GPTQ's factorisation costs k³, its loop rows · k².
+pub const MAX_K: usize = 4096;
+
+/// What [`measure_grams`] measured.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WeightGrams {
+    /// By the compute op's output key (the key `quantize-weights` looks them up by).
+    pub grams: BTreeMap<String, Arc<Gram>>,
+    pub samples: usize,
+    /// Layers left at nearest rounding, with why.
+    pub left: Vec<(String, String)>,
+}
+
+impl std::fmt::Display for WeightGrams {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "GPTQ: input Gram matrices of {} layers on {} calibration samples",
+            self.grams.len(),
+            self.samples
+        )?;
+        if let Some((k, why)) = self.left.first() {
+            write!(f, "; {} left at nearest rounding ({k}: {why}", self.left.len())?;
+            if self.left.len() > 1 {
+                write!(f, ", …")?;
+            }
+            write!(f, ")")?;
+        }
+        Ok(())
+    }
+}
+
+struct Layer {
+    out_key: String,
+    input: String,
+    layout: WeightLayout,
+    /// Patches taken from each sample (per image and group).
+    per_sample: usize,
+}
+
+/// Measures the Gram matrices of the activation inputs of every layer whose int8/int4 weight
+/// `config` quantizes, on the samples of `feed` (inputs of `program`, `module` compiled).
+pub fn measure_grams(
+    module: &Module,
+    program: &Program,
+    config: &QuantConfig,
+    feed: Feed,
+    threads: usize,
+) -> Result<WeightGrams, QuantizeError> {
+    let failed = |m: String| QuantizeError::Stats(format!("GPTQ: {m}"));
+    let func = find_function(module, None)?;
+    let tensor_keys = TensorKeys::new(func);
+    let mut layers: Vec<Layer> = Vec::new();
+    let mut out = WeightGrams::default();
+    let mut budget = GRAM_BUDGET;
+    // a stream's length is not known before the run: take it as 32 samples
+    let samples = feed.len().unwrap_or(32).max(1);
+    for op in body_ops(func) {
+        let Some(site) = weight_site(op, config) else { continue };
+        if !matches!(site.res.weights, WeightMode::Int8 | WeightMode::Int4) {
+            continue;
+        }
+        let Some(x) = site.rule.activations.first().and_then(|&i| op.operand(i).ok()) else {
+            continue;
+        };
+        let Some(input) = tensor_keys.get(x).map(str::to_string) else {
+            continue;
+        };
+        let name = op_name(&op);
+        let Some(layout) = WeightLayout::of(&name, &op_attrs(&op), site.values.shape()) else {
+            out.left
+                .push((site.out_key, format!("{name} in this form is not handled")));
+            continue;
+        };
+        let bytes = layout.gram_len() * 8;
+        if layout.k > MAX_K {
+            out.left
+                .push((site.out_key, format!("{} inputs per row (at most {MAX_K})", layout.k)));
+        } else if bytes > budget {
+            out.left.push((
+                site.out_key,
+                format!("over the {} MiB budget of Gram matrices", GRAM_BUDGET >> 20),
+            ));
+        } else {
+            budget -= bytes;
+            layers.push(Layer {
+                out_key: site.out_key,
+                input,
+                per_sample: patches_per_sample(layout.k, samples),
+                layout,
+            });
+        }
+    }
+    let mut readers: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, l) in layers.iter().enumerate() {
+        readers.entry(l.input.clone()).or_default().push(i);
+    }
+    let mut keys: Vec<String> = readers.keys().cloned().collect();
+    keys.sort();
+    let watch = program.watch(&keys).map_err(|e| failed(e.to_string()))?;
+    let init = || vec![None::<(Vec<f64>, u64)>; layers.len()];
+    let fold = |s: &mut Vec<Option<(Vec<f64>, u64)>>, _: usize, key: &str, t: &Tensor| -> Result<(), String> {
+        let Tensor::F32(x) = t else { return Ok(()) };
+        for &i in readers.get(key).map_or(&[][..], |v| v.as_slice()) {
+            let l = &layers[i];
+            let (sums, n) = s[i].get_or_insert_with(|| (vec![0f64; l.layout.gram_len()], 0));
+            *n += add_gram(&x.view(), &l.layout, l.per_sample, sums).map_err(|e| format!("{}: {e}", l.out_key))?;
+        }
+        Ok(())
+    };
+    let mut totals: Vec<Option<(Vec<f64>, u64)>> = vec![None; layers.len()];
+    let mut combine = |_: usize, s: Vec<Option<(Vec<f64>, u64)>>| -> Result<(), String> {
+        for (t, x) in totals.iter_mut().zip(s) {
+            match (t.as_mut(), x) {
+                (None, x) => *t = x,
+                (Some((a, n)), Some((b, m))) => {
+                    a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
+                    *n += m;
+                }
+                (Some(_), None) => {}
+            }
+        }
+        Ok(())
+    };
+    out.samples = run_samples_fold(program, feed, threads, &watch, &init, &fold, &mut combine, "GPTQ")
+        .map_err(|e| failed(e.to_string()))?;
+    for (l, t) in layers.into_iter().zip(totals) {
+        match t {
+            Some((sums, patches)) if patches > 0 => {
+                let mut gram = Gram {
+                    groups: l.layout.groups,
+                    k: l.layout.k,
+                    sums,
+                    patches,
+                    factors: Vec::new(),
+                };
+                // factorised once here, not at every rounding of the layer
+                match gram.factorize() {
+                    Ok(()) => {
+                        out.grams.insert(l.out_key, Arc::new(gram));
+                    }
+                    Err(e) => out.left.push((l.out_key, e.to_string())),
+                }
+            }
+            _ => out.left.push((l.out_key, "its input was never an f32 value".into())),
+        }
+    }
+    Ok(out)
+}
+
+/// Patches per GEMM call: at most this many f32 values of patches at once.
+const CHUNK_VALUES: usize = 1 << 20;
+
+/// `take` of `n` positions, evenly spread (all of them when `take` ≥ `n`).
+fn spread(n: usize, take: usize) -> impl Iterator<Item = usize> {
+    let take = take.min(n);
+    (0..take).map(move |i| i * n / take)
+}
+
+/// Adds the Gram matrices of `x`'s patches to `sums`, at most `take` patches of each image
+/// and group, evenly spread; returns the patches counted.
+pub fn add_gram(x: &ArrayViewD<f32>, l: &WeightLayout, take: usize, sums: &mut [f64]) -> Result<u64, String> {
+    let x = x.as_standard_layout();
+    let data = x.as_slice().unwrap_or(&[]);
+    let k = l.k;
+    let mut gram = vec![0f32; k * k];
+    // patches `m` long, as rows (patch p at p·k) or as columns (input t of patch p at t·m + p)
+    let mut add = |p: &[f32], m: usize, group: usize, columns: bool| {
+        let (rs, cs) = if columns { (m as isize, 1) } else { (1, k as isize) };
+        // P Pᵀ over the patches: a = the patches as k × m, b = its transpose
+        gemm_strided(k, k, m, p, rs, cs, p, cs, rs, &mut gram);
+        let block = &mut sums[group * k * k..(group + 1) * k * k];
+        block.iter_mut().zip(&gram).for_each(|(s, g)| *s += *g as f64);
+    };
+    match &l.patches {
+        Patches::Rows => {
+            if x.shape().last() != Some(&k) {
+                return Err(format!("an input of shape {:?} for rows of {k}", x.shape()));
+            }
+            let rows = data.len() / k;
+            let chunk = (CHUNK_VALUES / k).max(1);
+            if rows <= take {
+                for start in (0..rows).step_by(chunk) {
+                    let n = chunk.min(rows - start);
+                    add(&data[start * k..(start + n) * k], n, 0, false);
+                }
+                return Ok(rows as u64);
+            }
+            let picked: Vec<usize> = spread(rows, take).collect();
+            let mut p = vec![0f32; chunk.min(take) * k];
+            for part in picked.chunks(chunk) {
+                for (r, &i) in part.iter().enumerate() {
+                    p[r * k..(r + 1) * k].copy_from_slice(&data[i * k..(i + 1) * k]);
+                }
+                add(&p[..part.len() * k], part.len(), 0, false);
+            }
+            Ok(picked.len() as u64)
+        }
+        Patches::Conv(c) => conv_grams(x.shape(), data, l, c, take, &mut add),
+    }
+}
+
+/// Takes `m` patches (as rows, or as columns when the flag says so) of group `g` into its sums.
+type AddPatches<'a> = dyn FnMut(&[f32], usize, usize, bool) + 'a;
+
+/// The patches of a convolution's input, group by group, handed to `add` in chunks: as
+/// columns for a channels-first input (each input of the patch a run along one channel's
+/// plane), as rows for a channels-last one (each tap a run of channels).
+fn conv_grams(
+    shape: &[usize],
+    data: &[f32],
+    l: &WeightLayout,
+    c: &ConvPatches,
+    take: usize,
+    add: &mut AddPatches,
+) -> Result<u64, String> {
+    // [N, C, H, W] or [N, H, W, C]; a 1-D input [N, C, L] as H = 1
+    let (n, ch, h, w) = match (c.channels_last, c.one_d, shape) {
+        (false, true, &[n, ch, len]) => (n, ch, 1, len),
+        (false, false, &[n, ch, h, w]) => (n, ch, h, w),
+        (true, false, &[n, h, w, ch]) => (n, ch, h, w),
+        _ => return Err(format!("an input of shape {shape:?} for this convolution")),
+    };
+    if ch != l.groups * c.group_channels {
+        return Err(format!(
+            "{ch} input channels for {} groups of {}",
+            l.groups, c.group_channels
+        ));
+    }
+    let axis = |len: usize, a: usize| -> Result<(usize, usize), String> {
+        let (k, s, d) = (c.kernel[a], c.strides[a], c.dilations[a]);
+        let (before, after) = match c.pads {
+            ConvPads::Explicit(p) => p[a],
+            ConvPads::Same { upper } => same_pads(len, k, s, d, upper),
+        };
+        let eff = (k - 1) * d + 1;
+        let padded = len + before + after;
+        if padded < eff {
+            return Err(format!("a spatial size of {len} for a window of {eff}"));
+        }
+        Ok(((padded - eff) / s + 1, before))
+    };
+    let (oh, pt) = axis(h, 0)?;
+    let (ow, pl) = axis(w, 1)?;
+    let positions = oh * ow;
+    let k = l.k;
+    let gc = c.group_channels;
+    let [kh, kw] = c.kernel;
+    // a 1×1 convolution at stride 1 over every position: the patches are the input itself
+    let plain = kh * kw == 1 && c.strides == [1, 1] && (pt, pl) == (0, 0) && (oh, ow) == (h, w);
+    if plain && !c.channels_last && take >= positions {
+        let plane = h * w;
+        let chunk = (CHUNK_VALUES / k).max(1);
+        for img in 0..n {
+            for g in 0..l.groups {
+                let base = (img * ch + g * gc) * plane;
+                for start in (0..plane).step_by(chunk) {
+                    let m = chunk.min(plane - start);
+                    // the group's channels as k rows of the plane: columns `start..start + m`
+                    let mut p = Vec::with_capacity(k * m);
+                    for cc in 0..gc {
+                        p.extend_from_slice(&data[base + cc * plane + start..base + cc * plane + start + m]);
+                    }
+                    add(&p, m, g, true);
+                }
+            }
+        }
+        return Ok((n * positions) as u64);
+    }
+    let picked: Vec<usize> = spread(positions, take).collect();
+    let chunk = (CHUNK_VALUES / k).max(1).min(picked.len()).max(1);
+    let mut p = vec![0f32; chunk * k];
+    // each picked position's top-left input row and column (negative in the padding)
+    let origin: Vec<(isize, isize)> = picked
+        .iter()
+        .map(|&pos| {
+            let (oy, ox) = (pos / ow, pos % ow);
+            (
+                (oy * c.strides[0]) as isize - pt as isize,
+                (ox * c.strides[1]) as isize - pl as isize,
+            )
+        })
+        .collect();
+    let (dh, dw) = (c.dilations[0] as isize, c.dilations[1] as isize);
+    // the input row and column of tap (i, j) from `origin`, or None in the padding
+    let tap = |(y0, x0): (isize, isize), i: usize, j: usize| -> Option<(usize, usize)> {
+        let (y, xx) = (y0 + i as isize * dh, x0 + j as isize * dw);
+        (y >= 0 && xx >= 0 && (y as usize) < h && (xx as usize) < w).then_some((y as usize, xx as usize))
+    };
+    for img in 0..n {
+        for g in 0..l.groups {
+            for part in origin.chunks(chunk) {
+                let m = part.len();
+                if c.channels_last {
+                    // rows: patch r holds (i, j, c) at ((i·kw + j)·gc + c)
+                    for (r, &pos) in part.iter().enumerate() {
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let dst = &mut p[r * k + (i * kw + j) * gc..r * k + (i * kw + j + 1) * gc];
+                                match tap(pos, i, j) {
+                                    Some((y, xx)) => {
+                                        let src = ((img * h + y) * w + xx) * ch + g * gc;
+                                        dst.copy_from_slice(&data[src..src + gc]);
+                                    }
+                                    None => dst.fill(0.0),
+                                }
+                            }
+                        }
+                    }
+                    add(&p[..m * k], m, g, false);
+                } else {
+                    // columns: input (c, i, j) of every patch in a run of m
+                    for cc in 0..gc {
+                        let plane = &data[(img * ch + g * gc + cc) * h * w..(img * ch + g * gc + cc + 1) * h * w];
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let t = (cc * kh + i) * kw + j;
+                                let dst = &mut p[t * m..(t + 1) * m];
+                                for (d, &pos) in dst.iter_mut().zip(part) {
+                                    *d = tap(pos, i, j).map_or(0.0, |(y, xx)| plane[y * w + xx]);
+                                }
+                            }
+                        }
+                    }
+                    add(&p[..m * k], m, g, true);
+                }
+            }
+        }
+    }
+    Ok((n * picked.len()) as u64)
+}

@@ -1,0 +1,233 @@
+//! GPTQ weight rounding (`quantize --gptq`): the Gram matrices quantir measures are those of
+//! the patches each weight row really multiplies (checked against the op's own output), and
+//! rounding by them lowers the layer's output error on the calibration data, the same with
+//! any thread count.
+
+mod common;
+
+use common::{arg, ok, quantir, stderr};
+use ndarray::{ArrayD, Axis, IxDyn};
+use quantir::dialects::weight_layout::WeightLayout;
+use quantir::interp::Program;
+use quantir::ir::attrs::op_attrs;
+use quantir::ir::graph::{body_ops, find_function, op_name};
+use quantir::ir::ops::constant_value;
+use quantir::quantize::gram::add_gram;
+use quantir::tensor::Tensor;
+use std::path::Path;
+
+/// A seeded array of `shape` in [-1, 1).
+fn noise(shape: &[usize], seed: u64) -> ArrayD<f32> {
+    let mut s = seed;
+    ArrayD::from_shape_fn(IxDyn(shape), |_| {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    })
+}
+
+fn dense(a: &ArrayD<f32>) -> String {
+    let hex: String = a
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .map(|b| format!("{b:02X}"))
+        .collect();
+    let shape: Vec<String> = a.shape().iter().map(|d| d.to_string()).collect();
+    format!("dense<\"0x{hex}\"> : tensor<{}xf32>", shape.join("x"))
+}
+
+fn ty(shape: &[usize]) -> String {
+    let s: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    format!("tensor<{}xf32>", s.join("x"))
+}
+
+/// A module of one op `y = op(x, w)`; `constant` is the dialect's constant op.
+fn one_op(op: &str, attrs: &str, constant: &str, x: &[usize], w: &ArrayD<f32>, y: &[usize]) -> String {
+    format!(
+        r#"module {{
+  func.func @main(%x: {tx} loc("x")) -> {ty} {{
+    %w = "{constant}"() {{value = {wv}}} : () -> {tw} loc("w")
+    %y = "{op}"(%x, %w) {{{attrs}}} : ({tx}, {tw}) -> {ty} loc("y")
+    return %y : {ty}
+  }}
+}}"#,
+        tx = ty(x),
+        tw = ty(w.shape()),
+        ty = ty(y),
+        wv = dense(w),
+    )
+}
+
+/// For every weight row: Σ over the op's output positions of its output channel² equals
+/// wᵀ H w, with H the Gram matrix of the patches quantir takes — which holds only when the
+/// patches and the row list the same inputs in the same order as the op itself.
+fn check_gram(text: &str, x: &ArrayD<f32>, channel_axis: usize) {
+    let ctx = quantir::ir::new_context();
+    let m = quantir::ir::load_bytes(&ctx, text.as_bytes(), Path::new("op.mlir")).unwrap();
+    let y = match Program::compile(&m, None)
+        .unwrap()
+        .run(&[Tensor::F32(x.clone())])
+        .unwrap()
+        .remove(0)
+    {
+        Tensor::F32(a) => a,
+        t => panic!("f32 output expected, got {t:?}"),
+    };
+    let func = find_function(&m, None).unwrap();
+    let ops = body_ops(func);
+    let op = ops[ops.len() - 2];
+    let Some(Tensor::F32(w)) = constant_value(ops[0]) else {
+        panic!("an f32 weight")
+    };
+    let layout = WeightLayout::of(&op_name(&op), &op_attrs(&op), w.shape()).unwrap();
+    let mut sums = vec![0f64; layout.gram_len()];
+    add_gram(&x.view(), &layout, usize::MAX, &mut sums).unwrap();
+    let flat: Vec<f32> = w.iter().copied().collect();
+    let k = layout.k;
+    for g in 0..layout.groups {
+        let h = &sums[g * k * k..(g + 1) * k * k];
+        for r in 0..layout.rows {
+            let row = layout.row_values(&flat, g, r);
+            let quad: f64 = (0..k)
+                .map(|i| {
+                    (0..k)
+                        .map(|j| row[i] as f64 * h[i * k + j] * row[j] as f64)
+                        .sum::<f64>()
+                })
+                .sum();
+            let out: f64 = y
+                .index_axis(Axis(channel_axis), g * layout.rows + r)
+                .iter()
+                .map(|v| (*v as f64).powi(2))
+                .sum();
+            assert!(
+                (quad - out).abs() <= 1e-4 * out.max(1e-3),
+                "{}: group {g} row {r}: wᵀHw = {quad}, Σy² = {out}",
+                op_name(&op)
+            );
+        }
+    }
+}
+
+#[test]
+fn an_onnx_conv_with_groups_strides_and_uneven_pads_meets_its_own_patches() {
+    let x = noise(&[2, 4, 5, 6], 1);
+    let w = noise(&[6, 2, 3, 2], 2);
+    let attrs = "group = 2 : si64, strides = [2, 1], pads = [1, 0, 0, 1], dilations = [1, 1]";
+    // H: (5 + 1 − 3) / 2 + 1 = 2; W: (6 + 1 − 2) + 1 = 6
+    check_gram(
+        &one_op("onnx.Conv", attrs, "onnx.Constant", x.shape(), &w, &[2, 6, 2, 6]),
+        &x,
+        1,
+    );
+}
+
+#[test]
+fn a_dilated_onnx_conv1d_meets_its_own_patches() {
+    let x = noise(&[1, 3, 9], 3);
+    let w = noise(&[4, 3, 3], 4);
+    let attrs = "dilations = [2], pads = [2, 1], strides = [1]";
+    check_gram(
+        &one_op("onnx.Conv", attrs, "onnx.Constant", x.shape(), &w, &[1, 4, 8]),
+        &x,
+        1,
+    );
+}
+
+#[test]
+fn tf_convolutions_meet_their_own_patches() {
+    let x = noise(&[1, 5, 6, 3], 5);
+    let w = noise(&[3, 2, 3, 4], 6);
+    let attrs = r#"data_format = "NHWC", dilations = [1, 1, 1, 1], padding = "SAME", strides = [1, 2, 2, 1]"#;
+    check_gram(
+        &one_op("tf.Conv2D", attrs, "tf.Const", x.shape(), &w, &[1, 3, 3, 4]),
+        &x,
+        3,
+    );
+    // depthwise with a channel multiplier of 2: output channel c·2 + m
+    let w = noise(&[3, 3, 3, 2], 7);
+    let attrs = r#"data_format = "NHWC", dilations = [1, 1, 1, 1], padding = "SAME", strides = [1, 1, 1, 1]"#;
+    check_gram(
+        &one_op(
+            "tf.DepthwiseConv2dNative",
+            attrs,
+            "tf.Const",
+            x.shape(),
+            &w,
+            &[1, 5, 6, 6],
+        ),
+        &x,
+        3,
+    );
+}
+
+#[test]
+fn a_matmul_meets_its_own_rows() {
+    let x = noise(&[2, 5, 4], 8);
+    let w = noise(&[4, 3], 9);
+    check_gram(
+        &one_op("onnx.MatMul", "", "onnx.Constant", x.shape(), &w, &[2, 5, 3]),
+        &x,
+        2,
+    );
+}
+
+/// A 1×1 conv over 8 input channels that share one strong component (neighbouring channels
+/// and pixels do in real models), and `n` samples of its input.
+fn correlated(dir: &Path, n: usize) -> (String, String) {
+    let w = noise(&[6, 8, 1, 1], 10);
+    let text = one_op("onnx.Conv", "", "onnx.Constant", &[1, 8, 4, 4], &w, &[1, 6, 4, 4]);
+    let model = dir.join("conv.mlir");
+    std::fs::write(&model, text).unwrap();
+    let common = noise(&[n, 1, 1, 4, 4], 11);
+    let own = noise(&[n, 1, 8, 4, 4], 12);
+    let x = &own * 0.1 + &common;
+    let data = dir.join("x.npy");
+    ndarray_npy::write_npy(&data, &x).unwrap();
+    (arg(&model), arg(&data))
+}
+
+fn output(model: &str, data: &str, dir: &Path, name: &str) -> ArrayD<f32> {
+    let out = dir.join(name);
+    ok(quantir(&["run", model, "--data", data, "-o", &arg(&out)]));
+    let mut npz = ndarray_npy::NpzReader::new(std::fs::File::open(&out).unwrap()).unwrap();
+    let names = npz.names().unwrap();
+    npz.by_name(&names[0]).unwrap()
+}
+
+#[test]
+fn gptq_lowers_the_output_error_on_the_calibration_data_whatever_the_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, data) = correlated(dir.path(), 16);
+    // weight-only: the weights' rounding alone makes the error
+    let quantize = |flags: &[&str], name: &str| -> (String, String) {
+        let out = dir.path().join(name);
+        let mut args = vec!["quantize", &model, "--no-cache", "--activations", "none"];
+        args.extend_from_slice(flags);
+        let o_arg = arg(&out);
+        args.extend(["-o", &o_arg]);
+        (stderr(&ok(quantir(&args))), o_arg)
+    };
+    let (_, nearest) = quantize(&[], "nearest.mlir");
+    let (said, gptq) = quantize(&["--data", &data, "--gptq", "--threads", "1"], "gptq.mlir");
+    assert!(
+        said.contains("GPTQ: input Gram matrices of 1 layers on 16 calibration samples"),
+        "{said}"
+    );
+    assert!(
+        said.contains("GPTQ: 1 weights rounded for their layer's output"),
+        "{said}"
+    );
+    let (_, gptq2) = quantize(&["--data", &data, "--gptq", "--threads", "2"], "gptq2.mlir");
+    assert_eq!(
+        std::fs::read(&gptq).unwrap(),
+        std::fs::read(&gptq2).unwrap(),
+        "1 and 2 threads"
+    );
+    let f = output(&model, &data, dir.path(), "f.npz");
+    let err = |q: &str, name: &str| -> f64 {
+        let y = output(q, &data, dir.path(), name);
+        (&y - &f).iter().map(|d| (*d as f64).powi(2)).sum()
+    };
+    let (e_nearest, e_gptq) = (err(&nearest, "n.npz"), err(&gptq, "g.npz"));
+    assert!(e_gptq < 0.5 * e_nearest, "GPTQ {e_gptq} against nearest {e_nearest}");
+}
