@@ -11,7 +11,9 @@
 //!    step is one quantization and one evaluation.
 //! 3. With every point at int16 (where the output format can hold int16) and the target still
 //!    missed, the same search moves points to float, worst first. A target that every
-//!    activation in float cannot reach goes on to step 4.
+//!    activation in float cannot reach goes on to step 4. An activation in float floats every
+//!    op reading it: where the points found leave MACs float, step 4 runs too, and of the two
+//!    the one that keeps the larger share of the MACs W8A8 is kept.
 //! 4. The int8 weights are the limit then: compute ops are ranked by the output SQNR of the
 //!    model with that op alone quantized (its weights and input, every other op float), on the
 //!    first [`SENSITIVITY_SAMPLES`] samples; ordered by that noise per MAC, so that the ops left
@@ -421,6 +423,12 @@ pub fn reach_target<'c>(
             0
         }
     };
+    // the share of the MACs a config leaves W8A8 (None where the MACs are not known)
+    let share = |c: &QuantConfig| -> Result<Option<f64>, TargetError> {
+        let m = load()?;
+        Ok(quantize_module(&m, stats, c)?.summary.totals.int8_mac_share)
+    };
+    let mut by_activations = None;
     if n > 0 {
         if n16 > 0 {
             if let Some((k, db)) = search(n, &|k| raised_config(config, &ranked, k, 0))? {
@@ -430,7 +438,13 @@ pub fn reach_target<'c>(
         }
         if let Some((k, db)) = search(n, &|k| raised_config(config, &ranked, n16, k))? {
             let c = raised_config(config, &ranked, n16, k);
-            return Ok(done(c, n16.max(k), k, db, &[]));
+            // an activation in float floats every op that reads it: where that leaves MACs
+            // in float, leaving ops float instead may keep more of them int8
+            let s = share(&c)?;
+            if s.is_none_or(|s| s >= 1.0) {
+                return Ok(done(c, n16.max(k), k, db, &[]));
+            }
+            by_activations = Some((done(c, n16.max(k), k, db, &[]), s));
         }
     }
     let best = if n == 0 {
@@ -438,13 +452,22 @@ pub fn reach_target<'c>(
     } else {
         score(&raised_config(config, &ranked, n16, n))?
     };
-    // the weights are the limit: ops to float, most damaging first, one op kept quantized (a
-    // float model is not what was asked for)
+    // the weights are the limit (or floating activations floated more MACs than needed): ops
+    // to float, most damaging first, one op kept quantized (a float model is not what was
+    // asked for)
     let keys = weight_ops(&load()?, stats, config)?;
-    say(format!(
-        "target: every activation in float gives {best:.2} dB; measuring {} compute ops one at a time on {SENSITIVITY_SAMPLES} samples",
-        keys.len()
-    ));
+    say(match &by_activations {
+        Some((r, s)) => format!(
+            "target: {} activations in float reach it with {:.1} % of the MACs int8; measuring {} compute ops one at a time on {SENSITIVITY_SAMPLES} samples to keep more",
+            r.report.raised.len(),
+            100.0 * s.unwrap_or(0.0),
+            keys.len()
+        ),
+        None => format!(
+            "target: every activation in float gives {best:.2} dB; measuring {} compute ops one at a time on {SENSITIVITY_SAMPLES} samples",
+            keys.len()
+        ),
+    });
     let mut measured: Vec<(String, f64, f64)> = Vec::new();
     for (i, key) in keys.iter().enumerate() {
         let (db, macs) = score_on(&only_op(config, &keys, i), &few, Some(key))?;
@@ -459,11 +482,25 @@ pub fn reach_target<'c>(
         "target: searching {m} of {} compute ops to leave float, most damaging first",
         ops.len()
     ));
+    // a result found before the op search, with the search's whole cost
+    let counted = |mut r: Reached| {
+        r.report.evaluations = evaluations.get();
+        r.report.seconds = t0.elapsed().as_secs_f64();
+        r
+    };
     let with_ops = |k: usize| floated_ops(raised_config(config, &ranked, n16, 0), &ops, k);
     if m > 0 {
         if let Some((k, db)) = search(m, &with_ops)? {
-            return Ok(done(with_ops(k), n16, 0, db, &ops[..k]));
+            let by_ops = done(with_ops(k), n16, 0, db, &ops[..k]);
+            return Ok(match by_activations {
+                // the one that keeps more MACs int8
+                Some((a, s)) if s >= share(&by_ops.config)? => counted(a),
+                _ => by_ops,
+            });
         }
+    }
+    if let Some((a, _)) = by_activations {
+        return Ok(counted(a));
     }
     // out of reach: a model below the target is not what was asked for
     let ops_db = if m == 0 { best } else { score(&with_ops(m))? };
