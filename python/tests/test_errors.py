@@ -151,7 +151,10 @@ def test_progress_callback_exceptions_stop_the_run(digits):
 def test_ctrl_c_interrupts_a_streaming_calibration(tmp_path, digits):
     script = textwrap.dedent(
         f"""
-        import sys, numpy as np, quantir
+        import signal, sys, numpy as np, quantir
+        # Ctrl-C raises KeyboardInterrupt, as at a terminal, even where this test was started
+        # with SIGINT ignored (a background job of a shell without job control)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         x = np.load({str(digits["calib"])!r})["x"]
         def forever():
             i = 0
