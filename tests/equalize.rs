@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::dense;
 use melior::ir::operation::OperationLike;
 use ndarray::{ArrayD, Axis, IxDyn};
 use quantir::interp::Program;
@@ -24,17 +25,6 @@ fn weights(shape: &[usize], seed: u64, axis: usize, scale: &[f32]) -> ArrayD<f32
         sub.mapv_inplace(|v| v * k);
     }
     a
-}
-
-fn dense(a: &ArrayD<f32>) -> String {
-    // hex: a flat list is only a 1-D literal
-    let hex: String = a
-        .iter()
-        .flat_map(|x| x.to_le_bytes())
-        .map(|b| format!("{b:02X}"))
-        .collect();
-    let shape: Vec<String> = a.shape().iter().map(|d| d.to_string()).collect();
-    format!("dense<\"0x{hex}\"> : tensor<{}xf32>", shape.join("x"))
 }
 
 /// Channel scales 0.01 … 1 over 8 channels.

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{arg, ok, quantir, stderr};
+use common::{arg, dense, ok, quantir, stderr};
 use ndarray::{ArrayD, Axis, IxDyn};
 use quantir::dialects::weight_layout::WeightLayout;
 use quantir::interp::Program;
@@ -23,16 +23,6 @@ fn noise(shape: &[usize], seed: u64) -> ArrayD<f32> {
         s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     })
-}
-
-fn dense(a: &ArrayD<f32>) -> String {
-    let hex: String = a
-        .iter()
-        .flat_map(|x| x.to_le_bytes())
-        .map(|b| format!("{b:02X}"))
-        .collect();
-    let shape: Vec<String> = a.shape().iter().map(|d| d.to_string()).collect();
-    format!("dense<\"0x{hex}\"> : tensor<{}xf32>", shape.join("x"))
 }
 
 fn ty(shape: &[usize]) -> String {

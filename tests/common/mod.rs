@@ -161,3 +161,14 @@ pub fn peak_rss_kb(args: &[&str]) -> u64 {
     assert!(o.status.success(), "{}", stderr(&o));
     stderr(&o).trim().lines().last().unwrap().trim().parse().unwrap()
 }
+
+/// An MLIR `dense` f32 literal of `a`, in hex: a flat list is only a 1-D literal.
+pub fn dense(a: &ndarray::ArrayD<f32>) -> String {
+    let hex: String = a
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .map(|b| format!("{b:02X}"))
+        .collect();
+    let shape: Vec<String> = a.shape().iter().map(|d| d.to_string()).collect();
+    format!("dense<\"0x{hex}\"> : tensor<{}xf32>", shape.join("x"))
+}
