@@ -335,3 +335,85 @@ fn onnx_quantized_as_mlir_passes_mlir_opt() {
     let text = std::fs::read_to_string(&q).unwrap();
     assert!(text.contains("quant.qcast") && text.contains("\"onnx.MatMul\""));
 }
+
+/// The Q/DQ nodes of a model by (domain, op type, zero point's data type).
+fn qdq_nodes(m: &proto::ModelProto) -> Vec<(String, String, i32)> {
+    let g = m.graph.as_ref().unwrap();
+    g.node
+        .iter()
+        .filter(|n| n.op_type.ends_with("Linear"))
+        .map(|n| {
+            let zp = g.initializer.iter().find(|t| t.name == n.input[2]).unwrap();
+            (n.domain.clone(), n.op_type.clone(), zp.data_type)
+        })
+        .collect()
+}
+
+/// ppocr_det is opset 12 with a BatchNormalization that stays float, an op that changed form at
+/// opset 14 (and Resize, changed at 13): int16
+/// activations cannot raise it to opset 21, so their Q/DQ nodes are onnxruntime's
+/// `com.microsoft` contrib ops (as onnxruntime's quantizer writes them there) while the int8
+/// weights' stay standard. onnxruntime runs the model at both levels, better than int8
+/// activations, and quantir reads it back to the same figure.
+#[test]
+fn int16_activations_below_opset_21_are_written_as_contrib_qdq() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, calib, test) = (
+        data_path("real/ppocr_det.onnx"),
+        data_path("real/ppocr_det_calib.npz"),
+        data_path("real/ppocr_det_test.npz"),
+    );
+    let q = |acts: &str| {
+        let out = dir.path().join(format!("{acts}.onnx"));
+        ok(quantir(&[
+            "quantize",
+            &arg(&model),
+            "--data",
+            &arg(&calib),
+            "--limit",
+            "4",
+            "--activations",
+            acts,
+            "--no-cache",
+            "-o",
+            &arg(&out),
+        ]));
+        out
+    };
+    let (q8, q16) = (q("int8"), q("int16"));
+    let m = proto::ModelProto::decode(std::fs::read(&q16).unwrap().as_slice()).unwrap();
+    let opset = |d: &str| m.opset_import.iter().find(|o| o.domain == d).map(|o| o.version);
+    assert_eq!(opset("com.microsoft"), Some(1));
+    assert!(opset("").unwrap() < 14, "{:?}", m.opset_import);
+    let nodes = qdq_nodes(&m);
+    let int16 = proto::data_type::INT16;
+    assert!(nodes.iter().any(|(_, _, t)| *t == int16), "{nodes:?}");
+    for (domain, op, t) in &nodes {
+        // 16-bit nodes contrib, 8-bit nodes standard
+        assert_eq!(domain == "com.microsoft", *t == int16, "{op} of type {t} in '{domain}'");
+    }
+    let levels = |p: &Path| python(&["levels", &arg(&model), &arg(p), &arg(&test), "4"]);
+    let (l8, l16) = (levels(&q8), levels(&q16));
+    for level in ["ORT_DISABLE_ALL", "ORT_ENABLE_ALL"] {
+        let (a, b) = (l8[level].as_f64().unwrap(), l16[level].as_f64().unwrap());
+        assert!(b > a, "{level}: int16 activations {b:.2} dB, int8 {a:.2} dB");
+    }
+    // quantir's own evaluation of the written model agrees with onnxruntime's
+    let out = ok(quantir(&[
+        "evaluate",
+        &arg(&model),
+        &arg(&q16),
+        "--data",
+        &arg(&test),
+        "--limit",
+        "4",
+        "--json",
+    ]));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ours = r["outputs"][0]["sqnr_db"].as_f64().unwrap();
+    let ort = l16["ORT_DISABLE_ALL"].as_f64().unwrap();
+    assert!(
+        (ours - ort).abs() < 0.1,
+        "quantir {ours:.3} dB, onnxruntime {ort:.3} dB"
+    );
+}

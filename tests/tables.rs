@@ -146,7 +146,7 @@ fn opset_changes_name_ops_the_onnx_table_runs() {
     // Upsample: deprecated by ONNX at opset 10 (Resize replaced it); kept so that an old model
     // raised across 10 is refused by name rather than mislabelled
     let deprecated = ["Upsample"];
-    let missing: Vec<&str> = quantir::formats::onnx::export::opset_changed_ops()
+    let missing: Vec<&str> = quantir::formats::onnx::opsets::opset_changed_ops()
         .into_iter()
         .filter(|op| !deprecated.contains(op) && !interp::supports(&format!("onnx.{op}")))
         .collect();

@@ -15,8 +15,12 @@
 //! initializers; names come from tensor keys (ONNX names after an import), the graph's
 //! outputs keep their names. The default-domain opset is raised to what the quantized types
 //! need (10 per-tensor int8/uint8, 13 per-axis, 21 for int4/int16) when no op of the model
-//! changed meaning in between.
+//! changed meaning in between. Where one did and only the 16/4-bit types need 21, those Q/DQ
+//! nodes are written as onnxruntime's `com.microsoft` contrib ops instead (the same ops with the
+//! wider types, as onnxruntime's quantizer writes them below opset 21).
 
+use super::import::CONTRIB_DOMAIN;
+use super::opsets::{blocking_op, opset_for, Change, CHANGED_AT, WIDE_OPSET};
 use super::props::module_attr;
 use super::proto::{self, attribute_type as at, data_type as dt, AttributeProto, NodeProto, TensorProto};
 use crate::dialects::onnx::NO_VALUE;
@@ -29,7 +33,7 @@ use crate::ir::keys::{location_name, TensorKeys};
 use crate::ir::ops::{entry_function_names, is_constant_op};
 use crate::ir::quant::params_from_type;
 use crate::ir::types::element_type;
-use crate::params::{Scheme, StorageType};
+use crate::params::Scheme;
 use crate::tensor::Tensor;
 use melior::ir::block::BlockLike;
 use melior::ir::operation::OperationLike;
@@ -71,56 +75,6 @@ fn axes_to_inputs(graph: &mut proto::GraphProto, names: &mut Names, from: i64, t
         initializer.push(tensor_proto(&name, &t, dt::INT64));
         n.input.truncate(1);
         n.input.push(name);
-    }
-}
-
-/// What changed in an op at an opset of [`CHANGED_AT`].
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Change {
-    /// Only `axes` moved from an attribute to input 1: a raise across it rewrites the node.
-    AxesToInput,
-    /// Anything else: a raise across it stops the export.
-    Other,
-}
-
-/// Opset versions at which default-domain ops changed their inputs or attributes in ways a
-/// re-labelled model would not survive (axes/split/pads moved from attributes to inputs, ...).
-const CHANGED_AT: &[(&str, i64, Change)] = &[
-    ("Squeeze", 13, Change::AxesToInput),
-    ("Unsqueeze", 13, Change::AxesToInput),
-    ("Split", 13, Change::Other),
-    ("ReduceSum", 13, Change::AxesToInput),
-    ("ReduceMean", 18, Change::AxesToInput),
-    ("ReduceMax", 18, Change::AxesToInput),
-    ("ReduceMin", 18, Change::AxesToInput),
-    ("ReduceProd", 18, Change::AxesToInput),
-    ("ReduceL1", 18, Change::AxesToInput),
-    ("ReduceL2", 18, Change::AxesToInput),
-    ("ReduceLogSum", 18, Change::AxesToInput),
-    ("ReduceLogSumExp", 18, Change::AxesToInput),
-    ("ReduceSumSquare", 18, Change::AxesToInput),
-    ("Split", 18, Change::Other),
-    ("Pad", 11, Change::Other),
-    ("Resize", 11, Change::Other),
-    ("Upsample", 10, Change::Other),
-    ("Slice", 10, Change::Other),
-    ("TopK", 10, Change::Other),
-    ("Clip", 11, Change::Other),
-    ("BatchNormalization", 14, Change::Other),
-    ("Dropout", 12, Change::Other),
-];
-
-/// The ops of [`CHANGED_AT`] (for the table cross-check).
-pub fn opset_changed_ops() -> Vec<&'static str> {
-    CHANGED_AT.iter().map(|(op, _, _)| *op).collect()
-}
-
-/// The smallest default-domain opset that can express a quantized type.
-fn opset_for(dtype: StorageType, per_axis: bool) -> i64 {
-    match dtype {
-        StorageType::Int4 | StorageType::Uint4 | StorageType::Int16 | StorageType::Uint16 => 21,
-        _ if per_axis => 13,
-        _ => 10,
     }
 }
 
@@ -437,6 +391,9 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, FormatE
         }
     }
     let mut needs_opset = 1i64;
+    // what the Q/DQ nodes of 8-bit types need, and the nodes of 16/4-bit types (opset 21)
+    let mut needs_narrow = 1i64;
+    let mut wide_nodes: Vec<usize> = Vec::new();
     let mut used_ops: BTreeMap<String, ()> = BTreeMap::new();
     #[allow(clippy::type_complexity)]
     let mut qparam_names: HashMap<(Vec<u32>, Vec<i64>, i32, bool), (String, String)> = HashMap::new();
@@ -488,7 +445,12 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, FormatE
                 };
                 let elem = element_type(qty).ok_or_else(|| e(path, format!("{name} of a non-tensor")))?;
                 let p = params_from_type(elem, Scheme::Onnx).map_err(|x| e(path, x.to_string()))?;
-                needs_opset = needs_opset.max(opset_for(p.dtype, p.axis.is_some()));
+                let needs = opset_for(p.dtype, p.axis.is_some());
+                needs_opset = needs_opset.max(needs);
+                match needs >= WIDE_OPSET {
+                    true => wide_nodes.push(graph.node.len()),
+                    false => needs_narrow = needs_narrow.max(needs),
+                }
                 let zp_type = onnx_element(elem).ok_or_else(|| e(path, format!("{elem} has no ONNX type")))?;
                 let base = out(0)?;
                 // a Q/DQ pair (and every other point with the same parameters) shares one
@@ -657,10 +619,27 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, FormatE
         .iter()
         .position(|o| o.domain.is_empty() || o.domain == "ai.onnx");
     let current = default.map(|i| opset_import[i].version).unwrap_or(0);
+    let blocker = |needs: i64| blocking_op(&|op| used_ops.contains_key(op), current, needs);
+    if needs_opset > current
+        && !wide_nodes.is_empty()
+        && blocker(needs_opset).is_some()
+        && blocker(needs_narrow).is_none()
+    {
+        // the model cannot be raised to opset 21 as it stands: its 16/4-bit Q/DQ nodes are
+        // onnxruntime's contrib ops, as onnxruntime's quantizer writes them in that case
+        for &i in &wide_nodes {
+            graph.node[i].domain = CONTRIB_DOMAIN.into();
+        }
+        if !opset_import.iter().any(|o| o.domain == CONTRIB_DOMAIN) {
+            opset_import.push(proto::OperatorSetIdProto {
+                domain: CONTRIB_DOMAIN.into(),
+                version: 1,
+            });
+        }
+        needs_opset = needs_narrow;
+    }
     if needs_opset > current {
-        if let Some((op, at, _)) = CHANGED_AT.iter().find(|(op, at, c)| {
-            used_ops.contains_key(*op) && current < *at && needs_opset >= *at && *c == Change::Other
-        }) {
+        if let Some((op, at)) = blocker(needs_opset) {
             return Err(e(
                 path,
                 format!(

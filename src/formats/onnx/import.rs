@@ -419,9 +419,16 @@ impl<'c> Reader<'c, '_> {
     }
 }
 
-/// The MLIR op name of a node: `onnx.Conv`, `onnx.com.microsoft.FusedConv`.
+/// onnxruntime's contrib-op domain.
+pub const CONTRIB_DOMAIN: &str = "com.microsoft";
+
+/// The MLIR op name of a node: `onnx.Conv`, `onnx.com.microsoft.FusedConv`. onnxruntime's
+/// contrib `com.microsoft` QuantizeLinear/DequantizeLinear are the standard ops with 16- and
+/// 4-bit types before opset 21 (onnxruntime's quantizer writes them there, and so does quantir's
+/// export): they import as the standard ops.
 pub fn op_name_of(domain: &str, op_type: &str) -> String {
-    if domain.is_empty() || domain == "ai.onnx" {
+    let contrib_qdq = domain == CONTRIB_DOMAIN && matches!(op_type, "QuantizeLinear" | "DequantizeLinear");
+    if domain.is_empty() || domain == "ai.onnx" || contrib_qdq {
         format!("onnx.{op_type}")
     } else {
         format!("onnx.{domain}.{op_type}")

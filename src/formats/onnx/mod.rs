@@ -4,6 +4,7 @@
 
 pub mod export;
 pub mod import;
+pub mod opsets;
 pub mod props;
 pub mod proto;
 
