@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{arg, example, ok, quantir, stderr};
+use common::{arg, data, example, ok, quantir, stderr};
+use prost::Message;
+use quantir::formats::onnx::proto;
 
 /// A stats file serves every quantize option that leaves the graph alone: `calibrate`
 /// observes the model's outputs too, so `--quantize-outputs` needs no recalibration.
@@ -65,6 +67,44 @@ fn an_override_that_matches_nothing_is_named() {
         "{e}"
     );
     assert!(!e.contains("\"tf.MatMul\" selects"), "{e}");
+}
+
+/// An override may select a model input by its name (as `--target-sqnr` does when it raises
+/// the input's activation point): that is a match, applied and not warned about.
+#[test]
+fn an_override_of_a_model_input_matches_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = dir.path().join("r.toml");
+    std::fs::write(&recipe, "[[override]]\nmatch = \"x\"\nactivations = \"int16\"\n").unwrap();
+    let q = dir.path().join("q.onnx");
+    let o = ok(quantir(&[
+        "quantize",
+        &arg(&data("real/ppocr_cls.onnx")),
+        "--data",
+        &arg(&data("real/ppocr_cls_calib.npz")),
+        "--limit",
+        "4",
+        "--no-cache",
+        "--config",
+        &arg(&recipe),
+        "-o",
+        &arg(&q),
+    ]));
+    let e = stderr(&o);
+    assert!(!e.contains("selects no op"), "{e}");
+    // the input's QuantizeLinear is int16, the next one 8-bit (uint8, the .onnx default)
+    let m = proto::ModelProto::decode(std::fs::read(&q).unwrap().as_slice()).unwrap();
+    let g = m.graph.unwrap();
+    let zp_type = |input: &str| {
+        let n = g
+            .node
+            .iter()
+            .find(|n| n.op_type == "QuantizeLinear" && n.input[0] == input)
+            .unwrap();
+        g.initializer.iter().find(|t| t.name == n.input[2]).unwrap().data_type
+    };
+    assert_eq!(zp_type("x"), proto::data_type::INT16);
+    assert_eq!(zp_type("hardswish_0.tmp_0"), proto::data_type::UINT8);
 }
 
 /// An output that cannot be written says why once, on one line.

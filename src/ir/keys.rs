@@ -80,6 +80,11 @@ impl TensorKeys {
         TensorKeys { by_value }
     }
 
+    /// Every key of the function: its arguments' and its ops' results'.
+    pub fn all(&self) -> impl Iterator<Item = &str> {
+        self.by_value.values().map(String::as_str)
+    }
+
     /// The key of `value`, if it belongs to this function.
     pub fn get(&self, value: Value) -> Option<&str> {
         self.by_value.get(&(value.to_raw().ptr as usize)).map(String::as_str)

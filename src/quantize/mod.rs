@@ -215,8 +215,9 @@ fn unmatched_patterns(module: &Module, config: &QuantConfig) -> Result<(Vec<Stri
     for op in crate::ir::graph::body_ops(func) {
         names.push(crate::ir::graph::op_name(&op));
         names.extend(crate::ir::keys::location_names(op.location()));
-        names.extend(op.results().filter_map(|r| keys.get(r.into()).map(str::to_string)));
     }
+    // tensors: the function's arguments (a model input an override raises) and op results
+    names.extend(keys.all().map(str::to_string));
     let unmatched = |ps: &mut dyn Iterator<Item = &String>| -> Vec<String> {
         ps.filter(|p| !names.iter().any(|n| crate::recipe::glob(p, n)))
             .cloned()
