@@ -354,7 +354,7 @@ fn qdq_nodes(m: &proto::ModelProto) -> Vec<(String, String, i32)> {
 /// activations cannot raise it to opset 21, so their Q/DQ nodes are onnxruntime's
 /// `com.microsoft` contrib ops (as onnxruntime's quantizer writes them there) while the int8
 /// weights' stay standard. onnxruntime runs the model at both levels, better than int8
-/// activations, and quantir reads it back to the same figure.
+/// activations, and quantir reads it back to the same figure; int4 weights likewise.
 #[test]
 fn int16_activations_below_opset_21_are_written_as_contrib_qdq() {
     let dir = tempfile::tempdir().unwrap();
@@ -363,8 +363,8 @@ fn int16_activations_below_opset_21_are_written_as_contrib_qdq() {
         data_path("real/ppocr_det_calib.npz"),
         data_path("real/ppocr_det_test.npz"),
     );
-    let q = |acts: &str| {
-        let out = dir.path().join(format!("{acts}.onnx"));
+    let q = |flag: &str, value: &str| {
+        let out = dir.path().join(format!("{value}.onnx"));
         ok(quantir(&[
             "quantize",
             &arg(&model),
@@ -372,15 +372,19 @@ fn int16_activations_below_opset_21_are_written_as_contrib_qdq() {
             &arg(&calib),
             "--limit",
             "4",
-            "--activations",
-            acts,
+            flag,
+            value,
             "--no-cache",
             "-o",
             &arg(&out),
         ]));
         out
     };
-    let (q8, q16) = (q("int8"), q("int16"));
+    let (q8, q16, w4) = (
+        q("--activations", "int8"),
+        q("--activations", "int16"),
+        q("--weights", "int4"),
+    );
     let m = proto::ModelProto::decode(std::fs::read(&q16).unwrap().as_slice()).unwrap();
     let opset = |d: &str| m.opset_import.iter().find(|o| o.domain == d).map(|o| o.version);
     assert_eq!(opset("com.microsoft"), Some(1));
@@ -398,22 +402,27 @@ fn int16_activations_below_opset_21_are_written_as_contrib_qdq() {
         let (a, b) = (l8[level].as_f64().unwrap(), l16[level].as_f64().unwrap());
         assert!(b > a, "{level}: int16 activations {b:.2} dB, int8 {a:.2} dB");
     }
-    // quantir's own evaluation of the written model agrees with onnxruntime's
-    let out = ok(quantir(&[
-        "evaluate",
-        &arg(&model),
-        &arg(&q16),
-        "--data",
-        &arg(&test),
-        "--limit",
-        "4",
-        "--json",
-    ]));
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let ours = r["outputs"][0]["sqnr_db"].as_f64().unwrap();
-    let ort = l16["ORT_DISABLE_ALL"].as_f64().unwrap();
-    assert!(
-        (ours - ort).abs() < 0.1,
-        "quantir {ours:.3} dB, onnxruntime {ort:.3} dB"
-    );
+    // quantir's own evaluation of the written models agrees with onnxruntime's, int4 weights
+    // (contrib DequantizeLinear per axis) included
+    for (q, l) in [(&q16, l16), (&w4, levels(&w4))] {
+        let out = ok(quantir(&[
+            "evaluate",
+            &arg(&model),
+            &arg(q),
+            "--data",
+            &arg(&test),
+            "--limit",
+            "4",
+            "--json",
+        ]));
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let ours = r["outputs"][0]["sqnr_db"].as_f64().unwrap();
+        for level in ["ORT_DISABLE_ALL", "ORT_ENABLE_ALL"] {
+            let ort = l[level].as_f64().unwrap();
+            assert!(
+                (ours - ort).abs() < 0.1,
+                "{q:?} {level}: quantir {ours:.3} dB, onnxruntime {ort:.3} dB"
+            );
+        }
+    }
 }
