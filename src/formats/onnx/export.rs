@@ -390,7 +390,6 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, FormatE
             }
         }
     }
-    let mut needs_opset = 1i64;
     // what the Q/DQ nodes of 8-bit types need, and the nodes of 16/4-bit types (opset 21)
     let mut needs_narrow = 1i64;
     let mut wide_nodes: Vec<usize> = Vec::new();
@@ -446,7 +445,6 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, FormatE
                 let elem = element_type(qty).ok_or_else(|| e(path, format!("{name} of a non-tensor")))?;
                 let p = params_from_type(elem, Scheme::Onnx).map_err(|x| e(path, x.to_string()))?;
                 let needs = opset_for(p.dtype, p.axis.is_some());
-                needs_opset = needs_opset.max(needs);
                 match needs >= WIDE_OPSET {
                     true => wide_nodes.push(graph.node.len()),
                     false => needs_narrow = needs_narrow.max(needs),
@@ -620,6 +618,10 @@ pub fn export(module: &Module, path: &Path) -> Result<proto::ModelProto, FormatE
         .position(|o| o.domain.is_empty() || o.domain == "ai.onnx");
     let current = default.map(|i| opset_import[i].version).unwrap_or(0);
     let blocker = |needs: i64| blocking_op(&|op| used_ops.contains_key(op), current, needs);
+    let mut needs_opset = match wide_nodes.is_empty() {
+        true => needs_narrow,
+        false => WIDE_OPSET,
+    };
     if needs_opset > current
         && !wide_nodes.is_empty()
         && blocker(needs_opset).is_some()
