@@ -322,7 +322,12 @@ fn cmd_quantize(a: &QuantizeArgs, signature: Option<&str>) -> Result<()> {
         target_sqnr: a.target_sqnr,
         ..a.recipe.flags()
     };
-    let done = quantir::jobs::quantize(&a.model, signature, &a.output, &recipe, stats, &mut |line| {
+    let validation = a
+        .validation
+        .as_deref()
+        .map(|d| a.opts.images.open(d, None))
+        .transpose()?;
+    let done = quantir::jobs::quantize(&a.model, signature, &a.output, &recipe, stats, validation.as_ref(), &mut |line| {
         eprintln!("{line}")
     })
     .map_err(job)?;

@@ -58,13 +58,14 @@ pub enum TargetError {
     Data(#[from] crate::formats::data::DataError),
     #[error("{0}")]
     Load(String),
-    #[error("target {target} dB is out of reach: all int8 gives {int8:.2} dB, every activation in float {best:.2} dB and every compute op but one in float {ops:.2} dB on {samples} calibration samples; nothing written — lower the target, or leave ops float with --exclude")]
+    #[error("target {target} dB is out of reach: all int8 gives {int8:.2} dB, every activation in float {best:.2} dB and every compute op but one in float {ops:.2} dB on {samples} {scored_on} samples; nothing written — lower the target, or leave ops float with --exclude")]
     Unreachable {
         target: f64,
         int8: f64,
         best: f64,
         ops: f64,
         samples: usize,
+        scored_on: &'static str,
     },
 }
 
@@ -90,6 +91,8 @@ pub struct TargetReport {
     pub int8_sqnr_db: f64,
     pub sqnr_db: f64,
     pub samples: usize,
+    /// `calibration` (its first samples) or `validation` (`--validation`'s).
+    pub scored_on: &'static str,
     pub points: usize,
     pub raised: Vec<RaisedPoint>,
     /// Quantize + evaluate rounds the search made.
@@ -128,7 +131,7 @@ pub struct Reached {
     pub report: TargetReport,
 }
 
-/// The samples a target is scored on (the first of the calibration data).
+/// The samples a target is scored on (the first of the calibration or validation data).
 pub const TARGET_SAMPLES: usize = 16;
 
 /// Ranks the observed activation points of `config`'s plan by the SQNR of their own int8
@@ -291,7 +294,8 @@ fn raised_config(
 }
 
 /// Searches the fewest raised activations that bring the mean output SQNR on the first
-/// [`TARGET_SAMPLES`] samples of `data` to `target_db`. `load` gives a fresh copy of the float
+/// [`TARGET_SAMPLES`] samples of `data` (`scored_on`: `calibration` or `validation`) to
+/// `target_db`. `load` gives a fresh copy of the float
 /// model (lowered as the output needs); `writable` says whether the output format can hold a
 /// quantized module (an ONNX model of an old opset cannot hold int16 Q/DQ), and why not.
 #[allow(clippy::too_many_arguments)]
@@ -301,6 +305,7 @@ pub fn reach_target<'c>(
     stats: &StatsFile,
     config: &QuantConfig,
     data: &Dataset,
+    scored_on: &'static str,
     target_db: f64,
     threads: usize,
     overrides: &[(String, String)],
@@ -315,6 +320,8 @@ pub fn reach_target<'c>(
     };
     let float = load()?;
     let evaluations = std::cell::Cell::new(0);
+    // how many samples a score is over (fewer than asked where the data hold fewer)
+    let scored = std::cell::Cell::new(0);
     let few = EvalOptions {
         limit: Some(SENSITIVITY_SAMPLES),
         ..opts.clone()
@@ -325,6 +332,9 @@ pub fn reach_target<'c>(
         let report = quantize_module(&m, stats, c)?;
         let r = evaluate(&float, &m, data, opts)?;
         evaluations.set(evaluations.get() + 1);
+        if macs_of.is_none() {
+            scored.set(r.samples);
+        }
         let db: Vec<f64> = r
             .outputs
             .iter()
@@ -341,7 +351,7 @@ pub fn reach_target<'c>(
     let base = score(config)?;
     let ranked = rank_points(&load()?, stats, config, data, &opts)?;
     let n = ranked.len();
-    let samples = TARGET_SAMPLES;
+    let samples = scored.get();
     let done = |c: QuantConfig, i16: usize, fl: usize, db: f64, ops: &[(String, f64)]| {
         let raised = ranked
             .iter()
@@ -367,6 +377,7 @@ pub fn reach_target<'c>(
                 int8_sqnr_db: base,
                 sqnr_db: db,
                 samples,
+                scored_on,
                 points: n,
                 raised,
                 evaluations: evaluations.get(),
@@ -378,7 +389,7 @@ pub fn reach_target<'c>(
         return Ok(done(config.clone(), 0, 0, base, &[]));
     }
     say(format!(
-        "target {target_db} dB: all int8 gives {base:.2} dB on {samples} calibration samples; searching {n} activations"
+        "target {target_db} dB: all int8 gives {base:.2} dB on {samples} {scored_on} samples; searching {n} activations"
     ));
     // smallest k in 1..=n with ok(k), by doubling then bisection; None when ok(n) fails
     let search = |n: usize, make: &dyn Fn(usize) -> QuantConfig| -> Result<Option<(usize, f64)>, TargetError> {
@@ -516,5 +527,6 @@ pub fn reach_target<'c>(
         best,
         ops: ops_db,
         samples,
+        scored_on,
     })
 }

@@ -206,3 +206,52 @@ fn a_target_beyond_the_weights_leaves_the_fewest_ops_float() {
     assert!(got >= target, "{got} dB < target {target:.2}");
     assert!(stderr(&o).contains("compute ops left float"), "{}", stderr(&o));
 }
+
+/// `--validation`: the target is scored on held-out samples, not on the calibration data the
+/// ranges were fitted to; the model written holds it there.
+#[test]
+fn a_target_scored_on_validation_data_holds_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, calib, test) = (
+        arg(&example("digits_cnn.mlir")),
+        arg(&example("digits_calib.npz")),
+        arg(&example("digits_test.npz")),
+    );
+    let (all_int8, out) = (dir.path().join("int8.mlir"), dir.path().join("t.mlir"));
+    ok(quantir(&["quantize", &model, "--data", &calib, "--no-cache", "-o", &arg(&all_int8)]));
+    let base = sqnr_on_first_16(&model, &arg(&all_int8), &test);
+    let target = base + 0.5;
+    let o = ok(quantir(&[
+        "quantize",
+        &model,
+        "--data",
+        &calib,
+        "--no-cache",
+        "--target-sqnr",
+        &format!("{target:.2}"),
+        "--validation",
+        &test,
+        "--json",
+        "-o",
+        &arg(&out),
+    ]));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let t = &doc["target"];
+    assert_eq!(t["scored_on"], "validation", "{t}");
+    assert_eq!(t["samples"], 16, "{t}");
+    // the search's all-int8 figure is the one on the validation samples
+    assert!((t["int8_sqnr_db"].as_f64().unwrap() - base).abs() < 1e-9, "{base} vs {t}");
+    let got = sqnr_on_first_16(&model, &arg(&out), &test);
+    assert!(got >= target, "{got} dB < target {target:.2} ({t})");
+    assert!((got - t["sqnr_db"].as_f64().unwrap()).abs() < 1e-9, "{got} vs {t}");
+    assert!(
+        stderr(&o).contains("on 16 validation samples"),
+        "{}",
+        stderr(&o)
+    );
+    // validation data without a target is a usage error, and nothing is written
+    let none = dir.path().join("none.mlir");
+    let o = quantir(&["quantize", &model, "--data", &calib, "--validation", &test, "-o", &arg(&none)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(!none.exists());
+}

@@ -221,6 +221,7 @@ def quantize(
     exclude=(),
     config=None,
     target_sqnr=None,
+    validation=None,
     method=None,
     percentile=None,
     bins=2048,
@@ -259,7 +260,9 @@ def quantize(
     ``choose_method`` (score ``candidates`` and keep the best), ``choose_range`` (each
     activation's own range among ``candidates``, scored at the ops reading it), ``target_sqnr`` (raise the
     fewest activations to int16, then float, until the mean output SQNR on the first 16
-    calibration samples reaches it; ``Summary.target`` says which), and so on.
+    calibration samples reaches it; ``Summary.target`` says which), ``validation`` (held-out
+    data, a path or a dict of arrays, whose first 16 samples ``target_sqnr`` is scored on
+    instead), and so on.
 
     Returns a :class:`Summary`; warnings are issued as :class:`QuantirWarning`.
     """
@@ -305,6 +308,8 @@ def quantize(
             raise ValueError(f"target_sqnr: expected a number of dB, got {target_sqnr!r}")
         if calibration is None:
             raise ValueError("target_sqnr needs calibration data to score on")
+    if validation is not None and target_sqnr is None:
+        raise ValueError("validation data serve target_sqnr only")
     recipe = {
         "target_sqnr": None if target_sqnr is None else float(target_sqnr),
         "config_path": config_path,
@@ -326,6 +331,7 @@ def quantize(
         _Obj(recipe),
         _Obj(calib),
         calibration=None if calibration is None else _calibration(calibration),
+        validation=None if validation is None else _calibration(validation),
         stats=stats_obj,
         stats_path=stats_path,
         candidates=list(candidates) if choose else None,

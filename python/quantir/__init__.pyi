@@ -86,6 +86,7 @@ def quantize(
     exclude: Sequence[str] = (),
     config: Union[PathLike, Mapping[str, Any], None] = None,
     target_sqnr: Optional[float] = None,
+    validation: Union[PathLike, Mapping[str, Any], None] = None,
     method: Optional[str] = None,
     percentile: Optional[float] = None,
     bins: int = 2048,

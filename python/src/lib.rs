@@ -318,7 +318,7 @@ fn calibrate(
 /// `quantir.quantize`: the quantize job; returns the `quantize --json` document (as JSON text)
 /// and the lines the command line prints on the way.
 #[pyfunction]
-#[pyo3(signature = (model, output, recipe, calib, calibration=None, stats=None, stats_path=None, candidates=None, per_point=false, signature=None, cache=false, progress=None))]
+#[pyo3(signature = (model, output, recipe, calib, calibration=None, validation=None, stats=None, stats_path=None, candidates=None, per_point=false, signature=None, cache=false, progress=None))]
 #[allow(clippy::too_many_arguments)]
 fn quantize(
     py: Python<'_>,
@@ -327,6 +327,7 @@ fn quantize(
     recipe: RecipeArgs,
     calib: CalibArgs,
     calibration: Option<&Bound<'_, PyAny>>,
+    validation: Option<&Bound<'_, PyAny>>,
     stats: Option<PyRef<'_, Stats>>,
     stats_path: Option<PathBuf>,
     candidates: Option<Vec<String>>,
@@ -340,6 +341,16 @@ fn quantize(
         let mut data = calibration
             .map(|c| Calibration::from_py(c, &calib.images()?, &raised))
             .transpose()?;
+        // read again for each scoring: a path or arrays, not a stream
+        let validation = match validation.map(|v| Calibration::from_py(v, &calib.images()?, &raised)).transpose()? {
+            Some(Calibration::Data(d)) => Some(d),
+            Some(Calibration::Stream(_)) => {
+                return Err(raise(JobError::Usage(
+                    "validation: expected a path or a dict of arrays (data read again for each score), not a stream".into(),
+                )))
+            }
+            None => None,
+        };
         let given = stats.map(|s| s.inner.clone());
         let flags = calib.flags();
         let rflags = recipe.flags()?;
@@ -363,7 +374,7 @@ fn quantize(
                 },
                 (None, None, None) => StatsSource::None,
             };
-            let done = jobs::quantize(&model, signature.as_deref(), &output, &rflags, source, &mut |l| {
+            let done = jobs::quantize(&model, signature.as_deref(), &output, &rflags, source, validation.as_ref(), &mut |l| {
                 lines.push(l)
             })?;
             let doc = jobs::quantize_summary(&output, &done);

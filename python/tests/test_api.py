@@ -219,6 +219,19 @@ def test_a_quality_target_matches_the_cli(tmp_path, cli, digits):
     assert s.target["sqnr_db"] >= 43.5 and s.target["raised"]
 
 
+def test_a_quality_target_on_validation_data_matches_the_cli(tmp_path, cli, digits):
+    want = tmp_path / "cli.mlir"
+    cli("quantize", digits["mlir"], "--data", digits["calib"], "--no-cache", "--target-sqnr", "43.5",
+        "--validation", digits["test"], "-o", want)
+    got = tmp_path / "py.mlir"
+    s = quantir.quantize(digits["mlir"], got, calibration=digits["calib"], target_sqnr=43.5, validation=digits["test"])
+    assert got.read_bytes() == want.read_bytes()
+    assert s.target["scored_on"] == "validation" and s.target["sqnr_db"] >= 43.5
+    with pytest.raises(quantir.ConfigError, match="validation: expected a path or a dict of arrays"):
+        quantir.quantize(digits["mlir"], got, calibration=digits["calib"], target_sqnr=43.5,
+                         validation=({"x": x} for x in digits["x"][:2]))
+
+
 def test_ranges_chosen_per_activation_match_the_cli(tmp_path, cli, digits):
     want = tmp_path / "cli.onnx"
     cli("quantize", digits["onnx"], "--data", digits["calib"], "--no-cache", "--choose-range", "-o", want)

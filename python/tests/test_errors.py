@@ -115,6 +115,8 @@ def test_options_that_do_not_exist(tmp_path, digits):
         q(target_sqnr="high")
     with pytest.raises(quantir.QuantirError, match="target 90 dB is out of reach"):
         q(target_sqnr=90)
+    with pytest.raises(ValueError, match="validation data serve target_sqnr only"):
+        q(validation=digits["test"])
     with pytest.raises(TypeError):
         q(no_such_option=1)
     assert issubclass(quantir.ConfigError, ValueError) and issubclass(quantir.DataError, ValueError)

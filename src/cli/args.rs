@@ -152,6 +152,10 @@ pub struct QuantizeArgs {
     /// SQNR on the first 16 calibration samples reaches DB (needs --data).
     #[arg(long, value_name = "DB", requires = "data")]
     pub target_sqnr: Option<f64>,
+    /// Score --target-sqnr on the first 16 samples of these held-out data instead of the
+    /// calibration data's (the ranges, GPTQ and bias correction are fitted to those).
+    #[arg(long, value_name = "DATA", requires = "target_sqnr")]
+    pub validation: Option<PathBuf>,
     #[command(flatten)]
     pub opts: CalibOpts,
     #[command(flatten)]

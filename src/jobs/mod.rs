@@ -466,7 +466,8 @@ pub struct Quantized {
 }
 
 /// The quantize job: loads `model`, lowers it to ONNX ops for an .onnx output, gets its
-/// statistics, quantizes and writes `output` atomically. `say` receives each line of progress
+/// statistics, quantizes and writes `output` atomically. A quality target (`flags.target_sqnr`)
+/// is scored on `validation` where given, else on the calibration data. `say` receives each line of progress
 /// and each warning (a warning's line starts with "warning: ").
 pub fn quantize(
     model: &Path,
@@ -474,6 +475,7 @@ pub fn quantize(
     output: &Path,
     flags: &RecipeFlags,
     stats: StatsSource,
+    validation: Option<&Dataset>,
     say: &mut dyn FnMut(String),
 ) -> Result<Quantized, JobError> {
     formats::model::check_output(output)?;
@@ -508,6 +510,9 @@ pub fn quantize(
     let stats_source_calibrates = matches!(stats, StatsSource::Calibrate { .. });
     if flags.target_sqnr.is_some() && !stats_source_calibrates {
         return Err(usage("a quality target needs calibration data to score on (--data)"));
+    }
+    if validation.is_some() && flags.target_sqnr.is_none() {
+        return Err(usage("validation data serve a quality target only (--target-sqnr)"));
     }
     let mut kept: Option<Dataset> = None;
     if let Some(l) = &lowered {
@@ -640,7 +645,13 @@ pub fn quantize(
             (None, false) => say("warning: bias correction needs calibration data (--data); not made".into()),
         }
     }
-    let (config, target) = match (flags.target_sqnr, first) {
+    // held-out samples where given: a target scored on the data that set the ranges, GPTQ and
+    // bias correction can hold there and not on other inputs
+    let (scored, scored_on) = match validation {
+        Some(v) => (Some(v), "validation"),
+        None => (first, "calibration"),
+    };
+    let (config, target) = match (flags.target_sqnr, scored) {
         (Some(db), Some(data)) => {
             let twin = || -> Result<Module<'_>, crate::target::TargetError> {
                 let m = load(&ctx, model, signature).map_err(|e| crate::target::TargetError::Load(e.to_string()))?;
@@ -660,7 +671,9 @@ pub fn quantize(
                 })
             };
             let (threads, overrides) = &target_feed;
-            let r = crate::target::reach_target(&twin, &writable, &stats, &config, data, db, *threads, overrides, say)
+            let r = crate::target::reach_target(
+                &twin, &writable, &stats, &config, data, scored_on, db, *threads, overrides, say,
+            )
                 .map_err(|e| JobError::from(e).within(model))?;
             say(target_line(&r.report));
             (r.config, Some(r.report))
@@ -716,11 +729,12 @@ pub fn target_line(r: &crate::target::TargetReport) -> String {
         n => format!(" and {n} compute ops left float (weights and all: fewer MACs in float than the activations that would reach it)"),
     };
     format!(
-        "target {} dB reached: {:.2} dB (all int8: {:.2} dB) on {} calibration samples with {} of {} activations raised ({} to int16, {} to float){ops}; {} evaluations in {:.1} s",
+        "target {} dB reached: {:.2} dB (all int8: {:.2} dB) on {} {} samples with {} of {} activations raised ({} to int16, {} to float){ops}; {} evaluations in {:.1} s",
         r.target_db,
         r.sqnr_db,
         r.int8_sqnr_db,
         r.samples,
+        r.scored_on,
         count("activation", "int16") + count("activation", "float"),
         r.points,
         count("activation", "int16"),
