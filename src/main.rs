@@ -94,7 +94,7 @@ impl RecipeArgs {
             reduce_range: self.reduce_range,
             runtime: self.runtime.as_ref().map(name_of),
             exclude: self.exclude.clone(),
-            target_sqnr: None,
+            target: None,
             bias_correction: on_off(self.bias_correction, self.no_bias_correction),
             gptq: on_off(self.gptq, self.no_gptq),
             per_channel_depthwise_inputs: on_off(
@@ -319,7 +319,14 @@ fn cmd_quantize(a: &QuantizeArgs, signature: Option<&str>) -> Result<()> {
         (None, None) => quantir::jobs::StatsSource::None,
     };
     let recipe = quantir::jobs::RecipeFlags {
-        target_sqnr: a.target_sqnr,
+        target: match (a.target_sqnr, a.target_top1) {
+            (Some(db), _) => Some(quantir::target::Goal::SqnrDb(db)),
+            (None, Some(fraction)) => Some(quantir::target::Goal::Top1 {
+                fraction,
+                labels: a.labels.clone(),
+            }),
+            (None, None) => None,
+        },
         ..a.recipe.flags()
     };
     let validation = a

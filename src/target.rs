@@ -1,6 +1,11 @@
-//! `quantize --target-sqnr DB`: reaches an output quality by raising the fewest activations
-//! from int8 to int16, then to float, and where activations cannot reach it, the fewest compute
-//! ops (weights and all) to float.
+//! `quantize --target-sqnr DB` (or `--target-top1 FRACTION`): reaches an output quality by
+//! raising the fewest activations from int8 to int16, then to float, and where activations
+//! cannot reach it, the fewest compute ops (weights and all) to float.
+//!
+//! The quality is a [`Goal`]: the mean output SQNR on the first [`TARGET_SAMPLES`] scoring
+//! samples, or top-1 on all of them (accuracy against labels, or agreement with the float
+//! model). The scoring samples are the calibration data's, or held-out `--validation` data.
+//! Rankings (steps 1 and 4) use SQNR whatever the goal: top-1 on a few samples cannot rank.
 //!
 //! 1. Each activation point's own damage: the float model runs on the first samples, and the
 //!    SQNR of every point's values against their int8 fake-quantized copy (the noise that
@@ -29,7 +34,7 @@
 //! Same-scale followers (a MaxPool's output reusing its input's scale) move with their source.
 
 use crate::calibration::StatsFile;
-use crate::evaluate::{evaluate, EvalError, EvalOptions};
+use crate::evaluate::{evaluate, EvalError, EvalOptions, EvalReport};
 use crate::formats::data::{bind, Dataset};
 use crate::interp::Program;
 use crate::params::{fake_quant, Rounding};
@@ -58,15 +63,98 @@ pub enum TargetError {
     Data(#[from] crate::formats::data::DataError),
     #[error("{0}")]
     Load(String),
-    #[error("target {target} dB is out of reach: all int8 gives {int8:.2} dB, every activation in float {best:.2} dB and every compute op but one in float {ops:.2} dB on {samples} {scored_on} samples; nothing written — lower the target, or leave ops float with --exclude")]
+    #[error("target {target} is out of reach: all int8 gives {int8}, every activation in float {best} and every compute op but one in float {ops} on {samples} {scored_on} samples; nothing written — lower the target, or leave ops float with --exclude")]
     Unreachable {
-        target: f64,
-        int8: f64,
-        best: f64,
-        ops: f64,
+        target: String,
+        int8: String,
+        best: String,
+        ops: String,
         samples: usize,
         scored_on: &'static str,
     },
+}
+
+/// What a target asks of the quantized model.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Goal {
+    /// The mean SQNR of the outputs, dB, on the first [`TARGET_SAMPLES`] scoring samples.
+    SqnrDb(f64),
+    /// The share of all scoring samples whose first output's argmax is right: against the
+    /// integer array `labels` of the data where given, else the float model's argmax.
+    Top1 { fraction: f64, labels: Option<String> },
+}
+
+impl Goal {
+    fn threshold(&self) -> f64 {
+        match self {
+            Goal::SqnrDb(db) => *db,
+            Goal::Top1 { fraction, .. } => *fraction,
+        }
+    }
+    /// The samples scored: top-1 moves by 1/n a sample, so it takes every one.
+    fn limit(&self) -> Option<usize> {
+        match self {
+            Goal::SqnrDb(_) => Some(TARGET_SAMPLES),
+            Goal::Top1 { .. } => None,
+        }
+    }
+    fn labels(&self) -> Option<String> {
+        match self {
+            Goal::SqnrDb(_) => None,
+            Goal::Top1 { labels, .. } => labels.clone(),
+        }
+    }
+    /// The goal's figure of an evaluation.
+    fn value(&self, r: &EvalReport) -> f64 {
+        match self {
+            Goal::SqnrDb(_) => mean_sqnr_db(r),
+            Goal::Top1 { labels, .. } => {
+                let o = r.outputs.first();
+                match labels {
+                    Some(_) => o.and_then(|o| o.quantized_accuracy),
+                    None => o.and_then(|o| o.top1_agreement),
+                }
+                .unwrap_or(0.0)
+            }
+        }
+    }
+    /// A figure in the goal's unit.
+    pub fn show(&self, v: f64) -> String {
+        match self {
+            Goal::SqnrDb(_) => format!("{v:.2} dB"),
+            Goal::Top1 { .. } => format!("top-1 {v:.4}"),
+        }
+    }
+    /// The option that set it, as the command line spells it.
+    pub fn flag(&self) -> String {
+        match self {
+            Goal::SqnrDb(db) => format!("--target-sqnr {db}"),
+            Goal::Top1 { fraction, .. } => format!("--target-top1 {fraction}"),
+        }
+    }
+}
+
+impl std::fmt::Display for Goal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Goal::SqnrDb(db) => write!(f, "{db} dB"),
+            Goal::Top1 {
+                fraction,
+                labels: Some(l),
+            } => write!(f, "top-1 {fraction} (accuracy against labels '{l}')"),
+            Goal::Top1 { fraction, labels: None } => write!(f, "top-1 {fraction} (agreement with the float model)"),
+        }
+    }
+}
+
+/// The mean over the outputs of their SQNR (an exact output as 100 dB).
+fn mean_sqnr_db(r: &EvalReport) -> f64 {
+    let db: Vec<f64> = r
+        .outputs
+        .iter()
+        .map(|o| o.sqnr_db.unwrap_or(100.0).min(100.0))
+        .collect();
+    db.iter().sum::<f64>() / db.len().max(1) as f64
 }
 
 /// An activation, or a compute op, the search raised above int8.
@@ -83,13 +171,29 @@ pub struct RaisedPoint {
     pub int8_sqnr_db: f64,
 }
 
-/// What the search found.
+/// What the search found. For an SQNR goal `target_db`, `int8_sqnr_db` and `sqnr_db` (the
+/// mean output SQNR on the scoring samples: all int8, then with the raised points); for a
+/// top-1 goal `target_top1`, `int8_top1` and `top1`, and `top1_of` what it is measured against.
 #[derive(Debug, Clone, Serialize)]
 pub struct TargetReport {
-    pub target_db: f64,
-    /// The mean output SQNR on the scoring samples: all int8, then with the raised points.
-    pub int8_sqnr_db: f64,
-    pub sqnr_db: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_db: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub int8_sqnr_db: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sqnr_db: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_top1: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub int8_top1: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top1: Option<f64>,
+    /// `labels 'NAME'` or `the float model`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top1_of: Option<String>,
+    /// The goal as text, and the option that set it (for the summary and the marks).
+    #[serde(skip)]
+    pub goal: Goal,
     pub samples: usize,
     /// `calibration` (its first samples) or `validation` (`--validation`'s).
     pub scored_on: &'static str,
@@ -101,21 +205,29 @@ pub struct TargetReport {
 }
 
 impl TargetReport {
+    /// All int8's figure and the one reached, in the goal's unit.
+    pub fn figures(&self) -> (f64, f64) {
+        let (base, got) = match self.goal {
+            Goal::SqnrDb(_) => (self.int8_sqnr_db, self.sqnr_db),
+            Goal::Top1 { .. } => (self.int8_top1, self.top1),
+        };
+        (base.unwrap_or(f64::NAN), got.unwrap_or(f64::NAN))
+    }
     /// Each raised value's key with why, as the model written records them
     /// (`precision::mark_raised`) for `evaluate --per-layer` and its report.
     pub fn marks(&self) -> Vec<(String, String)> {
-        let t = self.target_db;
+        let t = self.goal.flag();
         self.raised
             .iter()
             .map(|p| {
                 let why = match (p.kind, p.to.as_str()) {
                     ("op", _) => format!(
-                        "left float by --target-sqnr {t} (the model with this op alone int8: {:.1} dB)",
+                        "left float by {t} (the model with this op alone int8: {:.1} dB)",
                         p.int8_sqnr_db
                     ),
-                    (_, "float") => format!("left float by --target-sqnr {t} (int8 alone: {:.1} dB)", p.int8_sqnr_db),
+                    (_, "float") => format!("left float by {t} (int8 alone: {:.1} dB)", p.int8_sqnr_db),
                     (_, to) => format!(
-                        "raised to {to} by --target-sqnr {t} (int8 alone: {:.1} dB)",
+                        "raised to {to} by {t} (int8 alone: {:.1} dB)",
                         p.int8_sqnr_db
                     ),
                 };
@@ -293,9 +405,8 @@ fn raised_config(
     c
 }
 
-/// Searches the fewest raised activations that bring the mean output SQNR on the first
-/// [`TARGET_SAMPLES`] samples of `data` (`scored_on`: `calibration` or `validation`) to
-/// `target_db`. `load` gives a fresh copy of the float
+/// Searches the fewest raised activations that bring the model to `goal` on `data`
+/// (`scored_on`: `calibration` or `validation`). `load` gives a fresh copy of the float
 /// model (lowered as the output needs); `writable` says whether the output format can hold a
 /// quantized module (an ONNX model of an old opset cannot hold int16 Q/DQ), and why not.
 #[allow(clippy::too_many_arguments)]
@@ -306,17 +417,25 @@ pub fn reach_target<'c>(
     config: &QuantConfig,
     data: &Dataset,
     scored_on: &'static str,
-    target_db: f64,
+    goal: &Goal,
     threads: usize,
     overrides: &[(String, String)],
     say: &mut dyn FnMut(String),
 ) -> Result<Reached, TargetError> {
     let t0 = std::time::Instant::now();
+    let target = goal.threshold();
+    // the first samples: what the activations are ranked on
     let opts = EvalOptions {
         threads,
         limit: Some(TARGET_SAMPLES),
         overrides: overrides.to_vec(),
         ..Default::default()
+    };
+    // what the goal is scored on
+    let goal_opts = EvalOptions {
+        limit: goal.limit(),
+        labels: goal.labels(),
+        ..opts.clone()
     };
     let float = load()?;
     let evaluations = std::cell::Cell::new(0);
@@ -326,28 +445,25 @@ pub fn reach_target<'c>(
         limit: Some(SENSITIVITY_SAMPLES),
         ..opts.clone()
     };
-    // the mean output SQNR of `c`'s model, and the MACs of the op keyed `macs_of` in it
-    let score_on = |c: &QuantConfig, opts: &EvalOptions, macs_of: Option<&str>| -> Result<(f64, u64), TargetError> {
+    // the evaluation of `c`'s model, and the MACs of the op keyed `macs_of` in it
+    let score_on = |c: &QuantConfig, opts: &EvalOptions, macs_of: Option<&str>| -> Result<(EvalReport, u64), TargetError> {
         let m = load()?;
         let report = quantize_module(&m, stats, c)?;
         let r = evaluate(&float, &m, data, opts)?;
         evaluations.set(evaluations.get() + 1);
-        if macs_of.is_none() {
-            scored.set(r.samples);
-        }
-        let db: Vec<f64> = r
-            .outputs
-            .iter()
-            .map(|o| o.sqnr_db.unwrap_or(100.0).min(100.0))
-            .collect();
         // (counted at the calibration data's shapes where dims are dynamic)
         let macs = macs_of
             .and_then(|k| report.summary.ops.iter().find(|o| o.key == k))
             .and_then(|o| o.macs)
             .unwrap_or(0);
-        Ok((db.iter().sum::<f64>() / db.len().max(1) as f64, macs))
+        Ok((r, macs))
     };
-    let score = |c: &QuantConfig| score_on(c, &opts, None).map(|(db, _)| db);
+    // the goal's figure of `c`'s model
+    let score = |c: &QuantConfig| -> Result<f64, TargetError> {
+        let (r, _) = score_on(c, &goal_opts, None)?;
+        scored.set(r.samples);
+        Ok(goal.value(&r))
+    };
     let base = score(config)?;
     let ranked = rank_points(&load()?, stats, config, data, &opts)?;
     let n = ranked.len();
@@ -370,12 +486,23 @@ pub fn reach_target<'c>(
                 int8_sqnr_db: *s,
             }))
             .collect();
+        let sqnr = matches!(goal, Goal::SqnrDb(_));
+        let top1_of = match goal {
+            Goal::SqnrDb(_) => None,
+            Goal::Top1 { labels: Some(l), .. } => Some(format!("labels '{l}'")),
+            Goal::Top1 { labels: None, .. } => Some("the float model".into()),
+        };
         Reached {
             config: c,
             report: TargetReport {
-                target_db,
-                int8_sqnr_db: base,
-                sqnr_db: db,
+                target_db: sqnr.then_some(target),
+                int8_sqnr_db: sqnr.then_some(base),
+                sqnr_db: sqnr.then_some(db),
+                target_top1: (!sqnr).then_some(target),
+                int8_top1: (!sqnr).then_some(base),
+                top1: (!sqnr).then_some(db),
+                top1_of,
+                goal: goal.clone(),
                 samples,
                 scored_on,
                 points: n,
@@ -385,11 +512,12 @@ pub fn reach_target<'c>(
             },
         }
     };
-    if base >= target_db {
+    if base >= target {
         return Ok(done(config.clone(), 0, 0, base, &[]));
     }
     say(format!(
-        "target {target_db} dB: all int8 gives {base:.2} dB on {samples} {scored_on} samples; searching {n} activations"
+        "target {goal}: all int8 gives {} on {samples} {scored_on} samples; searching {n} activations",
+        goal.show(base)
     ));
     // smallest k in 1..=n with ok(k), by doubling then bisection; None when ok(n) fails
     let search = |n: usize, make: &dyn Fn(usize) -> QuantConfig| -> Result<Option<(usize, f64)>, TargetError> {
@@ -398,7 +526,7 @@ pub fn reach_target<'c>(
         while hi.is_none() {
             let k_try = k.min(n);
             let db = score(&make(k_try))?;
-            if db >= target_db {
+            if db >= target {
                 hi = Some(k_try);
                 best = Some((k_try, db));
             } else if k_try == n {
@@ -412,7 +540,7 @@ pub fn reach_target<'c>(
         while hi - lo > 1 {
             let mid = (lo + hi) / 2;
             let db = score(&make(mid))?;
-            if db >= target_db {
+            if db >= target {
                 hi = mid;
                 best = Some((mid, db));
             } else {
@@ -477,13 +605,15 @@ pub fn reach_target<'c>(
             keys.len()
         ),
         None => format!(
-            "target: every activation in float gives {best:.2} dB; measuring {} compute ops one at a time on {SENSITIVITY_SAMPLES} samples",
+            "target: every activation in float gives {}; measuring {} compute ops one at a time on {SENSITIVITY_SAMPLES} samples",
+            goal.show(best),
             keys.len()
         ),
     });
     let mut measured: Vec<(String, f64, f64)> = Vec::new();
     for (i, key) in keys.iter().enumerate() {
-        let (db, macs) = score_on(&only_op(config, &keys, i), &few, Some(key))?;
+        let (r, macs) = score_on(&only_op(config, &keys, i), &few, Some(key))?;
+        let db = mean_sqnr_db(&r);
         // the noise this op alone brings, per multiply-accumulate it would run in float: the
         // cheapest ops to leave float come first, so the int8 share stays as high as it can
         measured.push((key.clone(), db, 10f64.powf(-db / 10.0) / macs.max(1) as f64));
@@ -522,10 +652,10 @@ pub fn reach_target<'c>(
     // out of reach: a model below the target is not what was asked for
     let ops_db = if m == 0 { best } else { score(&with_ops(n16, m))? };
     Err(TargetError::Unreachable {
-        target: target_db,
-        int8: base,
-        best,
-        ops: ops_db,
+        target: goal.to_string(),
+        int8: goal.show(base),
+        best: goal.show(best),
+        ops: goal.show(ops_db),
         samples,
         scored_on,
     })

@@ -255,3 +255,71 @@ fn a_target_scored_on_validation_data_holds_there() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(!none.exists());
 }
+
+/// `--target-top1`: top-1 agreement with the float model on every validation sample (here
+/// with int4 weights, whose all-quantized model disagrees on 2 of 397), reached and held by
+/// the model written; against labels the float model's own accuracy bounds it.
+#[test]
+fn a_top1_target_holds_on_every_validation_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, calib, test) = (
+        arg(&example("digits_cnn.mlir")),
+        arg(&example("digits_calib.npz")),
+        arg(&example("digits_test.npz")),
+    );
+    let out = dir.path().join("t.mlir");
+    let quantize = |extra: &[&str], out: &std::path::Path| {
+        let mut a = vec![
+            "quantize",
+            model.as_str(),
+            "--data",
+            calib.as_str(),
+            "--no-cache",
+            "--weights",
+            "int4",
+            "--validation",
+            test.as_str(),
+            "--json",
+        ];
+        a.extend_from_slice(extra);
+        let out = arg(out);
+        quantir(&[a.as_slice(), &["-o", out.as_str()]].concat())
+    };
+    let o = ok(quantize(&["--target-top1", "0.999"], &out));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let t = &doc["target"];
+    assert_eq!(t["target_top1"], 0.999, "{t}");
+    assert_eq!(t["top1_of"], "the float model", "{t}");
+    assert_eq!(t["samples"], 397, "{t}");
+    assert!(t.get("target_db").is_none() && t.get("sqnr_db").is_none(), "{t}");
+    assert!(t["int8_top1"].as_f64().unwrap() < 0.999, "{t}");
+    assert!(!t["raised"].as_array().unwrap().is_empty(), "{t}");
+    let top1 = t["top1"].as_f64().unwrap();
+    assert!(top1 >= 0.999, "{t}");
+    // the model written is the one scored
+    let e = ok(quantir(&["evaluate", &model, &arg(&out), "--data", &test, "--json"]));
+    let ev: serde_json::Value = serde_json::from_slice(&e.stdout).unwrap();
+    assert_eq!(ev["outputs"][0]["top1_agreement"].as_f64().unwrap(), top1, "{ev}");
+    assert!(stderr(&o).contains("target top-1 0.999 (agreement with the float model) reached"), "{}", stderr(&o));
+    // against labels: above the float model's own accuracy (98.99 %) no precision reaches it
+    let never = dir.path().join("never.mlir");
+    let o = quantize(&["--target-top1", "0.995", "--labels", "y"], &never);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("target top-1 0.995 (accuracy against labels 'y') is out of reach") && e.contains("nothing written"),
+        "{e}"
+    );
+    assert!(!never.exists());
+    // and the options that only make sense together
+    for extra in [
+        &["--target-top1", "1.5"][..],
+        &["--target-top1", "0.9", "--target-sqnr", "30"],
+        &["--labels", "y", "--target-sqnr", "30"],
+        &["--labels", "y"],
+    ] {
+        let o = quantize(extra, &never);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(!never.exists());
+    }
+}

@@ -221,6 +221,8 @@ def quantize(
     exclude=(),
     config=None,
     target_sqnr=None,
+    target_top1=None,
+    labels=None,
     validation=None,
     method=None,
     percentile=None,
@@ -260,9 +262,10 @@ def quantize(
     ``choose_method`` (score ``candidates`` and keep the best), ``choose_range`` (each
     activation's own range among ``candidates``, scored at the ops reading it), ``target_sqnr`` (raise the
     fewest activations to int16, then float, until the mean output SQNR on the first 16
-    calibration samples reaches it; ``Summary.target`` says which), ``validation`` (held-out
-    data, a path or a dict of arrays, whose first 16 samples ``target_sqnr`` is scored on
-    instead), and so on.
+    calibration samples reaches it; ``Summary.target`` says which), ``target_top1`` (the same
+    for top-1 on every scoring sample: accuracy against the integer array ``labels`` names,
+    else agreement with the float model), ``validation`` (held-out data, a path or a dict of
+    arrays, the target is scored on instead of the calibration data), and so on.
 
     Returns a :class:`Summary`; warnings are issued as :class:`QuantirWarning`.
     """
@@ -308,10 +311,21 @@ def quantize(
             raise ValueError(f"target_sqnr: expected a number of dB, got {target_sqnr!r}")
         if calibration is None:
             raise ValueError("target_sqnr needs calibration data to score on")
-    if validation is not None and target_sqnr is None:
-        raise ValueError("validation data serve target_sqnr only")
+    if target_top1 is not None:
+        if target_sqnr is not None:
+            raise ValueError("give target_sqnr or target_top1, not both")
+        if isinstance(target_top1, bool) or not isinstance(target_top1, (int, float)) or not 0 < target_top1 <= 1:
+            raise ValueError(f"target_top1: expected a fraction in (0, 1], got {target_top1!r}")
+        if calibration is None:
+            raise ValueError("target_top1 needs calibration data to score on")
+    if labels is not None and target_top1 is None:
+        raise ValueError("labels serve target_top1 only")
+    if validation is not None and target_sqnr is None and target_top1 is None:
+        raise ValueError("validation data serve target_sqnr or target_top1 only")
     recipe = {
         "target_sqnr": None if target_sqnr is None else float(target_sqnr),
+        "target_top1": None if target_top1 is None else float(target_top1),
+        "labels": labels,
         "config_path": config_path,
         "config_json": config_json,
         "scheme": scheme,

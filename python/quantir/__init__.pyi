@@ -86,6 +86,8 @@ def quantize(
     exclude: Sequence[str] = (),
     config: Union[PathLike, Mapping[str, Any], None] = None,
     target_sqnr: Optional[float] = None,
+    target_top1: Optional[float] = None,
+    labels: Optional[str] = None,
     validation: Union[PathLike, Mapping[str, Any], None] = None,
     method: Optional[str] = None,
     percentile: Optional[float] = None,

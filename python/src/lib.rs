@@ -240,6 +240,8 @@ struct RecipeArgs {
     runtime: Option<String>,
     exclude: Vec<String>,
     target_sqnr: Option<f64>,
+    target_top1: Option<f64>,
+    labels: Option<String>,
 }
 
 impl RecipeArgs {
@@ -267,7 +269,14 @@ impl RecipeArgs {
             reduce_range: self.reduce_range,
             runtime: self.runtime.clone(),
             exclude: self.exclude.clone(),
-            target_sqnr: self.target_sqnr,
+            target: match (self.target_sqnr, self.target_top1) {
+                (Some(db), _) => Some(quantir::target::Goal::SqnrDb(db)),
+                (None, Some(fraction)) => Some(quantir::target::Goal::Top1 {
+                    fraction,
+                    labels: self.labels.clone(),
+                }),
+                (None, None) => None,
+            },
             bias_correction: None,
             gptq: None,
             per_channel_depthwise_inputs: None,

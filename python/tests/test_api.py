@@ -227,6 +227,13 @@ def test_a_quality_target_on_validation_data_matches_the_cli(tmp_path, cli, digi
     s = quantir.quantize(digits["mlir"], got, calibration=digits["calib"], target_sqnr=43.5, validation=digits["test"])
     assert got.read_bytes() == want.read_bytes()
     assert s.target["scored_on"] == "validation" and s.target["sqnr_db"] >= 43.5
+    # a top-1 target, against the float model's argmax on every validation sample
+    cli("quantize", digits["mlir"], "--data", digits["calib"], "--no-cache", "--weights", "int4",
+        "--target-top1", "0.999", "--validation", digits["test"], "-o", want)
+    s = quantir.quantize(digits["mlir"], got, calibration=digits["calib"], weights="int4", target_top1=0.999,
+                         validation=digits["test"])
+    assert got.read_bytes() == want.read_bytes()
+    assert s.target["top1"] >= 0.999 > s.target["int8_top1"] and s.target["top1_of"] == "the float model"
     with pytest.raises(quantir.ConfigError, match="validation: expected a path or a dict of arrays"):
         quantir.quantize(digits["mlir"], got, calibration=digits["calib"], target_sqnr=43.5,
                          validation=({"x": x} for x in digits["x"][:2]))

@@ -115,7 +115,11 @@ def test_options_that_do_not_exist(tmp_path, digits):
         q(target_sqnr="high")
     with pytest.raises(quantir.QuantirError, match="target 90 dB is out of reach"):
         q(target_sqnr=90)
-    with pytest.raises(ValueError, match="validation data serve target_sqnr only"):
+    with pytest.raises(ValueError, match="target_top1: expected a fraction"):
+        q(target_top1=1.5)
+    with pytest.raises(ValueError, match="not both"):
+        q(target_sqnr=30, target_top1=0.9)
+    with pytest.raises(ValueError, match="validation data serve target_sqnr or target_top1 only"):
         q(validation=digits["test"])
     with pytest.raises(TypeError):
         q(no_such_option=1)

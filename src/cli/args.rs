@@ -150,11 +150,19 @@ pub struct QuantizeArgs {
     pub candidates: Vec<MethodArg>,
     /// Raise the fewest activations from int8 to int16, then to float, until the mean output
     /// SQNR on the first 16 calibration samples reaches DB (needs --data).
-    #[arg(long, value_name = "DB", requires = "data")]
+    #[arg(long, value_name = "DB", requires = "data", group = "target")]
     pub target_sqnr: Option<f64>,
-    /// Score --target-sqnr on the first 16 samples of these held-out data instead of the
-    /// calibration data's (the ranges, GPTQ and bias correction are fitted to those).
-    #[arg(long, value_name = "DATA", requires = "target_sqnr")]
+    /// As --target-sqnr, for top-1 on every scoring sample: the share whose first output's
+    /// argmax is right — against the integer array --labels names, else the float model's.
+    #[arg(long, value_name = "FRACTION", requires = "data", group = "target")]
+    pub target_top1: Option<f64>,
+    /// The integer array of class labels in the scoring data, for --target-top1.
+    #[arg(long, value_name = "NAME", requires = "target_top1", conflicts_with = "target_sqnr")]
+    pub labels: Option<String>,
+    /// Score the target on these held-out data (--target-sqnr on their first 16 samples)
+    /// instead of the calibration data (the ranges, GPTQ and bias correction are fitted to
+    /// those).
+    #[arg(long, value_name = "DATA", requires = "target")]
     pub validation: Option<PathBuf>,
     #[command(flatten)]
     pub opts: CalibOpts,

@@ -461,12 +461,12 @@ pub struct Quantized {
     pub config: QuantConfig,
     pub report: QuantizeReport,
     pub stats: StatsFile,
-    /// What `target_sqnr`'s search found.
+    /// What the quality target's search found.
     pub target: Option<crate::target::TargetReport>,
 }
 
 /// The quantize job: loads `model`, lowers it to ONNX ops for an .onnx output, gets its
-/// statistics, quantizes and writes `output` atomically. A quality target (`flags.target_sqnr`)
+/// statistics, quantizes and writes `output` atomically. A quality target (`flags.target`)
 /// is scored on `validation` where given, else on the calibration data. `say` receives each line of progress
 /// and each warning (a warning's line starts with "warning: ").
 pub fn quantize(
@@ -508,11 +508,16 @@ pub fn quantize(
         _ => (0, Vec::new()),
     };
     let stats_source_calibrates = matches!(stats, StatsSource::Calibrate { .. });
-    if flags.target_sqnr.is_some() && !stats_source_calibrates {
+    if flags.target.is_some() && !stats_source_calibrates {
         return Err(usage("a quality target needs calibration data to score on (--data)"));
     }
-    if validation.is_some() && flags.target_sqnr.is_none() {
-        return Err(usage("validation data serve a quality target only (--target-sqnr)"));
+    if validation.is_some() && flags.target.is_none() {
+        return Err(usage("validation data serve a quality target only (--target-sqnr, --target-top1)"));
+    }
+    if let Some(crate::target::Goal::Top1 { fraction, .. }) = &flags.target {
+        if !(*fraction > 0.0 && *fraction <= 1.0) {
+            return Err(usage(format!("--target-top1 {fraction}: expected a fraction in (0, 1]")));
+        }
     }
     let mut kept: Option<Dataset> = None;
     if let Some(l) = &lowered {
@@ -563,7 +568,7 @@ pub fn quantize(
                     // every candidate is read off one histogram: calibrate with a histogram method
                     let histogram = per_point.as_ref().map(|_| "mse");
                     let opts = calibrate_options(cf, &config, histogram)?;
-                    let keep = match (flags.target_sqnr, &per_point) {
+                    let keep = match (&flags.target, &per_point) {
                         (Some(_), _) => crate::target::TARGET_SAMPLES.max(CHOOSE_SAMPLES),
                         (None, Some(_)) => CHOOSE_SAMPLES,
                         (None, None) => 0,
@@ -651,8 +656,8 @@ pub fn quantize(
         Some(v) => (Some(v), "validation"),
         None => (first, "calibration"),
     };
-    let (config, target) = match (flags.target_sqnr, scored) {
-        (Some(db), Some(data)) => {
+    let (config, target) = match (&flags.target, scored) {
+        (Some(goal), Some(data)) => {
             let twin = || -> Result<Module<'_>, crate::target::TargetError> {
                 let m = load(&ctx, model, signature).map_err(|e| crate::target::TargetError::Load(e.to_string()))?;
                 if onnx {
@@ -672,7 +677,7 @@ pub fn quantize(
             };
             let (threads, overrides) = &target_feed;
             let r = crate::target::reach_target(
-                &twin, &writable, &stats, &config, data, scored_on, db, *threads, overrides, say,
+                &twin, &writable, &stats, &config, data, scored_on, goal, *threads, overrides, say,
             )
                 .map_err(|e| JobError::from(e).within(model))?;
             say(target_line(&r.report));
@@ -728,11 +733,12 @@ pub fn target_line(r: &crate::target::TargetReport) -> String {
         0 => String::new(),
         n => format!(" and {n} compute ops left float (weights and all: fewer MACs in float than the activations that would reach it)"),
     };
+    let (base, got) = r.figures();
     format!(
-        "target {} dB reached: {:.2} dB (all int8: {:.2} dB) on {} {} samples with {} of {} activations raised ({} to int16, {} to float){ops}; {} evaluations in {:.1} s",
-        r.target_db,
-        r.sqnr_db,
-        r.int8_sqnr_db,
+        "target {} reached: {} (all int8: {}) on {} {} samples with {} of {} activations raised ({} to int16, {} to float){ops}; {} evaluations in {:.1} s",
+        r.goal,
+        r.goal.show(got),
+        r.goal.show(base),
         r.samples,
         r.scored_on,
         count("activation", "int16") + count("activation", "float"),

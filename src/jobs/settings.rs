@@ -30,9 +30,9 @@ pub struct RecipeFlags {
     /// else the recipe's, else generic].
     pub runtime: Option<String>,
     pub exclude: Vec<String>,
-    /// Raise the fewest activations (int8 → int16 → float) until the mean output SQNR on the
-    /// calibration data reaches this many dB (see [`crate::target`]).
-    pub target_sqnr: Option<f64>,
+    /// Raise the fewest activations (int8 → int16 → float), then compute ops, until the model
+    /// reaches this quality on the calibration (or validation) data (see [`crate::target`]).
+    pub target: Option<crate::target::Goal>,
     /// Bias correction on or off [default: the recipe's].
     pub bias_correction: Option<bool>,
     /// GPTQ weight rounding on or off [default: the recipe's].
