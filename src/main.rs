@@ -334,9 +334,15 @@ fn cmd_quantize(a: &QuantizeArgs, signature: Option<&str>) -> Result<()> {
         .as_deref()
         .map(|d| a.opts.images.open(d, None))
         .transpose()?;
-    let done = quantir::jobs::quantize(&a.model, signature, &a.output, &recipe, stats, validation.as_ref(), &mut |line| {
-        eprintln!("{line}")
-    })
+    let done = quantir::jobs::quantize(
+        &a.model,
+        signature,
+        &a.output,
+        &recipe,
+        stats,
+        validation.as_ref(),
+        &mut |line| eprintln!("{line}"),
+    )
     .map_err(job)?;
     let (config, report) = (&done.config, &done.report);
     if a.json {

@@ -226,10 +226,7 @@ impl TargetReport {
                         p.int8_sqnr_db
                     ),
                     (_, "float") => format!("left float by {t} (int8 alone: {:.1} dB)", p.int8_sqnr_db),
-                    (_, to) => format!(
-                        "raised to {to} by {t} (int8 alone: {:.1} dB)",
-                        p.int8_sqnr_db
-                    ),
+                    (_, to) => format!("raised to {to} by {t} (int8 alone: {:.1} dB)", p.int8_sqnr_db),
                 };
                 (p.key.clone(), why)
             })
@@ -446,18 +443,19 @@ pub fn reach_target<'c>(
         ..opts.clone()
     };
     // the evaluation of `c`'s model, and the MACs of the op keyed `macs_of` in it
-    let score_on = |c: &QuantConfig, opts: &EvalOptions, macs_of: Option<&str>| -> Result<(EvalReport, u64), TargetError> {
-        let m = load()?;
-        let report = quantize_module(&m, stats, c)?;
-        let r = evaluate(&float, &m, data, opts)?;
-        evaluations.set(evaluations.get() + 1);
-        // (counted at the calibration data's shapes where dims are dynamic)
-        let macs = macs_of
-            .and_then(|k| report.summary.ops.iter().find(|o| o.key == k))
-            .and_then(|o| o.macs)
-            .unwrap_or(0);
-        Ok((r, macs))
-    };
+    let score_on =
+        |c: &QuantConfig, opts: &EvalOptions, macs_of: Option<&str>| -> Result<(EvalReport, u64), TargetError> {
+            let m = load()?;
+            let report = quantize_module(&m, stats, c)?;
+            let r = evaluate(&float, &m, data, opts)?;
+            evaluations.set(evaluations.get() + 1);
+            // (counted at the calibration data's shapes where dims are dynamic)
+            let macs = macs_of
+                .and_then(|k| report.summary.ops.iter().find(|o| o.key == k))
+                .and_then(|o| o.macs)
+                .unwrap_or(0);
+            Ok((r, macs))
+        };
     // the goal's figure of `c`'s model
     let score = |c: &QuantConfig| -> Result<f64, TargetError> {
         let (r, _) = score_on(c, &goal_opts, None)?;

@@ -218,7 +218,15 @@ fn a_target_scored_on_validation_data_holds_there() {
         arg(&example("digits_test.npz")),
     );
     let (all_int8, out) = (dir.path().join("int8.mlir"), dir.path().join("t.mlir"));
-    ok(quantir(&["quantize", &model, "--data", &calib, "--no-cache", "-o", &arg(&all_int8)]));
+    ok(quantir(&[
+        "quantize",
+        &model,
+        "--data",
+        &calib,
+        "--no-cache",
+        "-o",
+        &arg(&all_int8),
+    ]));
     let base = sqnr_on_first_16(&model, &arg(&all_int8), &test);
     let target = base + 0.5;
     let o = ok(quantir(&[
@@ -240,18 +248,26 @@ fn a_target_scored_on_validation_data_holds_there() {
     assert_eq!(t["scored_on"], "validation", "{t}");
     assert_eq!(t["samples"], 16, "{t}");
     // the search's all-int8 figure is the one on the validation samples
-    assert!((t["int8_sqnr_db"].as_f64().unwrap() - base).abs() < 1e-9, "{base} vs {t}");
+    assert!(
+        (t["int8_sqnr_db"].as_f64().unwrap() - base).abs() < 1e-9,
+        "{base} vs {t}"
+    );
     let got = sqnr_on_first_16(&model, &arg(&out), &test);
     assert!(got >= target, "{got} dB < target {target:.2} ({t})");
     assert!((got - t["sqnr_db"].as_f64().unwrap()).abs() < 1e-9, "{got} vs {t}");
-    assert!(
-        stderr(&o).contains("on 16 validation samples"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).contains("on 16 validation samples"), "{}", stderr(&o));
     // validation data without a target is a usage error, and nothing is written
     let none = dir.path().join("none.mlir");
-    let o = quantir(&["quantize", &model, "--data", &calib, "--validation", &test, "-o", &arg(&none)]);
+    let o = quantir(&[
+        "quantize",
+        &model,
+        "--data",
+        &calib,
+        "--validation",
+        &test,
+        "-o",
+        &arg(&none),
+    ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(!none.exists());
 }
@@ -300,7 +316,11 @@ fn a_top1_target_holds_on_every_validation_sample() {
     let e = ok(quantir(&["evaluate", &model, &arg(&out), "--data", &test, "--json"]));
     let ev: serde_json::Value = serde_json::from_slice(&e.stdout).unwrap();
     assert_eq!(ev["outputs"][0]["top1_agreement"].as_f64().unwrap(), top1, "{ev}");
-    assert!(stderr(&o).contains("target top-1 0.999 (agreement with the float model) reached"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("target top-1 0.999 (agreement with the float model) reached"),
+        "{}",
+        stderr(&o)
+    );
     // against labels: above the float model's own accuracy (98.99 %) no precision reaches it
     let never = dir.path().join("never.mlir");
     let o = quantize(&["--target-top1", "0.995", "--labels", "y"], &never);

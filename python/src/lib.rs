@@ -351,15 +351,18 @@ fn quantize(
             .map(|c| Calibration::from_py(c, &calib.images()?, &raised))
             .transpose()?;
         // read again for each scoring: a path or arrays, not a stream
-        let validation = match validation.map(|v| Calibration::from_py(v, &calib.images()?, &raised)).transpose()? {
-            Some(Calibration::Data(d)) => Some(d),
-            Some(Calibration::Stream(_)) => {
-                return Err(raise(JobError::Usage(
-                    "validation: expected a path or a dict of arrays (data read again for each score), not a stream".into(),
-                )))
-            }
-            None => None,
-        };
+        let validation =
+            match validation
+                .map(|v| Calibration::from_py(v, &calib.images()?, &raised))
+                .transpose()?
+            {
+                Some(Calibration::Data(d)) => Some(d),
+                Some(Calibration::Stream(_)) => return Err(raise(JobError::Usage(
+                    "validation: expected a path or a dict of arrays (data read again for each score), not a stream"
+                        .into(),
+                ))),
+                None => None,
+            };
         let given = stats.map(|s| s.inner.clone());
         let flags = calib.flags();
         let rflags = recipe.flags()?;
@@ -383,9 +386,15 @@ fn quantize(
                 },
                 (None, None, None) => StatsSource::None,
             };
-            let done = jobs::quantize(&model, signature.as_deref(), &output, &rflags, source, validation.as_ref(), &mut |l| {
-                lines.push(l)
-            })?;
+            let done = jobs::quantize(
+                &model,
+                signature.as_deref(),
+                &output,
+                &rflags,
+                source,
+                validation.as_ref(),
+                &mut |l| lines.push(l),
+            )?;
             let doc = jobs::quantize_summary(&output, &done);
             let text = serde_json::to_string(&doc).map_err(|e| JobError::Usage(e.to_string()))?;
             lines.push(done.report.to_string());

@@ -512,11 +512,15 @@ pub fn quantize(
         return Err(usage("a quality target needs calibration data to score on (--data)"));
     }
     if validation.is_some() && flags.target.is_none() {
-        return Err(usage("validation data serve a quality target only (--target-sqnr, --target-top1)"));
+        return Err(usage(
+            "validation data serve a quality target only (--target-sqnr, --target-top1)",
+        ));
     }
     if let Some(crate::target::Goal::Top1 { fraction, .. }) = &flags.target {
         if !(*fraction > 0.0 && *fraction <= 1.0) {
-            return Err(usage(format!("--target-top1 {fraction}: expected a fraction in (0, 1]")));
+            return Err(usage(format!(
+                "--target-top1 {fraction}: expected a fraction in (0, 1]"
+            )));
         }
     }
     let mut kept: Option<Dataset> = None;
