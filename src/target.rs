@@ -191,7 +191,7 @@ pub struct TargetReport {
     /// `labels 'NAME'` or `the float model`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub top1_of: Option<String>,
-    /// The goal as text, and the option that set it (for the summary and the marks).
+    /// The goal: its text, unit and option for the summary line and the marks.
     #[serde(skip)]
     pub goal: Goal,
     pub samples: usize,
