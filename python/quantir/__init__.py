@@ -77,7 +77,7 @@ class Summary:
     """What ``quantize`` did: the fields of ``quantir quantize --json`` as attributes
     (``output``, ``weights``, ``activations``, ``scheme``, ``ops``, ``totals``,
     ``quantized_ops``, ``left_float``, ``unknown_ops``, ``passes``, ``stages``, ``target`` —
-    what ``target_sqnr``'s search raised, or None), the lines the
+    what ``target_sqnr``'s or ``target_top1``'s search raised, or None), the lines the
     command line prints (``messages``; ``warnings`` are those starting with "warning: ") and
     the command line's text summary (``str(summary)``)."""
 
