@@ -359,14 +359,17 @@ fn only_op(config: &QuantConfig, ops: &[String], keep: usize) -> QuantConfig {
     c
 }
 
-/// `config` with the first `n` ranked ops left float.
-fn floated_ops(config: QuantConfig, ops: &[(String, f64)], n: usize) -> QuantConfig {
+/// `config` with the first `n` ranked ops left float by `goal`'s search.
+fn floated_ops(config: QuantConfig, ops: &[(String, f64)], n: usize, goal: &Goal) -> QuantConfig {
     let mut c = config;
     for (key, _) in ops.iter().take(n) {
         c.overrides.push(Override {
             pattern: key.clone(),
             exclude: true,
-            by: Some("--target-sqnr (its int8 weights cost the target most per MAC)"),
+            by: Some(format!(
+                "{} (its int8 weights cost the target most per MAC)",
+                goal.flag()
+            )),
             ..Default::default()
         });
     }
@@ -630,7 +633,7 @@ pub fn reach_target<'c>(
         r
     };
     // ops to float with the activations of `n_int16` points in int16, the others int8
-    let with_ops = |n_int16: usize, k: usize| floated_ops(raised_config(config, &ranked, n_int16, 0), &ops, k);
+    let with_ops = |n_int16: usize, k: usize| floated_ops(raised_config(config, &ranked, n_int16, 0), &ops, k, goal);
     // int8 activations first: an int16 activation takes the ops reading it out of W8A8 too;
     // all of them in int16 only where int8 ones cannot reach the target with any op float
     let bases = if n16 > 0 { vec![0, n16] } else { vec![0] };

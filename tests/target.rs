@@ -310,6 +310,22 @@ fn a_top1_target_holds_on_every_validation_sample() {
     assert!(t.get("target_db").is_none() && t.get("sqnr_db").is_none(), "{t}");
     assert!(t["int8_top1"].as_f64().unwrap() < 0.999, "{t}");
     assert!(!t["raised"].as_array().unwrap().is_empty(), "{t}");
+    // and the summary's reason for each op left float names the option that did it
+    for r in t["raised"].as_array().unwrap().iter().filter(|r| r["kind"] == "op") {
+        let op = doc["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["key"] == r["key"])
+            .unwrap();
+        assert!(
+            op["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("left float by --target-top1 0.999"),
+            "{op}"
+        );
+    }
     let top1 = t["top1"].as_f64().unwrap();
     assert!(top1 >= 0.999, "{t}");
     // the model written is the one scored

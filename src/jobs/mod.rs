@@ -735,7 +735,9 @@ pub fn target_line(r: &crate::target::TargetReport) -> String {
     let count = |kind: &str, to: &str| r.raised.iter().filter(|p| p.kind == kind && p.to == to).count();
     let ops = match count("op", "float") {
         0 => String::new(),
-        n => format!(" and {n} compute ops left float (weights and all: fewer MACs in float than the activations that would reach it)"),
+        // why ops rather than activations (none reached it, or they floated more MACs) was
+        // said as the search went
+        n => format!(" and {n} compute ops left float (weights and all)"),
     };
     let (base, got) = r.figures();
     format!(

@@ -228,7 +228,7 @@ pub fn summarize(
             continue;
         }
         let res = config.resolve_op(&op, &[]);
-        let reason = if let (true, Some(by)) = (res.exclude, res.excluded_by) {
+        let reason = if let (true, Some(by)) = (res.exclude, &res.excluded_by) {
             format!("left float by {by}")
         } else if res.exclude {
             "excluded by --exclude / recipe".to_string()

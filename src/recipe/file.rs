@@ -53,7 +53,7 @@ pub struct Override {
     /// What added this override when quantir did (`--target-sqnr`), not the user: the reason a
     /// layer it excludes is reported with.
     #[serde(skip)]
-    pub by: Option<&'static str>,
+    pub by: Option<String>,
 }
 
 /// The document as written.
@@ -208,7 +208,7 @@ pub struct Resolved {
     /// Calibration method name and percentile, when an override sets one.
     pub method: Option<(String, Option<f64>)>,
     /// Why it is excluded when quantir's own override did it ([`Override::by`]).
-    pub excluded_by: Option<&'static str>,
+    pub excluded_by: Option<String>,
 }
 
 /// The names a recipe pattern can select op `op` by: its op name (`onnx.Conv`), `extra` (tensor
@@ -248,7 +248,7 @@ impl QuantConfig {
         for o in self.overrides.iter().filter(|o| hit(&o.pattern)) {
             r.exclude |= o.exclude;
             if o.exclude && !by_user && r.excluded_by.is_none() {
-                r.excluded_by = o.by;
+                r.excluded_by = o.by.clone();
             }
             if let Some(w) = o.weights {
                 r.weights = w;
