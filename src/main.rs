@@ -319,14 +319,7 @@ fn cmd_quantize(a: &QuantizeArgs, signature: Option<&str>) -> Result<()> {
         (None, None) => quantir::jobs::StatsSource::None,
     };
     let recipe = quantir::jobs::RecipeFlags {
-        target: match (a.target_sqnr, a.target_top1) {
-            (Some(db), _) => Some(quantir::target::Goal::SqnrDb(db)),
-            (None, Some(fraction)) => Some(quantir::target::Goal::Top1 {
-                fraction,
-                labels: a.labels.clone(),
-            }),
-            (None, None) => None,
-        },
+        target: quantir::target::Goal::from_options(a.target_sqnr, a.target_top1, a.labels.clone()),
         ..a.recipe.flags()
     };
     let validation = a

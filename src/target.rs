@@ -85,6 +85,15 @@ pub enum Goal {
 }
 
 impl Goal {
+    /// The goal of the options `--target-sqnr`, `--target-top1` and `--labels` (Python's
+    /// keywords of the same names); the front ends refuse both targets at once.
+    pub fn from_options(sqnr_db: Option<f64>, top1: Option<f64>, labels: Option<String>) -> Option<Goal> {
+        match (sqnr_db, top1) {
+            (Some(db), _) => Some(Goal::SqnrDb(db)),
+            (None, Some(fraction)) => Some(Goal::Top1 { fraction, labels }),
+            (None, None) => None,
+        }
+    }
     fn threshold(&self) -> f64 {
         match self {
             Goal::SqnrDb(db) => *db,

@@ -269,14 +269,7 @@ impl RecipeArgs {
             reduce_range: self.reduce_range,
             runtime: self.runtime.clone(),
             exclude: self.exclude.clone(),
-            target: match (self.target_sqnr, self.target_top1) {
-                (Some(db), _) => Some(quantir::target::Goal::SqnrDb(db)),
-                (None, Some(fraction)) => Some(quantir::target::Goal::Top1 {
-                    fraction,
-                    labels: self.labels.clone(),
-                }),
-                (None, None) => None,
-            },
+            target: quantir::target::Goal::from_options(self.target_sqnr, self.target_top1, self.labels.clone()),
             bias_correction: None,
             gptq: None,
             per_channel_depthwise_inputs: None,
