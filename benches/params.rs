@@ -1,4 +1,5 @@
-//! quantize / dequantize / f32→f16 throughput on 16 M elements (single thread).
+//! quantize / dequantize / f32→f16 throughput on 16 M elements, and GPTQ's factorisation of a
+//! Gram matrix (single thread).
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ndarray::{ArrayD, IxDyn};
 use quantir::params::*;
@@ -63,5 +64,21 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// GPTQ's factor of a k×k Gram matrix (the upper Cholesky factor of its damped inverse), at
+/// the patch lengths of a 3×3 convolution over 32 and 128 channels. The matrix is a
+/// Kac–Murdock–Szegő one (0.9^|i−j|: positive definite, correlated like neighbouring pixels).
+fn bench_gptq(c: &mut Criterion) {
+    let mut g = c.benchmark_group("gptq_factor");
+    g.sample_size(10);
+    for k in [288usize, 1152] {
+        let h: Vec<f64> = (0..k * k)
+            .map(|i| 0.9f64.powi((i / k).abs_diff(i % k) as i32))
+            .collect();
+        g.bench_with_input(BenchmarkId::from_parameter(k), &h, |b, h| {
+            b.iter(|| black_box(gptq::factor(h, k).unwrap()))
+        });
+    }
+}
+
+criterion_group!(benches, bench, bench_gptq);
 criterion_main!(benches);

@@ -99,64 +99,26 @@ pub enum GptqError {
     Shape(String),
 }
 
-/// Σ a_i b_i in four interleaved partial sums (which the compiler keeps in vector lanes;
-/// one running sum would have to be added in order).
-fn dot(a: &[f64], b: &[f64]) -> f64 {
-    let mut acc = [0f64; 4];
-    let (ca, cb) = (a.chunks_exact(4), b.chunks_exact(4));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for l in 0..4 {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    let tail: f64 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
-    (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
-}
-
-/// Lower Cholesky factor of the symmetric `a` (n×n, row-major); None when not positive definite.
-fn cholesky(a: &[f64], n: usize) -> Option<Vec<f64>> {
-    let mut l = vec![0f64; n * n];
-    for i in 0..n {
-        for j in 0..=i {
-            let v = a[i * n + j] - dot(&l[i * n..i * n + j], &l[j * n..j * n + j]);
-            if i == j {
-                if v.is_nan() || v <= 0.0 {
-                    return None;
-                }
-                l[i * n + i] = v.sqrt();
-            } else {
-                l[i * n + j] = v / l[j * n + j];
-            }
-        }
-    }
-    Some(l)
-}
-
-/// Inverse of the lower-triangular `l` (n×n), itself lower triangular. Column j of the
-/// inverse is built as row j of a transposed buffer, so that the inner products run along
-/// contiguous rows of both.
-fn invert_lower(l: &[f64], n: usize) -> Vec<f64> {
-    let mut t = vec![0f64; n * n];
-    for j in 0..n {
-        let col = &mut t[j * n..(j + 1) * n];
-        col[j] = 1.0 / l[j * n + j];
-        for i in j + 1..n {
-            let s = dot(&l[i * n + j..i * n + i], &col[j..i]);
-            col[i] = -s / l[i * n + i];
-        }
-    }
-    (0..n * n).map(|i| t[(i % n) * n + i / n]).collect()
-}
-
 /// The upper Cholesky factor U of H⁻¹ (H⁻¹ = UᵀU), without forming H⁻¹: with P the order
 /// reversal, chol(P H P) = L gives H⁻¹ = P L⁻ᵀ L⁻¹ P = (P L⁻¹ P)ᵀ (P L⁻¹ P), and P L⁻¹ P is
 /// upper triangular with a positive diagonal — the unique factor.
 pub fn upper_cholesky_of_inverse(h: &[f64], n: usize) -> Option<Vec<f64>> {
-    let rev: Vec<f64> = (0..n * n).map(|i| h[(n - 1 - i / n) * n + (n - 1 - i % n)]).collect();
-    let l = cholesky(&rev, n)?;
-    let li = invert_lower(&l, n);
-    Some((0..n * n).map(|i| li[(n - 1 - i / n) * n + (n - 1 - i % n)]).collect())
+    upper_from_reversed(&reversed(h, n), n)
+}
+
+/// P M P for the order reversal P: row i is row n − 1 − i read backwards.
+fn reversed(m: &[f64], n: usize) -> Vec<f64> {
+    let mut out = Vec::with_capacity(n * n);
+    for i in (0..n).rev() {
+        out.extend(m[i * n..(i + 1) * n].iter().rev());
+    }
+    out
+}
+
+/// [`upper_cholesky_of_inverse`] of H given as P H P.
+fn upper_from_reversed(rev: &[f64], n: usize) -> Option<Vec<f64>> {
+    let l = super::cholesky::cholesky(rev, n)?;
+    Some(reversed(&super::cholesky::invert_lower(&l, n), n))
 }
 
 /// What GPTQ needs of a Gram matrix, computed once per layer: the column order (largest
@@ -187,24 +149,25 @@ pub fn factor(h: &[f64], k: usize) -> Result<Factor, GptqError> {
     } else {
         1.0
     };
-    // H in that order, a dead input decoupled from the others with a unit diagonal
+    // H in that order and then reversed (what the factorisation takes), a dead input
+    // decoupled from the others with a unit diagonal
+    let reversed_order: Vec<usize> = order.iter().rev().copied().collect();
     let hp = |damp: f64| -> Vec<f64> {
-        let mut m = vec![0f64; k * k];
-        for (a, &i) in order.iter().enumerate() {
-            for (b, &j) in order.iter().enumerate() {
-                m[a * k + b] = match (live[i] && live[j], a == b) {
-                    (true, true) => h[i * k + j] + damp * mean,
-                    (true, false) => h[i * k + j],
-                    (false, true) => 1.0,
-                    (false, false) => 0.0,
-                };
+        let mut m = Vec::with_capacity(k * k);
+        for (a, &i) in reversed_order.iter().enumerate() {
+            let row = &h[i * k..(i + 1) * k];
+            if live[i] {
+                m.extend(reversed_order.iter().map(|&j| if live[j] { row[j] } else { 0.0 }));
+                m[a * k + a] += damp * mean;
+            } else {
+                m.extend((0..k).map(|b| if a == b { 1.0 } else { 0.0 }));
             }
         }
         m
     };
     let mut damp = DAMP;
     loop {
-        if let Some(u) = upper_cholesky_of_inverse(&hp(damp), k) {
+        if let Some(u) = upper_from_reversed(&hp(damp), k) {
             return Ok(Factor { order, u });
         }
         if damp >= 1.0 {

@@ -11,6 +11,7 @@
 //!   symmetric scale absmax / ((qmax - qmin) / 2), ties to even, zero point clamped.
 
 mod bias;
+mod cholesky;
 pub mod gptq;
 mod kernels;
 pub mod saturation;
