@@ -151,6 +151,49 @@ fn tf_convolutions_meet_their_own_patches() {
 }
 
 #[test]
+fn onnx_depthwise_convs_meet_their_own_patches_read_off_the_planes() {
+    // the direct kernel: stride 1 (contiguous row dot products), then stride 2 with dilation 2
+    // and uneven pads (strided ones, rows and columns running into the padding)
+    let x = noise(&[2, 3, 7, 8], 13);
+    let w = noise(&[3, 1, 3, 3], 14);
+    let attrs = "group = 3 : si64, strides = [1, 1], pads = [1, 1, 1, 1], dilations = [1, 1]";
+    check_gram(
+        &one_op("onnx.Conv", attrs, "onnx.Constant", x.shape(), &w, &[2, 3, 7, 8]),
+        &x,
+        1,
+    );
+    // channel multiplier 2: output channel c·2 + m reads input channel c
+    let w = noise(&[6, 1, 3, 2], 15);
+    let attrs = "group = 3 : si64, strides = [2, 2], pads = [2, 0, 1, 3], dilations = [2, 2]";
+    // H: (7 + 3 − 5) / 2 + 1 = 3; W: (8 + 3 − 3) / 2 + 1 = 5
+    check_gram(
+        &one_op("onnx.Conv", attrs, "onnx.Constant", x.shape(), &w, &[2, 6, 3, 5]),
+        &x,
+        1,
+    );
+}
+
+#[test]
+fn a_conv_with_more_inputs_than_a_gram_block_meets_its_own_patches() {
+    // k = 16 · 3 · 3 = 144: two blocks of the symmetric GEMM, the one below the diagonal
+    // mirrored; 169 patches (summed at once), then 9 (kept as rows)
+    let w = noise(&[4, 16, 3, 3], 16);
+    let attrs = "pads = [1, 1, 1, 1]";
+    let x = noise(&[1, 16, 13, 13], 17);
+    check_gram(
+        &one_op("onnx.Conv", attrs, "onnx.Constant", x.shape(), &w, &[1, 4, 13, 13]),
+        &x,
+        1,
+    );
+    let x = noise(&[1, 16, 3, 3], 18);
+    check_gram(
+        &one_op("onnx.Conv", attrs, "onnx.Constant", x.shape(), &w, &[1, 4, 3, 3]),
+        &x,
+        1,
+    );
+}
+
+#[test]
 fn a_matmul_meets_its_own_rows() {
     let x = noise(&[2, 5, 4], 8);
     let w = noise(&[4, 3], 9);
@@ -161,15 +204,24 @@ fn a_matmul_meets_its_own_rows() {
     );
 }
 
-/// A 1×1 conv over 8 input channels that share one strong component (neighbouring channels
-/// and pixels do in real models), and `n` samples of its input.
-fn correlated(dir: &Path, n: usize) -> (String, String) {
-    let w = noise(&[6, 8, 1, 1], 10);
-    let text = one_op("onnx.Conv", "", "onnx.Constant", &[1, 8, 4, 4], &w, &[1, 6, 4, 4]);
+/// A `kernel`×`kernel` conv (no pads) over `channels` input channels that share one strong
+/// component (neighbouring channels and pixels do in real models), on `size`×`size` inputs,
+/// and `n` samples of its input.
+fn correlated(dir: &Path, n: usize, channels: usize, kernel: usize, size: usize) -> (String, String) {
+    let w = noise(&[6, channels, kernel, kernel], 10);
+    let out = size - kernel + 1;
+    let text = one_op(
+        "onnx.Conv",
+        "",
+        "onnx.Constant",
+        &[1, channels, size, size],
+        &w,
+        &[1, 6, out, out],
+    );
     let model = dir.join("conv.mlir");
     std::fs::write(&model, text).unwrap();
-    let common = noise(&[n, 1, 1, 4, 4], 11);
-    let own = noise(&[n, 1, 8, 4, 4], 12);
+    let common = noise(&[n, 1, 1, size, size], 11);
+    let own = noise(&[n, 1, channels, size, size], 12);
     let x = &own * 0.1 + &common;
     let data = dir.join("x.npy");
     ndarray_npy::write_npy(&data, &x).unwrap();
@@ -184,10 +236,11 @@ fn output(model: &str, data: &str, dir: &Path, name: &str) -> ArrayD<f32> {
     npz.by_name(&names[0]).unwrap()
 }
 
-#[test]
-fn gptq_lowers_the_output_error_on_the_calibration_data_whatever_the_threads() {
+/// Quantizes `correlated(n, channels, kernel, size)` weight-only to nearest and by GPTQ on 1
+/// and 2 threads: the same bits either way, and a lower output error than nearest.
+fn gptq_lowers_the_error_whatever_the_threads(n: usize, channels: usize, kernel: usize, size: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let (model, data) = correlated(dir.path(), 16);
+    let (model, data) = correlated(dir.path(), n, channels, kernel, size);
     // weight-only: the weights' rounding alone makes the error
     let quantize = |flags: &[&str], name: &str| -> (String, String) {
         let out = dir.path().join(name);
@@ -200,7 +253,9 @@ fn gptq_lowers_the_output_error_on_the_calibration_data_whatever_the_threads() {
     let (_, nearest) = quantize(&[], "nearest.mlir");
     let (said, gptq) = quantize(&["--data", &data, "--gptq", "--threads", "1"], "gptq.mlir");
     assert!(
-        said.contains("GPTQ: input Gram matrices of 1 layers on 16 calibration samples"),
+        said.contains(&format!(
+            "GPTQ: input Gram matrices of 1 layers on {n} calibration samples"
+        )),
         "{said}"
     );
     assert!(
@@ -220,4 +275,17 @@ fn gptq_lowers_the_output_error_on_the_calibration_data_whatever_the_threads() {
     };
     let (e_nearest, e_gptq) = (err(&nearest, "n.npz"), err(&gptq, "g.npz"));
     assert!(e_gptq < 0.5 * e_nearest, "GPTQ {e_gptq} against nearest {e_nearest}");
+}
+
+#[test]
+fn gptq_lowers_the_output_error_on_the_calibration_data_whatever_the_threads() {
+    // a 1×1 conv: each sample's 16 patches of 8 summed in the worker
+    gptq_lowers_the_error_whatever_the_threads(16, 8, 1, 4);
+}
+
+#[test]
+fn a_layer_with_fewer_patches_than_inputs_sums_them_in_sample_order_whatever_the_threads() {
+    // a 3×3 conv over 16 channels at 5×5: 9 patches of 144 a sample, kept as rows and summed
+    // by one GEMM once 16 samples' are together, the last 4 samples' at the end
+    gptq_lowers_the_error_whatever_the_threads(20, 16, 3, 5);
 }

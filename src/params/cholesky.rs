@@ -10,7 +10,9 @@
 //! ```
 //!
 //! Every sum is taken in an order fixed by n alone (the GEMM runs on one thread), so the
-//! factors are the same bits on every machine run and thread count.
+//! factors are the same bits on every run and thread count.
+
+use super::gemm_f64::gemm_f64_subtract;
 
 /// Columns per block: the unblocked kernels' share of the work is about BLOCK / n.
 const BLOCK: usize = 64;
@@ -28,53 +30,6 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     }
     let tail: f64 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
     (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
-}
-
-/// dst (m×n, row stride `dst_rs`) ← dst − lhs · rhs, each operand given by its first element
-/// and its row and column strides.
-///
-/// # Safety
-/// Every index the shapes and strides reach must lie in one live allocation, and no element of
-/// `dst` may be one `lhs` or `rhs` reads.
-#[allow(clippy::too_many_arguments)]
-unsafe fn subtract_product(
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: *mut f64,
-    dst_rs: isize,
-    lhs: *const f64,
-    (lhs_rs, lhs_cs): (isize, isize),
-    rhs: *const f64,
-    (rhs_rs, rhs_cs): (isize, isize),
-) {
-    if m == 0 || n == 0 || k == 0 {
-        return;
-    }
-    // SAFETY: as the caller guarantees; gemm computes dst = 1·dst + (−1)·lhs·rhs
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst,
-            1,
-            dst_rs,
-            true,
-            lhs,
-            lhs_cs,
-            lhs_rs,
-            rhs,
-            rhs_cs,
-            rhs_rs,
-            1.0,
-            -1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        )
-    }
 }
 
 /// The lower Cholesky factor L of the symmetric positive definite `a` (n×n, row-major; only
@@ -107,24 +62,26 @@ pub fn cholesky(a: &[f64], n: usize) -> Option<Vec<f64>> {
                 l[r * n + j] = v / l[j * n + j];
             }
         }
-        // the trailing lower triangle, a block row at a time: A22 −= L21 L21ᵀ
-        let p = l.as_mut_ptr();
+        // the trailing lower triangle, a block row at a time: A22 −= L21 L21ᵀ, from a copy
+        // of the panel (the GEMM writes `l` where it reads it)
+        let below = n - end;
+        let mut panel = Vec::with_capacity(below * b);
+        for r in end..n {
+            panel.extend_from_slice(&l[r * n + kb..r * n + end]);
+        }
         for ib in (end..n).step_by(BLOCK) {
             let rows = BLOCK.min(n - ib);
-            // SAFETY: all in `l` (n·n); dst is columns end..ib + rows, lhs and rhs columns kb..end
-            unsafe {
-                subtract_product(
-                    rows,
-                    ib + rows - end,
-                    b,
-                    p.add(ib * n + end),
-                    n as isize,
-                    p.add(ib * n + kb),
-                    (n as isize, 1),
-                    p.add(end * n + kb),
-                    (1, n as isize),
-                );
-            }
+            gemm_f64_subtract(
+                rows,
+                ib + rows - end,
+                b,
+                &mut l[ib * n + end..],
+                n,
+                &panel[(ib - end) * b..],
+                (b, 1),
+                &panel,
+                (1, b),
+            );
         }
     }
     for i in 0..n {
@@ -160,53 +117,52 @@ pub fn invert_lower(l: &[f64], n: usize) -> Vec<f64> {
     let mut x = vec![0f64; n * n];
     let starts: Vec<usize> = (0..n).step_by(BLOCK).collect();
     let size = |s: usize| BLOCK.min(n - s);
-    for &s in &starts {
+    // each diagonal block's inverse, kept apart too: the GEMM reads it while writing `x`
+    let diagonal: Vec<Vec<f64>> = starts
+        .iter()
+        .map(|&s| {
+            let b = size(s);
+            let block: Vec<f64> = (0..b * b).map(|i| l[(s + i / b) * n + s + i % b]).collect();
+            invert_lower_unblocked(&block, b)
+        })
+        .collect();
+    for (&s, inv) in starts.iter().zip(&diagonal) {
         let b = size(s);
-        let block: Vec<f64> = (0..b * b).map(|i| l[(s + i / b) * n + s + i % b]).collect();
-        for (i, v) in invert_lower_unblocked(&block, b).into_iter().enumerate() {
-            x[(s + i / b) * n + s + i % b] = v;
+        for r in 0..b {
+            x[(s + r) * n + s..(s + r) * n + s + b].copy_from_slice(&inv[r * b..(r + 1) * b]);
         }
     }
     let mut sum = vec![0f64; BLOCK * BLOCK];
-    let px = x.as_mut_ptr();
     for (jn, &js) in starts.iter().enumerate() {
         let bj = size(js);
-        for &is in &starts[jn + 1..] {
+        for (inn, &is) in starts.iter().enumerate().skip(jn + 1) {
             let bi = size(is);
             // sum ← 0 − Σ_m L_im X_mj over the rows js..is of X (block column j), then negated
             sum[..bi * bj].fill(0.0);
-            // SAFETY: lhs in `l`, rhs in `x` rows js..is (written before this block row),
-            // dst in `sum` (bi·bj)
-            unsafe {
-                subtract_product(
-                    bi,
-                    bj,
-                    is - js,
-                    sum.as_mut_ptr(),
-                    bj as isize,
-                    l.as_ptr().add(is * n + js),
-                    (n as isize, 1),
-                    px.add(js * n + js),
-                    (n as isize, 1),
-                );
-            }
+            gemm_f64_subtract(
+                bi,
+                bj,
+                is - js,
+                &mut sum,
+                bj,
+                &l[is * n + js..],
+                (n, 1),
+                &x[js * n + js..],
+                (n, 1),
+            );
             sum[..bi * bj].iter_mut().for_each(|v| *v = -*v);
             // X_ij ← 0 − X_ii · sum, into the zeros of X_ij
-            // SAFETY: dst X_ij (rows is.., columns js..js + bj) does not meet X_ii (columns
-            // is.., right of it) nor `sum`
-            unsafe {
-                subtract_product(
-                    bi,
-                    bj,
-                    bi,
-                    px.add(is * n + js),
-                    n as isize,
-                    px.add(is * n + is),
-                    (n as isize, 1),
-                    sum.as_ptr(),
-                    (bj as isize, 1),
-                );
-            }
+            gemm_f64_subtract(
+                bi,
+                bj,
+                bi,
+                &mut x[is * n + js..],
+                n,
+                &diagonal[inn],
+                (bi, 1),
+                &sum,
+                (bj, 1),
+            );
         }
     }
     x

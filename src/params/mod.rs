@@ -12,6 +12,7 @@
 
 mod bias;
 mod cholesky;
+mod gemm_f64;
 pub mod gptq;
 mod kernels;
 pub mod saturation;

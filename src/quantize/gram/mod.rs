@@ -9,6 +9,8 @@
 //!   H += Σ over output pixels p of patch(x, p) patch(x, p)ᵀ   (72×72; patch = (c, i, j))
 //! ```
 
+mod depthwise;
+
 use super::QuantizeError;
 use crate::dialects::conv_window::ConvPads;
 use crate::dialects::weight_layout::{ConvPatches, Patches, WeightLayout};
@@ -152,26 +154,23 @@ pub fn measure_grams(
     let mut keys: Vec<String> = readers.keys().cloned().collect();
     keys.sort();
     let watch = program.watch(&keys).map_err(|e| failed(e.to_string()))?;
-    let init = || vec![None::<(Vec<f64>, u64)>; layers.len()];
-    let fold = |s: &mut Vec<Option<(Vec<f64>, u64)>>, _: usize, key: &str, t: &Tensor| -> Result<(), String> {
+    let init = || vec![None::<(Partial, u64)>; layers.len()];
+    let fold = |s: &mut Vec<Option<(Partial, u64)>>, _: usize, key: &str, t: &Tensor| -> Result<(), String> {
         let Tensor::F32(x) = t else { return Ok(()) };
         for &i in readers.get(key).map_or(&[][..], |v| v.as_slice()) {
             let l = &layers[i];
-            let (sums, n) = s[i].get_or_insert_with(|| (vec![0f64; l.layout.gram_len()], 0));
-            *n += add_gram(&x.view(), &l.layout, l.per_sample, sums).map_err(|e| format!("{}: {e}", l.out_key))?;
+            if s[i].is_some() {
+                return Err(format!("{}: its input was computed twice in one sample", l.out_key));
+            }
+            s[i] = Some(gram_partial(&x.view(), &l.layout, l.per_sample).map_err(|e| format!("{}: {e}", l.out_key))?);
         }
         Ok(())
     };
-    let mut totals: Vec<Option<(Vec<f64>, u64)>> = vec![None; layers.len()];
-    let mut combine = |_: usize, s: Vec<Option<(Vec<f64>, u64)>>| -> Result<(), String> {
+    let mut totals: Vec<Total> = layers.iter().map(|l| Total::new(l.layout.k)).collect();
+    let mut combine = |_: usize, s: Vec<Option<(Partial, u64)>>| -> Result<(), String> {
         for (t, x) in totals.iter_mut().zip(s) {
-            match (t.as_mut(), x) {
-                (None, x) => *t = x,
-                (Some((a, n)), Some((b, m))) => {
-                    a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
-                    *n += m;
-                }
-                (Some(_), None) => {}
+            if let Some((partial, n)) = x {
+                t.add(partial, n);
             }
         }
         Ok(())
@@ -179,7 +178,7 @@ pub fn measure_grams(
     out.samples = run_samples_fold(program, feed, threads, &watch, &init, &fold, &mut combine, "GPTQ")
         .map_err(|e| failed(e.to_string()))?;
     for (l, t) in layers.into_iter().zip(totals) {
-        match t {
+        match t.finish() {
             Some((sums, patches)) if patches > 0 => {
                 let mut gram = Gram {
                     groups: l.layout.groups,
@@ -202,8 +201,75 @@ pub fn measure_grams(
     Ok(out)
 }
 
+/// A layer's sums over the samples so far, taken in sample order: a sample's [`Partial::Rows`]
+/// wait until at least k rows are together, then go through one GEMM — at points that depend
+/// on the samples alone, so the sums do not depend on the thread count.
+struct Total {
+    k: usize,
+    sums: Vec<f64>,
+    patches: u64,
+    rows: Vec<f32>,
+    block: Vec<f32>,
+}
+
+impl Total {
+    fn new(k: usize) -> Total {
+        Total {
+            k,
+            sums: Vec::new(),
+            patches: 0,
+            rows: Vec::new(),
+            block: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, partial: Partial, n: u64) {
+        self.patches += n;
+        match partial {
+            Partial::Sums(s) if self.sums.is_empty() => self.sums = s,
+            Partial::Sums(s) => self.sums.iter_mut().zip(&s).for_each(|(a, b)| *a += b),
+            Partial::Rows(r) => {
+                self.rows.extend_from_slice(&r);
+                if self.rows.len() >= self.k * self.k {
+                    self.flush();
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        let k = self.k;
+        if self.rows.is_empty() {
+            return;
+        }
+        if self.sums.is_empty() {
+            // Rows come from one-group layers only: one k×k block
+            self.sums = vec![0f64; k * k];
+        }
+        add_symmetric(
+            &self.rows,
+            self.rows.len() / k,
+            k,
+            false,
+            &mut self.sums,
+            &mut self.block,
+        );
+        self.rows.clear();
+    }
+
+    /// The sums and the patches counted; None when no sample reached the layer.
+    fn finish(mut self) -> Option<(Vec<f64>, u64)> {
+        self.flush();
+        (!self.sums.is_empty()).then_some((self.sums, self.patches))
+    }
+}
+
 /// Patches per GEMM call: at most this many f32 values of patches at once.
 const CHUNK_VALUES: usize = 1 << 20;
+
+/// Rows and columns of the Gram blocks one GEMM computes: only the blocks on and above the
+/// diagonal are computed, and mirrored, which halves the multiply-adds of a large k.
+const SYMMETRIC_BLOCK: usize = 128;
 
 /// `take` of `n` positions, evenly spread (all of them when `take` ≥ `n`).
 fn spread(n: usize, take: usize) -> impl Iterator<Item = usize> {
@@ -211,32 +277,129 @@ fn spread(n: usize, take: usize) -> impl Iterator<Item = usize> {
     (0..take).map(move |i| i * n / take)
 }
 
-/// Adds the Gram matrices of `x`'s patches to `sums`, at most `take` patches of each image
-/// and group, evenly spread; returns the patches counted.
+/// One sample's share of a layer's Gram matrices.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Partial {
+    /// Summed: one k×k block per group.
+    Sums(Vec<f64>),
+    /// Fewer patches than k (one group): the patches themselves, as rows of k, which take less
+    /// room than a k×k block and make a better-shaped GEMM once several samples' are together
+    /// (a 3×3 convolution over 128 channels at 4×4: 16 patches of 1,152 a sample).
+    Rows(Vec<f32>),
+}
+
+/// Adds P Pᵀ of `m` patches `p` of length `k` to `sums` (k×k, row-major): patches as rows
+/// (patch r at r·k) or as columns (input t of patch r at t·m + r). Only the blocks on and
+/// above the diagonal are multiplied; each one below is its mirror.
+fn add_symmetric(p: &[f32], m: usize, k: usize, columns: bool, sums: &mut [f64], block: &mut Vec<f32>) {
+    // strides of P as k × m: along an input t, along a patch r
+    let (ts, rs) = if columns { (m as isize, 1) } else { (1, k as isize) };
+    block.resize(SYMMETRIC_BLOCK * SYMMETRIC_BLOCK, 0.0);
+    for bi in (0..k).step_by(SYMMETRIC_BLOCK) {
+        let ni = SYMMETRIC_BLOCK.min(k - bi);
+        let a = &p[bi * ts as usize..];
+        for bj in (bi..k).step_by(SYMMETRIC_BLOCK) {
+            let nj = SYMMETRIC_BLOCK.min(k - bj);
+            let b = &p[bj * ts as usize..];
+            gemm_strided(ni, nj, m, a, ts, rs, b, rs, ts, block);
+            for r in 0..ni {
+                let row = &block[r * nj..(r + 1) * nj];
+                let dst = &mut sums[(bi + r) * k + bj..(bi + r) * k + bj + nj];
+                dst.iter_mut().zip(row).for_each(|(s, v)| *s += *v as f64);
+                if bi != bj {
+                    for (c, v) in row.iter().enumerate() {
+                        sums[(bj + c) * k + bi + r] += *v as f64;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Adds the Gram matrices of `x`'s patches to `sums` (a layer's `gram_len()` values), at most
+/// `take` patches of each image and group, evenly spread; returns the patches counted.
 pub fn add_gram(x: &ArrayViewD<f32>, l: &WeightLayout, take: usize, sums: &mut [f64]) -> Result<u64, String> {
+    let (partial, n) = gram_partial(x, l, take)?;
+    match partial {
+        Partial::Sums(s) => sums.iter_mut().zip(&s).for_each(|(a, b)| *a += b),
+        Partial::Rows(r) => add_symmetric(&r, r.len() / l.k, l.k, false, sums, &mut Vec::new()),
+    }
+    Ok(n)
+}
+
+/// `x`'s share of the layer's Gram matrices (at most `take` patches of each image and group,
+/// evenly spread), and the patches counted.
+pub fn gram_partial(x: &ArrayViewD<f32>, l: &WeightLayout, take: usize) -> Result<(Partial, u64), String> {
     let x = x.as_standard_layout();
     let data = x.as_slice().unwrap_or(&[]);
     let k = l.k;
-    let mut gram = vec![0f32; k * k];
-    // patches `m` long, as rows (patch p at p·k) or as columns (input t of patch p at t·m + p)
-    let mut add = |p: &[f32], m: usize, group: usize, columns: bool| {
-        let (rs, cs) = if columns { (m as isize, 1) } else { (1, k as isize) };
-        // P Pᵀ over the patches: a = the patches as k × m, b = its transpose
-        gemm_strided(k, k, m, p, rs, cs, p, cs, rs, &mut gram);
-        let block = &mut sums[group * k * k..(group + 1) * k * k];
-        block.iter_mut().zip(&gram).for_each(|(s, g)| *s += *g as f64);
-    };
-    match &l.patches {
+    let count = match &l.patches {
         Patches::Rows => {
             if x.shape().last() != Some(&k) {
                 return Err(format!("an input of shape {:?} for rows of {k}", x.shape()));
             }
+            (data.len() / k).min(take)
+        }
+        Patches::Conv(c) => {
+            let g = Geometry::of(x.shape(), l, c)?;
+            if c.group_channels == 1 && k <= depthwise::MAX_K && take >= g.oh * g.ow {
+                let mut sums = vec![0f64; l.gram_len()];
+                depthwise::depthwise_grams(data, &g, c, l, &mut sums);
+                return Ok((Partial::Sums(sums), (g.n * g.oh * g.ow) as u64));
+            }
+            g.n * (g.oh * g.ow).min(take)
+        }
+    };
+    if l.groups == 1 && count < k {
+        // rows: patch r's inputs at r·k
+        let mut rows = Vec::with_capacity(count * k);
+        let mut keep = |p: &[f32], m: usize, _: usize, columns: bool| {
+            if columns {
+                rows.extend((0..m * k).map(|i| p[(i % k) * m + i / k]));
+            } else {
+                rows.extend_from_slice(&p[..m * k]);
+            }
+        };
+        let n = patches(data, x.shape(), l, take, &mut keep)?;
+        return Ok((Partial::Rows(rows), n));
+    }
+    let mut sums = vec![0f64; l.gram_len()];
+    let mut block = Vec::new();
+    let mut add = |p: &[f32], m: usize, group: usize, columns: bool| {
+        add_symmetric(
+            p,
+            m,
+            k,
+            columns,
+            &mut sums[group * k * k..(group + 1) * k * k],
+            &mut block,
+        );
+    };
+    let n = patches(data, x.shape(), l, take, &mut add)?;
+    Ok((Partial::Sums(sums), n))
+}
+
+/// Takes `m` patches (as rows, or as columns when the flag says so) of group `g`.
+type TakePatches<'a> = dyn FnMut(&[f32], usize, usize, bool) + 'a;
+
+/// Hands the patches of `data` (an input of `shape`) to `take_patches` in chunks, at most
+/// `take` of each image and group; returns the patches handed.
+fn patches(
+    data: &[f32],
+    shape: &[usize],
+    l: &WeightLayout,
+    take: usize,
+    take_patches: &mut TakePatches,
+) -> Result<u64, String> {
+    let k = l.k;
+    match &l.patches {
+        Patches::Rows => {
             let rows = data.len() / k;
             let chunk = (CHUNK_VALUES / k).max(1);
             if rows <= take {
                 for start in (0..rows).step_by(chunk) {
                     let n = chunk.min(rows - start);
-                    add(&data[start * k..(start + n) * k], n, 0, false);
+                    take_patches(&data[start * k..(start + n) * k], n, 0, false);
                 }
                 return Ok(rows as u64);
             }
@@ -246,56 +409,90 @@ pub fn add_gram(x: &ArrayViewD<f32>, l: &WeightLayout, take: usize, sums: &mut [
                 for (r, &i) in part.iter().enumerate() {
                     p[r * k..(r + 1) * k].copy_from_slice(&data[i * k..(i + 1) * k]);
                 }
-                add(&p[..part.len() * k], part.len(), 0, false);
+                take_patches(&p[..part.len() * k], part.len(), 0, false);
             }
             Ok(picked.len() as u64)
         }
-        Patches::Conv(c) => conv_grams(x.shape(), data, l, c, take, &mut add),
+        Patches::Conv(c) => conv_patches(&Geometry::of(shape, l, c)?, data, l, c, take, take_patches),
     }
 }
 
-/// Takes `m` patches (as rows, or as columns when the flag says so) of group `g` into its sums.
-type AddPatches<'a> = dyn FnMut(&[f32], usize, usize, bool) + 'a;
+/// A convolution's input and output sizes, as [N, C, H, W] or [N, H, W, C] (a 1-D input [N,
+/// C, L] as H = 1), and its leading pads.
+struct Geometry {
+    n: usize,
+    ch: usize,
+    h: usize,
+    w: usize,
+    oh: usize,
+    ow: usize,
+    pt: usize,
+    pl: usize,
+}
 
-/// The patches of a convolution's input, group by group, handed to `add` in chunks: as
-/// columns for a channels-first input (each input of the patch a run along one channel's
+impl Geometry {
+    fn of(shape: &[usize], l: &WeightLayout, c: &ConvPatches) -> Result<Geometry, String> {
+        let (n, ch, h, w) = match (c.channels_last, c.one_d, shape) {
+            (false, true, &[n, ch, len]) => (n, ch, 1, len),
+            (false, false, &[n, ch, h, w]) => (n, ch, h, w),
+            (true, false, &[n, h, w, ch]) => (n, ch, h, w),
+            _ => return Err(format!("an input of shape {shape:?} for this convolution")),
+        };
+        if ch != l.groups * c.group_channels {
+            return Err(format!(
+                "{ch} input channels for {} groups of {}",
+                l.groups, c.group_channels
+            ));
+        }
+        let axis = |len: usize, a: usize| -> Result<(usize, usize), String> {
+            let (k, s, d) = (c.kernel[a], c.strides[a], c.dilations[a]);
+            let (before, after) = match c.pads {
+                ConvPads::Explicit(p) => p[a],
+                ConvPads::Same { upper } => same_pads(len, k, s, d, upper),
+            };
+            let eff = (k - 1) * d + 1;
+            let padded = len + before + after;
+            if padded < eff {
+                return Err(format!("a spatial size of {len} for a window of {eff}"));
+            }
+            Ok(((padded - eff) / s + 1, before))
+        };
+        let (oh, pt) = axis(h, 0)?;
+        let (ow, pl) = axis(w, 1)?;
+        Ok(Geometry {
+            n,
+            ch,
+            h,
+            w,
+            oh,
+            ow,
+            pt,
+            pl,
+        })
+    }
+}
+
+/// The patches of a convolution's input, group by group, handed to `take_patches` in chunks:
+/// as columns for a channels-first input (each input of the patch a run along one channel's
 /// plane), as rows for a channels-last one (each tap a run of channels).
-fn conv_grams(
-    shape: &[usize],
+fn conv_patches(
+    g: &Geometry,
     data: &[f32],
     l: &WeightLayout,
     c: &ConvPatches,
     take: usize,
-    add: &mut AddPatches,
+    take_patches: &mut TakePatches,
 ) -> Result<u64, String> {
-    // [N, C, H, W] or [N, H, W, C]; a 1-D input [N, C, L] as H = 1
-    let (n, ch, h, w) = match (c.channels_last, c.one_d, shape) {
-        (false, true, &[n, ch, len]) => (n, ch, 1, len),
-        (false, false, &[n, ch, h, w]) => (n, ch, h, w),
-        (true, false, &[n, h, w, ch]) => (n, ch, h, w),
-        _ => return Err(format!("an input of shape {shape:?} for this convolution")),
-    };
-    if ch != l.groups * c.group_channels {
-        return Err(format!(
-            "{ch} input channels for {} groups of {}",
-            l.groups, c.group_channels
-        ));
-    }
-    let axis = |len: usize, a: usize| -> Result<(usize, usize), String> {
-        let (k, s, d) = (c.kernel[a], c.strides[a], c.dilations[a]);
-        let (before, after) = match c.pads {
-            ConvPads::Explicit(p) => p[a],
-            ConvPads::Same { upper } => same_pads(len, k, s, d, upper),
-        };
-        let eff = (k - 1) * d + 1;
-        let padded = len + before + after;
-        if padded < eff {
-            return Err(format!("a spatial size of {len} for a window of {eff}"));
-        }
-        Ok(((padded - eff) / s + 1, before))
-    };
-    let (oh, pt) = axis(h, 0)?;
-    let (ow, pl) = axis(w, 1)?;
+    let Geometry {
+        n,
+        ch,
+        h,
+        w,
+        oh,
+        ow,
+        pt,
+        pl,
+    } = *g;
     let positions = oh * ow;
     let k = l.k;
     let gc = c.group_channels;
@@ -306,8 +503,8 @@ fn conv_grams(
         let plane = h * w;
         let chunk = (CHUNK_VALUES / k).max(1);
         for img in 0..n {
-            for g in 0..l.groups {
-                let base = (img * ch + g * gc) * plane;
+            for grp in 0..l.groups {
+                let base = (img * ch + grp * gc) * plane;
                 for start in (0..plane).step_by(chunk) {
                     let m = chunk.min(plane - start);
                     // the group's channels as k rows of the plane: columns `start..start + m`
@@ -315,7 +512,7 @@ fn conv_grams(
                     for cc in 0..gc {
                         p.extend_from_slice(&data[base + cc * plane + start..base + cc * plane + start + m]);
                     }
-                    add(&p, m, g, true);
+                    take_patches(&p, m, grp, true);
                 }
             }
         }
@@ -342,7 +539,7 @@ fn conv_grams(
         (y >= 0 && xx >= 0 && (y as usize) < h && (xx as usize) < w).then_some((y as usize, xx as usize))
     };
     for img in 0..n {
-        for g in 0..l.groups {
+        for grp in 0..l.groups {
             for part in origin.chunks(chunk) {
                 let m = part.len();
                 if c.channels_last {
@@ -353,7 +550,7 @@ fn conv_grams(
                                 let dst = &mut p[r * k + (i * kw + j) * gc..r * k + (i * kw + j + 1) * gc];
                                 match tap(pos, i, j) {
                                     Some((y, xx)) => {
-                                        let src = ((img * h + y) * w + xx) * ch + g * gc;
+                                        let src = ((img * h + y) * w + xx) * ch + grp * gc;
                                         dst.copy_from_slice(&data[src..src + gc]);
                                     }
                                     None => dst.fill(0.0),
@@ -361,11 +558,11 @@ fn conv_grams(
                             }
                         }
                     }
-                    add(&p[..m * k], m, g, false);
+                    take_patches(&p[..m * k], m, grp, false);
                 } else {
                     // columns: input (c, i, j) of every patch in a run of m
                     for cc in 0..gc {
-                        let plane = &data[(img * ch + g * gc + cc) * h * w..(img * ch + g * gc + cc + 1) * h * w];
+                        let plane = &data[(img * ch + grp * gc + cc) * h * w..(img * ch + grp * gc + cc + 1) * h * w];
                         for i in 0..kh {
                             for j in 0..kw {
                                 let t = (cc * kh + i) * kw + j;
@@ -376,7 +573,7 @@ fn conv_grams(
                             }
                         }
                     }
-                    add(&p[..m * k], m, g, true);
+                    take_patches(&p[..m * k], m, grp, true);
                 }
             }
         }
