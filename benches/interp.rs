@@ -45,6 +45,11 @@ fn bench(c: &mut Criterion) {
     g.bench_function("conv1x1_56x56x8_to_48", |b| {
         b.iter(|| conv2d(&xe, &fe, [1, 1], [1, 1], &Padding::Same, None).unwrap())
     });
+    // basic_pitch's 3×39 conv over its harmonic stack, 8 channels in and out (row GEMMs)
+    let (xb, fb) = (arr(&[1, 172, 264, 8]), arr(&[3, 39, 8, 8]));
+    g.bench_function("conv3x39_172x264x8_to_8", |b| {
+        b.iter(|| conv2d(&xb, &fb, [1, 1], [1, 1], &Padding::Same, None).unwrap())
+    });
     let (xd, fd) = (arr(&[1, 112, 112, 16]), arr(&[3, 3, 16, 1]));
     g.bench_function("depthwise3x3_s1_112x112x16", |b| {
         b.iter(|| depthwise_conv2d(&xd, &fd, [1, 1], [1, 1], &Padding::Same, None).unwrap())

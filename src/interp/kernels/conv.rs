@@ -2,7 +2,7 @@
 //! a GEMM on the input itself — and depthwise convolution as its own direct kernel.
 
 use super::epilogue::{Epilogue, TiledEpilogue};
-use super::matmul::gemm_strided_into;
+use super::matmul::{gemm_strided_add, gemm_strided_into};
 use super::{from_vec, KernelResult};
 use ndarray::ArrayD;
 
@@ -167,10 +167,13 @@ pub fn conv2d(
         ));
     }
     let total = g.n * pixels * co;
+    let direct = kh == 1 && kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 && g.oh == g.h && g.ow == g.w;
+    if !direct && g.dw == 1 && co <= ROW_GEMM_MAX_CO && kw * ci >= ROW_GEMM_MIN_RUN {
+        return row_gemms(xs, fs, &g, [kh, kw, ci, co], ep);
+    }
     // every output value is written by a GEMM before anything reads it: no zero-fill
     let mut out: Vec<f32> = Vec::with_capacity(total);
     let base = out.as_mut_ptr();
-    let direct = kh == 1 && kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 && g.oh == g.h && g.ow == g.w;
     let block = block_pixels(kdim, co).min(pixels.max(1));
     let mut patches = if direct { Vec::new() } else { vec![0f32; block * kdim] };
     let ep = ep.and_then(|e| e.tiled(co));
@@ -228,6 +231,68 @@ pub fn conv2d(
     }
     // SAFETY: the blocks cover every pixel of every image, so all `total` values are written
     unsafe { out.set_len(total) };
+    from_vec(&[g.n, g.oh, g.ow, co], out)
+}
+
+/// Most output channels [`row_gemms`] takes: with few, im2col copies far more values than the
+/// GEMM multiplies by each (basic_pitch's 3×39 convolution, 8 channels in and out, would copy
+/// 936 values a pixel for 8 multiply-adds each).
+const ROW_GEMM_MAX_CO: usize = 16;
+
+/// Shortest run of a filter row (kw · ci values) [`row_gemms`] takes.
+const ROW_GEMM_MIN_RUN: usize = 32;
+
+/// [`conv2d`] undilated along W with few output channels, without patches: in NHWC the window
+/// of output pixel ox over input row iy is one run of that row, `kw · ci` values from
+/// `ox · sw · ci`, so each (output row, filter row) pair is one GEMM that reads the (padded)
+/// input row in place, rows `sw · ci` apart, and adds into the output row.
+///
+/// ```text
+/// y[oy, ox, :] += row(iy)[ox·sw·ci .. ox·sw·ci + kw·ci] · f[ky]      (f[ky]: kw·ci × co)
+/// ```
+fn row_gemms(
+    xs: &[f32],
+    fs: &[f32],
+    g: &Window2d,
+    [kh, kw, ci, co]: [usize; 4],
+    ep: Option<&Epilogue>,
+) -> KernelResult<ArrayD<f32>> {
+    let pixels = g.oh * g.ow;
+    let mut out = vec![0f32; g.n * pixels * co];
+    // input columns −pw .. −pw + span: every window of the output row
+    let span = (g.ow - 1) * g.sw + kw;
+    let mut line = vec![0f32; span * ci];
+    let run = kw * ci;
+    for b in 0..g.n {
+        let img = &xs[b * g.h * g.w * ci..(b + 1) * g.h * g.w * ci];
+        for oy in 0..g.oh {
+            let dst = &mut out[(b * pixels + oy * g.ow) * co..(b * pixels + (oy + 1) * g.ow) * co];
+            for ky in 0..kh {
+                let Some(iy) = g.ih(oy, ky) else { continue };
+                // the row with its padding: line[j] is input column j − pw
+                let first = g.pw.min(span);
+                let last = (g.pw + g.w).min(span);
+                line[..first * ci].fill(0.0);
+                if last > first {
+                    line[first * ci..last * ci].copy_from_slice(&img[iy * g.w * ci..(iy * g.w + last - first) * ci]);
+                }
+                line[last.max(first) * ci..].fill(0.0);
+                gemm_strided_add(
+                    g.ow,
+                    co,
+                    run,
+                    &line,
+                    (g.sw * ci, 1),
+                    &fs[ky * run * co..(ky + 1) * run * co],
+                    (co, 1),
+                    dst,
+                );
+            }
+        }
+    }
+    if let Some(ep) = ep.and_then(|e| e.tiled(co)) {
+        ep.apply(&mut out);
+    }
     from_vec(&[g.n, g.oh, g.ow, co], out)
 }
 
@@ -450,6 +515,29 @@ mod tests {
                     &conv_ref(&x, &fd, &g, true)
                 ),
                 "depthwise {pad:?}"
+            );
+        }
+        // the row-GEMM path (kw · ci ≥ 32, few output channels): with pads on both sides,
+        // strides, a window wider than the row, and an output row with no input row (dilated H)
+        let xw = ArrayD::from_shape_fn(IxDyn(&[2, 5, 9, 8]), |i| {
+            ((i[0] * 31 + i[1] * 7 + i[2] * 3 + i[3]) % 13) as f32 - 6.0
+        });
+        for (kh, kw, co, pad, s, d) in [
+            (3, 5, 8, Padding::Same, [1, 1], [1, 1]),
+            (2, 4, 3, Padding::Explicit([(1, 0), (2, 3)]), [2, 3], [1, 1]),
+            (1, 12, 1, Padding::Explicit([(0, 0), (2, 1)]), [1, 1], [1, 1]),
+            (2, 4, 16, Padding::Explicit([(2, 2), (1, 1)]), [1, 2], [3, 1]),
+        ] {
+            let f = ArrayD::from_shape_fn(IxDyn(&[kh, kw, 8, co]), |i| {
+                ((i[0] * 5 + i[1] * 3 + i[2] * 2 + i[3]) % 7) as f32 * 0.25 - 0.5
+            });
+            let g = Window2d::new(xw.shape(), kh, kw, s, d, &pad).unwrap();
+            assert!(
+                close(
+                    &conv2d(&xw, &f, s, d, &pad, None).unwrap(),
+                    &conv_ref(&xw, &f, &g, false)
+                ),
+                "row GEMMs {kh}×{kw}→{co} {pad:?} {s:?} {d:?}"
             );
         }
         // the 1×1 GEMM path

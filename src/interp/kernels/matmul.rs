@@ -81,6 +81,53 @@ pub unsafe fn gemm_strided_into(
     }
 }
 
+/// c[m×n] += a[m×k] · b[k×n] for row-major `c` and strided `a`, `b` (as [`gemm_strided`]).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_strided_add(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    (a_rs, a_cs): (usize, usize),
+    b: &[f32],
+    (b_rs, b_cs): (usize, usize),
+    c: &mut [f32],
+) {
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let reach = |rows: usize, cols: usize, rs: usize, cs: usize| (rows - 1) * rs + (cols - 1) * cs;
+    assert!(
+        c.len() >= m * n && reach(m, k, a_rs, a_cs) < a.len() && reach(k, n, b_rs, b_cs) < b.len(),
+        "gemm_strided_add: {m}×{k} · {k}×{n} past its operands"
+    );
+    // SAFETY: every index is inside its slice (checked above) and `c` is a distinct &mut;
+    // gemm computes c = 1·c + 1·a·b
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            true,
+            a.as_ptr(),
+            a_cs as isize,
+            a_rs as isize,
+            b.as_ptr(),
+            b_cs as isize,
+            b_rs as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    }
+}
+
 /// Row-major c = a · b.
 pub fn gemm_rm(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
     gemm_strided(m, n, k, a, k as isize, 1, b, n as isize, 1, c)
