@@ -479,9 +479,9 @@ pub fn stack_outputs(per_sample: &[Vec<Tensor>], concat: bool) -> Result<Vec<Ten
             let col: Vec<&Tensor> = per_sample.iter().map(|o| &o[j]).collect();
             let can_concat = concat && col.iter().all(|t| t.shape().first() == Some(&1));
             if can_concat {
-                crate::interp::kernels::layout::concat(&col, 0)
+                crate::interp::kernels::join::concat(&col, 0)
             } else {
-                crate::interp::kernels::layout::pack(&col, 0)
+                crate::interp::kernels::join::pack(&col, 0)
             }
             .map_err(RunError::Output)
         })

@@ -4,6 +4,7 @@
 use super::desc::OpDesc;
 use super::kernels::conv::{conv2d, depthwise_conv2d, Padding};
 use super::kernels::elementwise::{arith, compare, logical, select, BinOp, BinaryKernel, CmpOp, UnOp, UnaryKernel};
+use super::kernels::join;
 use super::kernels::layout::{self, StridedMasks};
 use super::kernels::matmul::{batch_matmul, matmul};
 use super::kernels::norm::{batch_norm, softmax};
@@ -156,27 +157,27 @@ pub const TABLE: &[(&str, Builder)] = &[
     ("tf.ConcatV2", |_| {
         Ok(one(|x| {
             let (axis, vals) = x.split_last().ok_or("ConcatV2 of nothing")?;
-            layout::concat(vals, single(&ints_of(axis).ok_or("axis must be an integer")?)?)
+            join::concat(vals, single(&ints_of(axis).ok_or("axis must be an integer")?)?)
         }))
     }),
     ("tf.Concat", |_| {
         Ok(one(|x| {
             let (axis, vals) = x.split_first().ok_or("Concat of nothing")?;
-            layout::concat(vals, single(&ints_of(axis).ok_or("axis must be an integer")?)?)
+            join::concat(vals, single(&ints_of(axis).ok_or("axis must be an integer")?)?)
         }))
     }),
     ("tf.Pack", |d| {
         let a = d.int_attr("axis", 0);
-        Ok(one(move |x| layout::pack(x, a)))
+        Ok(one(move |x| join::pack(x, a)))
     }),
     ("tf.Unpack", |d| {
         let a = d.int_attr("axis", 0);
-        Ok(Box::new(FnKernel(move |x: &[&Tensor]| layout::unpack(x[0], a))))
+        Ok(Box::new(FnKernel(move |x: &[&Tensor]| join::unpack(x[0], a))))
     }),
     ("tf.Split", split_op),
     ("tf.SplitV", |_| {
         Ok(Box::new(FnKernel(|x: &[&Tensor]| {
-            layout::split(x[0], scalar_int(x, 2)?, &int_arg(x, 1)?)
+            join::split(x[0], scalar_int(x, 2)?, &int_arg(x, 1)?)
         })))
     }),
     ("tf.Slice", |_| {
@@ -544,7 +545,7 @@ fn split_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
         if n <= 0 || dsz % n != 0 {
             return Err(format!("cannot split a dim of {dsz} into {n} equal parts"));
         }
-        layout::split(v, axis, &vec![dsz / n; n as usize])
+        join::split(v, axis, &vec![dsz / n; n as usize])
     })))
 }
 

@@ -227,7 +227,7 @@ fn stacked(inputs: &[interp::InputSpec], samples: &[Vec<Tensor>]) -> Option<Data
     let mut arrays = Vec::new();
     for (j, spec) in inputs.iter().enumerate() {
         let col: Vec<&Tensor> = samples.iter().filter_map(|s| s.get(j)).collect();
-        let t = crate::interp::kernels::layout::pack(&col, 0).ok()?;
+        let t = crate::interp::kernels::join::pack(&col, 0).ok()?;
         arrays.push((spec.name.clone(), t));
     }
     Dataset::from_arrays("the calibration stream's first samples", arrays).ok()

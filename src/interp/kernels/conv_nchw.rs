@@ -193,7 +193,7 @@ impl OnnxConv {
                 parts.push(conv2d(&xg, &fg, self.strides, self.dilations, &pad, None)?);
             }
             let views: Vec<_> = parts.iter().map(|p| p.view()).collect();
-            let mut y = super::layout::concat_axis(&views, 3)?;
+            let mut y = super::join::concat_axis(&views, 3)?;
             if let Some(e) = ep {
                 // NHWC here: channels last (concatenate's result need not be in C order)
                 e.apply_on_axis(&mut y, 3)?;

@@ -10,6 +10,7 @@ pub mod elementwise;
 pub mod epilogue;
 pub mod indexing;
 pub mod integer;
+pub mod join;
 pub mod layout;
 pub mod matmul;
 pub mod norm;

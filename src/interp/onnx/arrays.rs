@@ -19,7 +19,7 @@ pub(super) fn split(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
                 (0..n).map(|i| chunk.min(dim - i * chunk).max(0)).collect()
             }
         };
-        layout::split(x[0], axis, &sizes)
+        join::split(x[0], axis, &sizes)
     })))
 }
 

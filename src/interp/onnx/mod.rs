@@ -20,7 +20,6 @@ use super::kernels::elementwise::{
     arith, bitwise, compare, logical, select, BinOp, BinaryKernel, CmpOp, UnOp, UnaryKernel,
 };
 use super::kernels::indexing::{gather_elements, hardmax, one_hot, top_k, trilu};
-use super::kernels::layout;
 use super::kernels::matmul::{matmul, numpy_matmul};
 use super::kernels::norm::{batch_norm, group_normalize, lrn, normalize, softmax};
 use super::kernels::pool::{pool2d, PoolNd};
@@ -29,6 +28,7 @@ use super::kernels::resize::{resize, AxisResize, Coordinates, Filter, Mode, Near
 use super::kernels::rotary::{rotary_embedding, Rotary};
 use super::kernels::scatter::{gather_nd, scatter_elements, scatter_nd, Reduction};
 use super::kernels::{f32_arg, int_arg, ints_of, norm_axis, one, FnKernel, Kernel, KernelResult};
+use super::kernels::{join, layout};
 use super::tf::Builder;
 use crate::params::{dequantize, quantize, QuantParams, Rounding, Scheme, StorageType};
 use crate::tensor::{DType, Tensor};
@@ -289,7 +289,7 @@ pub const TABLE: &[(&str, Builder)] = &[
             .attr("axis")
             .and_then(|a| a.as_int())
             .ok_or("Concat without an axis")?;
-        Ok(one(move |x| layout::concat(x, axis)))
+        Ok(one(move |x| join::concat(x, axis)))
     }),
     ("onnx.Split", split),
     ("onnx.Slice", |d| {
