@@ -1,8 +1,10 @@
 //! The Gram matrices GPTQ rounds weights with (`params::gptq`): one float run over calibration
 //! samples with each quantized layer's activation input watched. Each input becomes the
 //! patches its weight rows multiply (`dialects::weight_layout`), and X Xᵀ is summed per
-//! group — within a sample in f32 by the GEMM, across samples in f64 in sample order, so the
-//! sums do not depend on the thread count.
+//! group — within a sample in f32 (by the GEMM, or by dot products for a depthwise
+//! convolution), across samples in f64 in sample order; a sample with fewer patches than k
+//! hands its patches over and the sample-order combine multiplies them once k rows are
+//! together. Either way the sums do not depend on the thread count.
 //!
 //! ```text
 //! %y = onnx.Conv(%x, %w) {group = 1, pads = [1, 1, 1, 1]}    w: 16×8×3×3
