@@ -335,23 +335,28 @@ pub fn gram_partial(x: &ArrayViewD<f32>, l: &WeightLayout, take: usize) -> Resul
     let x = x.as_standard_layout();
     let data = x.as_slice().unwrap_or(&[]);
     let k = l.k;
-    let count = match &l.patches {
+    // a convolution's window over this input, worked out once for the count and the patches
+    let conv = match &l.patches {
         Patches::Rows => {
             if x.shape().last() != Some(&k) {
                 return Err(format!("an input of shape {:?} for rows of {k}", x.shape()));
             }
-            (data.len() / k).min(take)
+            None
         }
-        Patches::Conv(c) => {
-            let g = Geometry::of(x.shape(), l, c)?;
+        Patches::Conv(c) => Some((c, Geometry::of(x.shape(), l, c)?)),
+    };
+    let count = match &conv {
+        None => (data.len() / k).min(take),
+        Some((c, g)) => {
             if c.group_channels == 1 && k <= depthwise::MAX_K && take >= g.oh * g.ow {
                 let mut sums = vec![0f64; l.gram_len()];
-                depthwise::depthwise_grams(data, &g, c, l, &mut sums);
+                depthwise::depthwise_grams(data, g, c, l, &mut sums);
                 return Ok((Partial::Sums(sums), (g.n * g.oh * g.ow) as u64));
             }
             g.n * (g.oh * g.ow).min(take)
         }
     };
+    let conv = conv.as_ref().map(|(c, g)| (*c, g));
     if l.groups == 1 && count < k {
         // rows: patch r's inputs at r·k
         let mut rows = Vec::with_capacity(count * k);
@@ -362,7 +367,7 @@ pub fn gram_partial(x: &ArrayViewD<f32>, l: &WeightLayout, take: usize) -> Resul
                 rows.extend_from_slice(&p[..m * k]);
             }
         };
-        let n = patches(data, x.shape(), l, take, &mut keep)?;
+        let n = patches(data, conv, l, take, &mut keep)?;
         return Ok((Partial::Rows(rows), n));
     }
     let mut sums = vec![0f64; l.gram_len()];
@@ -377,25 +382,26 @@ pub fn gram_partial(x: &ArrayViewD<f32>, l: &WeightLayout, take: usize) -> Resul
             &mut block,
         );
     };
-    let n = patches(data, x.shape(), l, take, &mut add)?;
+    let n = patches(data, conv, l, take, &mut add)?;
     Ok((Partial::Sums(sums), n))
 }
 
 /// Takes `m` patches (as rows, or as columns when the flag says so) of group `g`.
 type TakePatches<'a> = dyn FnMut(&[f32], usize, usize, bool) + 'a;
 
-/// Hands the patches of `data` (an input of `shape`) to `take_patches` in chunks, at most
-/// `take` of each image and group; returns the patches handed.
+/// Hands the patches of `data` to `take_patches` in chunks, at most `take` of each image and
+/// group: its rows, or the patches of the convolution `conv` over it; returns the patches
+/// handed.
 fn patches(
     data: &[f32],
-    shape: &[usize],
+    conv: Option<(&ConvPatches, &Geometry)>,
     l: &WeightLayout,
     take: usize,
     take_patches: &mut TakePatches,
 ) -> Result<u64, String> {
     let k = l.k;
-    match &l.patches {
-        Patches::Rows => {
+    match conv {
+        None => {
             let rows = data.len() / k;
             let chunk = (CHUNK_VALUES / k).max(1);
             if rows <= take {
@@ -415,7 +421,7 @@ fn patches(
             }
             Ok(picked.len() as u64)
         }
-        Patches::Conv(c) => conv_patches(&Geometry::of(shape, l, c)?, data, l, c, take, take_patches),
+        Some((c, g)) => conv_patches(g, data, l, c, take, take_patches),
     }
 }
 
