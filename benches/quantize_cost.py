@@ -14,19 +14,14 @@ Prints medians over the rounds and each quantir variant's ratio to onnxruntime.
 Usage: .venv/bin/python benches/quantize_cost.py --quantir target/release/quantir
            [--variant "gptq=--gptq" ...] [--baseline OLD_BIN] [--rounds 3] [--only NAME]
 """
-import argparse, os, statistics, subprocess, sys, tempfile, time
+import argparse, os, statistics, subprocess, sys, tempfile
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_nncf import ort_static  # noqa: E402
+from real_models_quality import ROOT, models  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# name: (model as shipped, calibration data); a SavedModel is lowered to ONNX for onnxruntime
-MODELS = {
-    "ppocr_cls": ("ppocr_cls.onnx", "ppocr_cls_calib.npz"),
-    "ppocr_det": ("ppocr_det.onnx", "ppocr_det_calib.npz"),
-    "basic_pitch.onnx": ("basic_pitch.onnx", "basic_pitch_calib.npz"),
-    "fer_savedmodel": ("fer_savedmodel", "fer_calib.npz"),
-}
+# basic_pitch is timed once, as .onnx: its SavedModel is the same network
+SKIP = {"basic_pitch_savedmodel"}
 
 
 def timed(cmd):
@@ -37,40 +32,6 @@ def timed(cmd):
         raise RuntimeError(f"{' '.join(cmd)}: {lines[-2] if len(lines) > 1 else lines}")
     wall, kb = lines[-1].split()
     return float(wall), int(kb) / 1024
-
-
-def float_onnx(quantir, src, work):
-    if src.endswith(".onnx"):
-        return src
-    out = os.path.join(work, os.path.basename(src) + ".onnx")
-    subprocess.run([quantir, "opt", src, "--pass", "prepare", "--pass", "tf-to-onnx", "-o", out],
-                   check=True, capture_output=True)
-    return out
-
-
-def ort_static(float_path, calib, out):
-    import onnxruntime as ort
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
-    sess = ort.InferenceSession(float_path, providers=["CPUExecutionProvider"])
-    names = [i.name for i in sess.get_inputs()]
-    data = np.load(calib)
-    arrays = [data[k] for k in data.files]
-    n = arrays[0].shape[0]
-    # one sample at a time, batch 1, bound to the inputs in order
-    feed = [{nm: a[i:i + 1] for nm, a in zip(names, arrays)} for i in range(n)]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(feed)
-
-        def get_next(self):
-            return next(self.it, None)
-
-    t = time.perf_counter()
-    quantize_static(float_path, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    weight_type=QuantType.QInt8, activation_type=QuantType.QInt8)
-    return time.perf_counter() - t
 
 
 def main():
@@ -88,11 +49,9 @@ def main():
         runs += [(f"baseline {n}", a.baseline, f) for n, f in variants]
     rows = []
     with tempfile.TemporaryDirectory() as work:
-        for name, (model, calib) in MODELS.items():
-            if a.only and a.only != name:
+        for name, src, calib, _, fp in models(a, work):
+            if name in SKIP:
                 continue
-            src, calib = os.path.join(a.models, model), os.path.join(a.models, calib)
-            fp = float_onnx(a.quantir, src, work)
             times = {r[0]: [] for r in runs}
             rss = {r[0]: [] for r in runs}
             ort_times = []
