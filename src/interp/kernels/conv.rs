@@ -259,29 +259,26 @@ fn row_gemms(
 ) -> KernelResult<ArrayD<f32>> {
     let pixels = g.oh * g.ow;
     let mut out = vec![0f32; g.n * pixels * co];
-    // input columns −pw .. −pw + span: every window of the output row
+    // each input row over columns −pw .. −pw + span (every window of an output row): line j
+    // of a row is input column j − pw, the padding zeros, written once for all images
     let span = (g.ow - 1) * g.sw + kw;
-    let mut line = vec![0f32; span * ci];
+    let (first, last) = (g.pw.min(span), (g.pw + g.w).min(span).max(g.pw.min(span)));
+    let mut padded = vec![0f32; g.h * span * ci];
     let run = kw * ci;
     for b in 0..g.n {
         let img = &xs[b * g.h * g.w * ci..(b + 1) * g.h * g.w * ci];
+        for (iy, line) in padded.chunks_exact_mut(span * ci).enumerate() {
+            line[first * ci..last * ci].copy_from_slice(&img[iy * g.w * ci..(iy * g.w + last - first) * ci]);
+        }
         for oy in 0..g.oh {
             let dst = &mut out[(b * pixels + oy * g.ow) * co..(b * pixels + (oy + 1) * g.ow) * co];
             for ky in 0..kh {
                 let Some(iy) = g.ih(oy, ky) else { continue };
-                // the row with its padding: line[j] is input column j − pw
-                let first = g.pw.min(span);
-                let last = (g.pw + g.w).min(span);
-                line[..first * ci].fill(0.0);
-                if last > first {
-                    line[first * ci..last * ci].copy_from_slice(&img[iy * g.w * ci..(iy * g.w + last - first) * ci]);
-                }
-                line[last.max(first) * ci..].fill(0.0);
                 gemm_strided_add(
                     g.ow,
                     co,
                     run,
-                    &line,
+                    &padded[iy * span * ci..(iy + 1) * span * ci],
                     (g.sw * ci, 1),
                     &fs[ky * run * co..(ky + 1) * run * co],
                     (co, 1),
