@@ -134,6 +134,27 @@ impl Tensor {
         with_array!(self, a => a.shape())
     }
 
+    /// Zeros (false for i1) of `dtype` and `shape`.
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
+        use ndarray::ArrayD as A;
+        let s = ndarray::IxDyn(shape);
+        match dtype {
+            DType::F32 => Tensor::F32(A::zeros(s)),
+            DType::F64 => Tensor::F64(A::zeros(s)),
+            DType::F16 => Tensor::F16(A::from_elem(s, half::f16::ZERO)),
+            DType::BF16 => Tensor::BF16(A::from_elem(s, half::bf16::ZERO)),
+            DType::I1 => Tensor::I1(A::from_elem(s, false)),
+            DType::I8 => Tensor::I8(A::zeros(s)),
+            DType::U8 => Tensor::U8(A::zeros(s)),
+            DType::I16 => Tensor::I16(A::zeros(s)),
+            DType::U16 => Tensor::U16(A::zeros(s)),
+            DType::I32 => Tensor::I32(A::zeros(s)),
+            DType::U32 => Tensor::U32(A::zeros(s)),
+            DType::I64 => Tensor::I64(A::zeros(s)),
+            DType::U64 => Tensor::U64(A::zeros(s)),
+        }
+    }
+
     pub fn len(&self) -> usize {
         with_array!(self, a => a.len())
     }

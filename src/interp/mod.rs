@@ -154,10 +154,24 @@ pub struct Program {
     simulated: Vec<ort_x86::Simulated>,
 }
 
-/// Which slots to hand to the observer.
+/// Which slots to hand to the observer, and whether it wants their values or only their
+/// types and shapes.
 #[derive(Debug, Clone, Default)]
 pub struct Watch {
     slots: HashSet<usize>,
+    shapes_only: bool,
+}
+
+impl Watch {
+    /// The observer reads only types and shapes (type inference): kernels that can tell their
+    /// results' shapes without the arithmetic ([`kernels::Kernel::result_shapes`]) hand over
+    /// zeros of those shapes instead of computing, and nothing is fused.
+    pub fn shapes_only(self) -> Self {
+        Watch {
+            shapes_only: true,
+            ..self
+        }
+    }
 }
 
 pub(crate) fn quant_of(t: Type) -> Option<crate::params::QuantParams> {
@@ -539,7 +553,10 @@ impl Program {
             })?;
             slots.insert(*s);
         }
-        Ok(Watch { slots })
+        Ok(Watch {
+            slots,
+            shapes_only: false,
+        })
     }
 
     /// Checks a sample against the signature.
@@ -593,7 +610,7 @@ impl Program {
             }
             if let Some(f) = self.fusions[i]
                 .as_ref()
-                .filter(|f| !f.skipped.iter().any(|s| watch.slots.contains(s)))
+                .filter(|f| !watch.shapes_only && !f.skipped.iter().any(|s| watch.slots.contains(s)))
             {
                 let args: Vec<&Tensor> = st
                     .inputs
@@ -655,23 +672,36 @@ impl Program {
                     && self.fusions[i].is_none()
                     && st.outputs.first().is_some_and(|s| !watch.slots.contains(s)),
             };
-            // operand 0 dies here and is not used twice by this op: hand its buffer over
-            let owned = match st.inputs.first() {
-                Some(&s0) if self.consumes_first[i] && layout == kernels::ChannelsLast::default() => env[s0].take(),
-                _ => None,
+            let shaped = match watch.shapes_only && layout == kernels::ChannelsLast::default() {
+                true => self.zeros_shaped_like_results(st, &env),
+                false => None,
             };
-            let skip = owned.is_some() as usize;
-            let args: Vec<&Tensor> = st.inputs[skip..]
-                .iter()
-                .map(|&s| self.consts[s].as_ref().or(env[s].as_ref()))
-                .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| self.kernel_error(st, "an operand was not computed".into()))?;
-            let res = match owned {
-                Some(first) => st.kernel.run_owned(first, &args),
-                None if layout != kernels::ChannelsLast::default() => st.kernel.run_channels_last(&args, None, layout),
-                None => st.kernel.run(&args),
-            }
-            .map_err(|m| self.kernel_error(st, m))?;
+            let res = match shaped {
+                Some(zeros) => zeros,
+                None => {
+                    // operand 0 dies here and is not used twice by this op: hand its buffer over
+                    let owned = match st.inputs.first() {
+                        Some(&s0) if self.consumes_first[i] && layout == kernels::ChannelsLast::default() => {
+                            env[s0].take()
+                        }
+                        _ => None,
+                    };
+                    let skip = owned.is_some() as usize;
+                    let args: Vec<&Tensor> = st.inputs[skip..]
+                        .iter()
+                        .map(|&s| self.consts[s].as_ref().or(env[s].as_ref()))
+                        .collect::<Option<Vec<_>>>()
+                        .ok_or_else(|| self.kernel_error(st, "an operand was not computed".into()))?;
+                    match owned {
+                        Some(first) => st.kernel.run_owned(first, &args),
+                        None if layout != kernels::ChannelsLast::default() => {
+                            st.kernel.run_channels_last(&args, None, layout)
+                        }
+                        None => st.kernel.run(&args),
+                    }
+                    .map_err(|m| self.kernel_error(st, m))?
+                }
+            };
             if let Some(&s) = st.outputs.first() {
                 channels_last[s] = layout.output;
             }
@@ -708,6 +738,19 @@ impl Program {
                     })
             })
             .collect()
+    }
+
+    /// Zeros shaped like the step's results, when its kernel can tell their shapes without
+    /// computing them and the operands fit; `None` sends the step to its kernel (which then
+    /// computes, or says what does not fit).
+    fn zeros_shaped_like_results(&self, st: &Step, env: &[Option<Tensor>]) -> Option<Vec<Tensor>> {
+        let args: Vec<&Tensor> = st
+            .inputs
+            .iter()
+            .map(|&s| self.consts[s].as_ref().or(env[s].as_ref()))
+            .collect::<Option<Vec<_>>>()?;
+        let shapes = st.kernel.result_shapes(&args)?.ok()?;
+        Some(shapes.into_iter().map(|(d, shape)| Tensor::zeros(d, &shape)).collect())
     }
 
     fn kernel_error(&self, st: &Step, message: String) -> InterpError {

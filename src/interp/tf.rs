@@ -2,7 +2,7 @@
 //! kernel. Grouped by family; supporting a new op is one entry here plus, at most, one kernel.
 
 use super::desc::OpDesc;
-use super::kernels::conv::{conv2d, depthwise_conv2d, Padding};
+use super::kernels::conv::{conv2d, conv_result_shape, depthwise_conv2d, Padding};
 use super::kernels::elementwise::{arith, compare, logical, select, BinOp, BinaryKernel, CmpOp, UnOp, UnaryKernel};
 use super::kernels::join;
 use super::kernels::layout::{self, StridedMasks};
@@ -410,6 +410,23 @@ impl Kernel for ConvKernel {
     }
     fn run_fused(&self, x: &[&Tensor], ep: &Epilogue) -> Option<KernelResult<Vec<Tensor>>> {
         Some(self.go(x, Some(ep)))
+    }
+    fn result_shapes(&self, x: &[&Tensor]) -> Option<KernelResult<Vec<(DType, Vec<usize>)>>> {
+        let shape = |a: &ndarray::ArrayD<f32>, f: &ndarray::ArrayD<f32>| {
+            conv_result_shape(
+                a.shape(),
+                f.shape(),
+                self.strides,
+                self.dilations,
+                &self.padding,
+                self.depthwise,
+            )
+        };
+        Some(
+            f32_arg(x, 0)
+                .and_then(|a| shape(a, f32_arg(x, 1)?))
+                .map(|s| vec![(DType::F32, s)]),
+        )
     }
 }
 

@@ -121,21 +121,40 @@ impl Window2d {
 /// The window of a rank-4 filter [KH, KW, C, X] over `x`, checking that `x` has C channels;
 /// `expect` describes the filter layout for the error.
 fn filter_window(
-    x: &ArrayD<f32>,
-    f: &ArrayD<f32>,
+    x: &[usize],
+    f: &[usize],
     expect: &str,
     strides: [usize; 2],
     dilations: [usize; 2],
     pad: &Padding,
 ) -> KernelResult<(Window2d, [usize; 4])> {
-    let &[kh, kw, c, o] = f.shape() else {
-        return Err(format!("{expect}, got {:?}", f.shape()));
+    let &[kh, kw, c, o] = f else {
+        return Err(format!("{expect}, got {f:?}"));
     };
-    let g = Window2d::new(x.shape(), kh, kw, strides, dilations, pad)?;
+    let g = Window2d::new(x, kh, kw, strides, dilations, pad)?;
     if g.c != c {
         return Err(format!("input has {} channels, the filter expects {c}", g.c));
     }
     Ok((g, [kh, kw, c, o]))
+}
+
+const CONV_FILTER: &str = "Conv2D filter must be HWIO rank 4";
+const DEPTHWISE_FILTER: &str = "depthwise filter must be [KH,KW,C,M]";
+
+/// The NHWC result shape of [`conv2d`] (filter HWIO) or, `depthwise`, of [`depthwise_conv2d`]
+/// (filter `[KH,KW,C,M]`, C·M channels out) for an input and filter of these shapes, without
+/// computing it; the same error as the kernel's when they do not fit.
+pub fn conv_result_shape(
+    x: &[usize],
+    f: &[usize],
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    pad: &Padding,
+    depthwise: bool,
+) -> KernelResult<Vec<usize>> {
+    let expect = if depthwise { DEPTHWISE_FILTER } else { CONV_FILTER };
+    let (g, [_, _, c, o]) = filter_window(x, f, expect, strides, dilations, pad)?;
+    Ok(vec![g.n, g.oh, g.ow, if depthwise { c * o } else { o }])
 }
 
 /// Output pixels per GEMM call: patches and results of one block stay in L2, and the epilogue
@@ -155,7 +174,7 @@ pub fn conv2d(
     pad: &Padding,
     ep: Option<&Epilogue>,
 ) -> KernelResult<ArrayD<f32>> {
-    let (g, [kh, kw, ci, co]) = filter_window(x, f, "Conv2D filter must be HWIO rank 4", strides, dilations, pad)?;
+    let (g, [kh, kw, ci, co]) = filter_window(x.shape(), f.shape(), CONV_FILTER, strides, dilations, pad)?;
     let x = x.as_standard_layout();
     let f = f.as_standard_layout();
     let (xs, fs) = (x.as_slice().ok_or("layout")?, f.as_slice().ok_or("layout")?);
@@ -306,7 +325,7 @@ pub fn depthwise_conv2d(
     pad: &Padding,
     ep: Option<&Epilogue>,
 ) -> KernelResult<ArrayD<f32>> {
-    let (g, [kh, kw, c, m]) = filter_window(x, f, "depthwise filter must be [KH,KW,C,M]", strides, dilations, pad)?;
+    let (g, [kh, kw, c, m]) = filter_window(x.shape(), f.shape(), DEPTHWISE_FILTER, strides, dilations, pad)?;
     let x = x.as_standard_layout();
     let f = f.as_standard_layout();
     let (xs, fs) = (x.as_slice().ok_or("layout")?, f.as_slice().ok_or("layout")?);
@@ -499,19 +518,20 @@ mod tests {
                 ((i[0] * 5 + i[1] * 3 + i[2] * 2 + i[3]) % 7) as f32 * 0.25 - 0.5
             });
             let g = Window2d::new(x.shape(), 3, 2, s, d, &pad).unwrap();
-            assert!(
-                close(&conv2d(&x, &f, s, d, &pad, None).unwrap(), &conv_ref(&x, &f, &g, false)),
-                "conv {pad:?} {s:?} {d:?}"
+            let y = conv2d(&x, &f, s, d, &pad, None).unwrap();
+            assert!(close(&y, &conv_ref(&x, &f, &g, false)), "conv {pad:?} {s:?} {d:?}");
+            assert_eq!(
+                conv_result_shape(x.shape(), f.shape(), s, d, &pad, false).unwrap(),
+                y.shape()
             );
             let fd = ArrayD::from_shape_fn(IxDyn(&[3, 2, 3, 2]), |i| {
                 ((i[0] * 5 + i[1] * 3 + i[2] * 2 + i[3]) % 7) as f32 * 0.25 - 0.5
             });
-            assert!(
-                close(
-                    &depthwise_conv2d(&x, &fd, s, d, &pad, None).unwrap(),
-                    &conv_ref(&x, &fd, &g, true)
-                ),
-                "depthwise {pad:?}"
+            let yd = depthwise_conv2d(&x, &fd, s, d, &pad, None).unwrap();
+            assert!(close(&yd, &conv_ref(&x, &fd, &g, true)), "depthwise {pad:?}");
+            assert_eq!(
+                conv_result_shape(x.shape(), fd.shape(), s, d, &pad, true).unwrap(),
+                yd.shape()
             );
         }
         // the row-GEMM path (kw · ci ≥ 32, few output channels): with pads on both sides,
@@ -544,5 +564,29 @@ mod tests {
             &conv2d(&x, &f, [1, 1], [1, 1], &Padding::Same, None).unwrap(),
             &conv_ref(&x, &f, &g, false)
         ));
+        assert_eq!(
+            conv_result_shape(x.shape(), f.shape(), [1, 1], [1, 1], &Padding::Same, false).unwrap(),
+            [2, 7, 6, 5]
+        );
+    }
+
+    #[test]
+    fn result_shapes_refuse_what_the_kernels_refuse() {
+        let x = ArrayD::<f32>::zeros(IxDyn(&[1, 4, 4, 3]));
+        for (f, pad) in [
+            (vec![3, 3, 2, 4], Padding::Same),  // 2 channels for an input of 3
+            (vec![5, 5, 3, 4], Padding::Valid), // window larger than the input
+            (vec![3, 3, 3], Padding::Same),     // not rank 4
+        ] {
+            let fa = ArrayD::<f32>::zeros(IxDyn(&f));
+            for depthwise in [false, true] {
+                let run = match depthwise {
+                    false => conv2d(&x, &fa, [1, 1], [1, 1], &pad, None),
+                    true => depthwise_conv2d(&x, &fa, [1, 1], [1, 1], &pad, None),
+                };
+                let shape = conv_result_shape(x.shape(), &f, [1, 1], [1, 1], &pad, depthwise);
+                assert_eq!(run.err(), shape.err(), "{f:?} {pad:?} depthwise {depthwise}");
+            }
+        }
     }
 }

@@ -2,11 +2,11 @@
 //! a constant OIHW filter is brought to HWIO once, and groups run as depthwise (one input
 //! channel per group) or as one convolution per group.
 
-use super::conv::{conv2d, depthwise_conv2d, Padding};
+use super::conv::{conv2d, conv_result_shape, depthwise_conv2d, Padding};
 use super::epilogue::Epilogue;
 use super::permute::permute;
 use super::{f32_arg, ChannelsLast, Kernel, KernelResult};
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 use ndarray::{ArrayD, Axis, IxDyn};
 use std::borrow::Cow;
 
@@ -103,9 +103,64 @@ impl Kernel for OnnxConv {
     ) -> KernelResult<Vec<Tensor>> {
         self.go(x, ep, layout)
     }
+
+    fn result_shapes(&self, x: &[&Tensor]) -> Option<KernelResult<Vec<(DType, Vec<usize>)>>> {
+        Some(self.result_shape(x).map(|s| vec![(DType::F32, s)]))
+    }
 }
 
 impl OnnxConv {
+    /// [KH, KW, CI, CO] of the filter (HWIO): the constant's, or operand 1's (OIHW).
+    fn filter_dims(&self, x: &[&Tensor]) -> KernelResult<[usize; 4]> {
+        let (f, hwio) = match &self.filter {
+            Some(f) => (f.shape(), true),
+            None => (f32_arg(x, 1)?.shape(), false),
+        };
+        match (f, hwio) {
+            (&[kh, kw, ci, co], true) | (&[co, ci, kh, kw], false) => Ok([kh, kw, ci, co]),
+            _ => Err(format!("expected a 4-D OIHW filter, got shape {f:?}")),
+        }
+    }
+
+    /// Checks `c` input channels and a bias operand against a filter of `ci` channels per
+    /// group and `co` out.
+    fn check_operands(&self, x: &[&Tensor], c: usize, ci: usize, co: usize) -> KernelResult<()> {
+        let g = self.group;
+        if g == 0 || c != ci * g || co % g != 0 {
+            return Err(format!(
+                "input has {c} channels, the filter expects {ci} per group × {g} groups"
+            ));
+        }
+        match x.get(2) {
+            Some(Tensor::F32(b)) if !b.is_empty() && b.len() != co => {
+                Err(format!("bias has {} values for {co} output channels", b.len()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The NCHW result shape of [`OnnxConv::go`], without the arithmetic.
+    fn result_shape(&self, x: &[&Tensor]) -> KernelResult<Vec<usize>> {
+        let input = f32_arg(x, 0)?;
+        let &[n, c, h, w] = input.shape() else {
+            return Err(format!("expected a 4-D NCHW input, got shape {:?}", input.shape()));
+        };
+        let [kh, kw, ci, co] = self.filter_dims(x)?;
+        self.check_operands(x, c, ci, co)?;
+        let pad = self.pads.resolve([h, w], [kh, kw], self.strides, self.dilations);
+        // one group's input against one group's filter: the window is the same for all
+        let per_group = co / self.group;
+        let y = conv_result_shape(
+            &[n, h, w, ci],
+            &[kh, kw, ci, per_group],
+            self.strides,
+            self.dilations,
+            &pad,
+            false,
+        )?;
+        Ok(vec![n, co, y[1], y[2]])
+    }
+
     /// The convolution, then `fused` (whose bias, if any, stands in for the conv's own: the
     /// caller never gives both), reading operand 0 and writing the result as `layout` says.
     fn go(&self, x: &[&Tensor], fused: Option<&Epilogue>, layout: ChannelsLast) -> KernelResult<Vec<Tensor>> {
@@ -129,20 +184,10 @@ impl OnnxConv {
         if input.ndim() != 4 {
             return Err(format!("expected a 4-D NCHW input, got shape {:?}", input.shape()));
         }
-        let (kh, kw, ci, co) = (f.shape()[0], f.shape()[1], f.shape()[2], f.shape()[3]);
+        let [kh, kw, ci, co] = self.filter_dims(x)?;
         let c = input.shape()[if layout.input { 3 } else { 1 }];
         let g = self.group;
-        if g == 0 || c != ci * g || co % g != 0 {
-            return Err(format!(
-                "input has {c} channels, the filter expects {ci} per group × {g} groups"
-            ));
-        }
-        if bias.as_ref().is_some_and(|b| b.len() != co) {
-            return Err(format!(
-                "bias has {} values for {co} output channels",
-                bias.map(|b| b.len()).unwrap_or(0)
-            ));
-        }
+        self.check_operands(x, c, ci, co)?;
         let own = Epilogue {
             bias: bias.as_deref(),
             ..Default::default()
@@ -259,4 +304,112 @@ fn pointwise(
     }
     let shape = if layout.output { [n, h, w, co] } else { [n, co, h, w] };
     Some(ArrayD::from_shape_vec(IxDyn(&shape), y).map_err(|e| e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::Dimension;
+
+    fn ramp(shape: &[usize]) -> ArrayD<f32> {
+        ArrayD::from_shape_fn(IxDyn(shape), |i| (i.as_array_view().sum() % 7) as f32 * 0.25 - 0.75)
+    }
+
+    /// `result_shapes` gives the shape `run` computes, for every path of `go`: 1×1 GEMM,
+    /// im2col, row GEMMs, depthwise, grouped; explicit and SAME pads; a filter as a constant or
+    /// as an operand.
+    #[test]
+    fn result_shapes_are_the_shapes_run_computes() {
+        let cases: [(&[usize], &[usize], Pads, [usize; 2], [usize; 2], usize); 7] = [
+            (
+                &[2, 3, 7, 6],
+                &[5, 3, 1, 1],
+                Pads::Explicit([(0, 0); 2]),
+                [1, 1],
+                [1, 1],
+                1,
+            ),
+            (
+                &[1, 3, 7, 6],
+                &[4, 3, 3, 2],
+                Pads::Explicit([(1, 2), (0, 1)]),
+                [2, 1],
+                [1, 1],
+                1,
+            ),
+            (&[1, 8, 5, 20], &[4, 8, 3, 5], Pads::SameUpper, [1, 2], [1, 1], 1),
+            (&[1, 4, 9, 8], &[4, 1, 3, 3], Pads::SameLower, [2, 2], [1, 1], 4),
+            (
+                &[1, 4, 9, 8],
+                &[8, 1, 3, 3],
+                Pads::Explicit([(2, 2), (1, 1)]),
+                [1, 1],
+                [2, 1],
+                4,
+            ),
+            (
+                &[1, 6, 6, 5],
+                &[4, 3, 2, 2],
+                Pads::Explicit([(0, 1), (1, 0)]),
+                [1, 1],
+                [1, 1],
+                2,
+            ),
+            (
+                &[1, 3, 5, 5],
+                &[2, 3, 5, 5],
+                Pads::Explicit([(0, 0); 2]),
+                [1, 1],
+                [1, 1],
+                1,
+            ),
+        ];
+        for (xs, ws, pads, strides, dilations, group) in cases {
+            let (x, w) = (Tensor::F32(ramp(xs)), Tensor::F32(ramp(ws)));
+            let b = Tensor::F32(ramp(&[ws[0]]));
+            for constant in [false, true] {
+                let conv = OnnxConv {
+                    strides,
+                    dilations,
+                    pads: pads.clone(),
+                    group,
+                    filter: constant.then(|| oihw_to_hwio(w.as_f32().unwrap()).unwrap()),
+                };
+                let args = [&x, &w, &b];
+                let y = conv.run(&args).unwrap();
+                let shapes = conv.result_shapes(&args).unwrap().unwrap();
+                assert_eq!(
+                    shapes,
+                    vec![(DType::F32, y[0].shape().to_vec())],
+                    "{xs:?} {ws:?} {pads:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn result_shapes_refuse_what_run_refuses() {
+        let x = Tensor::F32(ramp(&[1, 3, 4, 4]));
+        for (ws, bias, group) in [
+            (&[4usize, 2, 3, 3][..], 4, 1),
+            (&[4, 3, 3, 3], 5, 1),
+            (&[4, 1, 3, 3], 4, 2),
+            (&[4, 3, 5, 5], 4, 1),
+        ] {
+            let conv = OnnxConv {
+                strides: [1, 1],
+                dilations: [1, 1],
+                pads: Pads::Explicit([(0, 0); 2]),
+                group,
+                filter: None,
+            };
+            let (w, b) = (Tensor::F32(ramp(ws)), Tensor::F32(ramp(&[bias])));
+            let args = [&x, &w, &b];
+            assert_eq!(
+                conv.run(&args).err(),
+                conv.result_shapes(&args).unwrap().err(),
+                "{ws:?} bias {bias} group {group}"
+            );
+        }
+    }
 }

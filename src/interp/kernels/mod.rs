@@ -23,7 +23,7 @@ pub mod rotary;
 pub mod scatter;
 pub mod widen;
 
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 use ndarray::{ArrayD, IxDyn};
 
 /// A kernel failure, as text; the interpreter adds the op, its location and the tensor key.
@@ -61,6 +61,14 @@ pub trait Kernel: Send + Sync {
     /// True when [`Kernel::run_owned`] reuses operand 0's buffer.
     fn reuses_first_operand(&self) -> bool {
         false
+    }
+
+    /// The results' element types and shapes, worked out without the arithmetic: for kernels
+    /// whose cost is all arithmetic (convolutions), so that type inference, which runs a model
+    /// on zeros only to learn its shapes, can skip it. `None` when the kernel has no such form
+    /// (it is then run); an error when the operands do not fit, as `run` would say.
+    fn result_shapes(&self, _inputs: &[&Tensor]) -> Option<KernelResult<Vec<(DType, Vec<usize>)>>> {
+        None
     }
 
     /// True when [`Kernel::run_channels_last`] takes every [`ChannelsLast`] combination.

@@ -63,6 +63,14 @@ impl Kernel for FloatWidening {
         self.0.run_owned(first, rest)
     }
 
+    // (operands of another float type: the kernel's own types would be f32's, so it runs)
+    fn result_shapes(&self, inputs: &[&Tensor]) -> Option<KernelResult<Vec<(DType, Vec<usize>)>>> {
+        match other_float(inputs) {
+            Some(_) => None,
+            None => self.0.result_shapes(inputs),
+        }
+    }
+
     fn reuses_first_operand(&self) -> bool {
         self.0.reuses_first_operand()
     }
