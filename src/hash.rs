@@ -19,6 +19,18 @@ impl Fnv {
         }
         self
     }
+    /// Bulk bytes (a constant's data), length-prefixed, eight at a time: FNV-1a's step on
+    /// little-endian 64-bit words, the tail byte by byte. Eight times fewer dependent
+    /// multiplies than [`Fnv::bytes`], for hashing hundreds of megabytes of weights.
+    pub fn words(&mut self, b: &[u8]) -> &mut Self {
+        self.bytes(&(b.len() as u64).to_le_bytes());
+        let mut chunks = b.chunks_exact(8);
+        for c in &mut chunks {
+            self.0 ^= u64::from_le_bytes(c.try_into().expect("8 bytes"));
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        self.bytes(chunks.remainder())
+    }
     /// A length-prefixed field, so that ("ab", "c") and ("a", "bc") differ.
     pub fn field(&mut self, s: &str) -> &mut Self {
         self.bytes(&(s.len() as u64).to_le_bytes()).bytes(s.as_bytes())

@@ -218,9 +218,9 @@ fn an_onnx_conv_relu_conv_pair_meets_in_range_and_computes_the_same() {
     // the values whose channels moved have new keys; the second layer's output keeps its own
     assert_has_keys(&m, &["conv1~equalized", "relu~equalized", "conv2"]);
     // a second run (prepare runs again on a prepared module) leaves it alone
-    let text = quantir::ir::io::model_hash(&m);
+    let text = quantir::ir::identity::model_hash(&m);
     assert_eq!(equalize(&m), 0);
-    assert_eq!(quantir::ir::io::model_hash(&m), text);
+    assert_eq!(quantir::ir::identity::model_hash(&m), text);
 }
 
 #[test]
@@ -274,7 +274,7 @@ fn a_depthwise_input_quantized_per_channel_gains_nothing_from_a_scale() {
         let m = quantir::ir::load_bytes(&ctx, onnx_conv_depthwise_pair().as_bytes(), Path::new("dw.mlir")).unwrap();
         let x = weights(&[1, 3, 6, 6], 7, 0, &[1.0]);
         let before = run_on(&m, &x);
-        let hash = quantir::ir::io::model_hash(&m);
+        let hash = quantir::ir::identity::model_hash(&m);
         let mut options = PassOptions::default();
         options.config.per_channel_depthwise_inputs = per_channel_inputs;
         options.config.equalize_ranges.insert("relu".into(), moments());
@@ -286,7 +286,7 @@ fn a_depthwise_input_quantized_per_channel_gains_nothing_from_a_scale() {
             "per-channel depthwise inputs: {per_channel_inputs}"
         );
         assert_close(&before, &run_on(&m, &x));
-        assert_eq!(quantir::ir::io::model_hash(&m) == hash, per_channel_inputs);
+        assert_eq!(quantir::ir::identity::model_hash(&m) == hash, per_channel_inputs);
     }
 }
 
@@ -294,9 +294,9 @@ fn a_depthwise_input_quantized_per_channel_gains_nothing_from_a_scale() {
 fn relu6_does_not_commute_with_a_scale_and_ends_the_pair() {
     let ctx = quantir::ir::new_context();
     let m = quantir::ir::load_bytes(&ctx, onnx_conv_pair("clip").as_bytes(), Path::new("pair.mlir")).unwrap();
-    let hash = quantir::ir::io::model_hash(&m);
+    let hash = quantir::ir::identity::model_hash(&m);
     assert_eq!(equalize(&m), 0);
-    assert_eq!(quantir::ir::io::model_hash(&m), hash);
+    assert_eq!(quantir::ir::identity::model_hash(&m), hash);
 }
 
 #[test]

@@ -235,29 +235,6 @@ pub fn print_module(module: &Module) -> String {
         .unwrap_or_else(|_| module.as_operation().to_string())
 }
 
-/// Streams the generic printed form of `module` (no locations) to `sink` in chunks, without
-/// building the text: a hash of a large model then needs no copy of it in memory.
-pub fn print_module_generic_to(module: &Module, sink: &mut dyn FnMut(&[u8])) {
-    unsafe extern "C" fn forward(s: mlir_sys::MlirStringRef, data: *mut std::ffi::c_void) {
-        let sink = unsafe { &mut *(data as *mut &mut dyn FnMut(&[u8])) };
-        if s.length > 0 && !s.data.is_null() {
-            sink(unsafe { std::slice::from_raw_parts(s.data as *const u8, s.length) });
-        }
-    }
-    let mut sink = sink;
-    unsafe {
-        let flags = mlir_sys::mlirOpPrintingFlagsCreate();
-        mlir_sys::mlirOpPrintingFlagsPrintGenericOpForm(flags);
-        mlir_sys::mlirOperationPrintWithFlags(
-            module.as_operation().to_raw(),
-            flags,
-            Some(forward),
-            &mut sink as *mut &mut dyn FnMut(&[u8]) as *mut _,
-        );
-        mlir_sys::mlirOpPrintingFlagsDestroy(flags);
-    }
-}
-
 /// The bytes of `module` in `format`.
 pub fn write_module(module: &Module, format: ModuleFormat) -> Vec<u8> {
     match format {
@@ -291,16 +268,6 @@ pub fn verify(module: &Module) -> Result<(), String> {
             diags.join("; ")
         })
     }
-}
-
-/// A stable identity of a (prepared) module: FNV-1a 64 of its generic printed form (no
-/// locations), as 16 hex digits.
-pub fn model_hash(module: &Module) -> String {
-    let mut h = crate::hash::Fnv::default();
-    print_module_generic_to(module, &mut |chunk| {
-        h.bytes(chunk);
-    });
-    h.hex()
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ pub mod constants;
 pub mod context;
 pub mod fatal;
 pub mod graph;
+pub mod identity;
 pub mod io;
 pub mod keys;
 pub mod ops;

@@ -221,7 +221,7 @@ fn check_needs(
     if std::mem::replace(hash_checked, true) {
         return Ok(());
     }
-    let hash = crate::ir::io::model_hash(module);
+    let hash = crate::ir::identity::model_hash(module);
     stats.check_model(&hash).map_err(|e| {
         PassError::new(format!(
             "{e}; statistics from calibrate describe the prepared model (run --pass prepare first)"

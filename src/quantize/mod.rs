@@ -177,7 +177,7 @@ pub fn lower_to_onnx(module: &Module) -> Result<Option<PassReport>, PassError> {
     Ok(reports.pop().map(|(_, r)| r))
 }
 
-pub use crate::ir::io::model_hash;
+pub use crate::ir::identity::model_hash;
 
 /// What [`quantize_module`] did.
 #[derive(Debug, Default, Serialize)]

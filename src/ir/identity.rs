@@ -1,0 +1,160 @@
+//! A module's identity for the calibration cache and statistics files: a hash of everything
+//! that decides what the module computes — its ops, types and attributes, and every constant's
+//! bytes — the same on every machine.
+//!
+//! Printing a module spells its constants in hex, two characters a byte, so hashing the
+//! printed form costs more than calibrating a large model (BERT-base: 340 MB of weights). The
+//! printed form here elides large dense constants, and their raw bytes are hashed in walk
+//! order eight at a time instead.
+
+use crate::hash::Fnv;
+use melior::ir::Module;
+use mlir_sys::{MlirAttribute, MlirOperation, MlirStringRef, MlirWalkResult};
+
+/// Dense constants of more elements than this are printed as `dense_resource<__elided__>`
+/// and hashed from their bytes (splats are printed whatever their size).
+const ELIDE_OVER: isize = 16;
+
+type Sink<'a> = &'a mut dyn FnMut(&[u8]);
+
+unsafe extern "C" fn forward(s: MlirStringRef, data: *mut std::ffi::c_void) {
+    let sink = unsafe { &mut *(data as *mut Sink) };
+    if s.length > 0 && !s.data.is_null() {
+        sink(unsafe { std::slice::from_raw_parts(s.data as *const u8, s.length) });
+    }
+}
+
+/// Streams the generic printed form of `module` (no locations, dense constants over
+/// [`ELIDE_OVER`] elements elided) to `sink` in chunks, without building the text.
+fn print_structure(module: &Module, mut sink: Sink) {
+    unsafe {
+        let flags = mlir_sys::mlirOpPrintingFlagsCreate();
+        mlir_sys::mlirOpPrintingFlagsPrintGenericOpForm(flags);
+        mlir_sys::mlirOpPrintingFlagsElideLargeElementsAttrs(flags, ELIDE_OVER);
+        mlir_sys::mlirOperationPrintWithFlags(
+            module.as_operation().to_raw(),
+            flags,
+            Some(forward),
+            &mut sink as *mut Sink as *mut _,
+        );
+        mlir_sys::mlirOpPrintingFlagsDestroy(flags);
+    }
+}
+
+/// Bytes of the raw data of a non-splat dense integer or float constant: one bit an element
+/// for i1, else each element in whole bytes (MLIR's storage); `None` for any other attribute.
+unsafe fn dense_bytes(attr: MlirAttribute) -> Option<&'static [u8]> {
+    unsafe {
+        let dense = mlir_sys::mlirAttributeIsADenseIntElements(attr) || mlir_sys::mlirAttributeIsADenseFPElements(attr);
+        if !dense || mlir_sys::mlirDenseElementsAttrIsSplat(attr) {
+            return None;
+        }
+        let elem = mlir_sys::mlirShapedTypeGetElementType(mlir_sys::mlirAttributeGetType(attr));
+        let bits = if mlir_sys::mlirTypeIsAInteger(elem) {
+            mlir_sys::mlirIntegerTypeGetWidth(elem) as usize
+        } else if mlir_sys::mlirTypeIsAFloat(elem) {
+            mlir_sys::mlirFloatTypeGetWidth(elem) as usize
+        } else if mlir_sys::mlirTypeIsAIndex(elem) {
+            64
+        } else {
+            return None;
+        };
+        let n = usize::try_from(mlir_sys::mlirElementsAttrGetNumElements(attr)).ok()?;
+        let len = if bits == 1 { n.div_ceil(8) } else { n * bits.div_ceil(8) };
+        let ptr = mlir_sys::mlirDenseElementsAttrGetRawData(attr) as *const u8;
+        if ptr.is_null() || len == 0 {
+            return Some(&[]);
+        }
+        // the attribute lives in the context, which outlives this hash
+        Some(std::slice::from_raw_parts(ptr, len))
+    }
+}
+
+/// For each op in walk order, each attribute: a dense constant's bytes, anything else printed
+/// in full (an elided constant nested in an array or dictionary is then hashed too).
+unsafe extern "C" fn hash_attributes(op: MlirOperation, data: *mut std::ffi::c_void) -> MlirWalkResult {
+    let h = unsafe { &mut *(data as *mut Fnv) };
+    unsafe {
+        for i in 0..mlir_sys::mlirOperationGetNumAttributes(op) {
+            let attr = mlir_sys::mlirOperationGetAttribute(op, i).attribute;
+            match dense_bytes(attr) {
+                Some(bytes) => {
+                    h.words(bytes);
+                }
+                None => {
+                    let mut sink = |chunk: &[u8]| {
+                        h.bytes(chunk);
+                    };
+                    let mut sink: Sink = &mut sink;
+                    mlir_sys::mlirAttributePrint(attr, Some(forward), &mut sink as *mut Sink as *mut _);
+                }
+            }
+        }
+    }
+    mlir_sys::MlirWalkResult_MlirWalkResultAdvance
+}
+
+/// A stable identity of a (prepared) module: FNV-1a 64 of its generic printed form (no
+/// locations, large constants elided) and of every op attribute (constants by their bytes), as
+/// 16 hex digits.
+pub fn model_hash(module: &Module) -> String {
+    let mut h = Fnv::default();
+    print_structure(module, &mut |chunk| {
+        h.bytes(chunk);
+    });
+    unsafe {
+        mlir_sys::mlirOperationWalk(
+            module.as_operation().to_raw(),
+            Some(hash_attributes),
+            &mut h as *mut Fnv as *mut _,
+            mlir_sys::MlirWalkOrder_MlirWalkPreOrder,
+        );
+    }
+    h.hex()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn module_with(values: &str, ty: &str) -> String {
+        let ctx = crate::ir::new_context();
+        let text =
+            format!("func.func @main() -> {ty} {{ %0 = arith.constant dense<{values}> : {ty} return %0 : {ty} }}");
+        let m = Module::parse(&ctx, &text).expect("parses");
+        model_hash(&m)
+    }
+
+    #[test]
+    fn every_byte_of_a_large_constant_counts() {
+        let ty = "tensor<40xf32>";
+        let base: Vec<String> = (0..40).map(|i| format!("{i}.5")).collect();
+        let mut changed = base.clone();
+        changed[37] = "37.25".into();
+        let a = module_with(&format!("[{}]", base.join(", ")), ty);
+        assert_eq!(
+            a,
+            module_with(&format!("[{}]", base.join(", ")), ty),
+            "the same module, the same hash"
+        );
+        assert_ne!(a, module_with(&format!("[{}]", changed.join(", ")), ty));
+        // the same bytes as another element type, and a splat of the first value
+        assert_ne!(a, module_with(&format!("[{}]", base.join(", ")), "tensor<40xf64>"));
+        assert_ne!(module_with("1.5", ty), module_with("2.5", ty));
+    }
+
+    #[test]
+    fn small_and_boolean_constants_count() {
+        assert_ne!(
+            module_with("[1, 2, 3]", "tensor<3xi32>"),
+            module_with("[1, 2, 4]", "tensor<3xi32>")
+        );
+        let bools = |flip: usize| {
+            let v: Vec<&str> = (0..41).map(|i| if i == flip { "true" } else { "false" }).collect();
+            module_with(&format!("[{}]", v.join(", ")), "tensor<41xi1>")
+        };
+        // bit 40 is in the sixth byte of the packed data
+        assert_ne!(bools(40), bools(39));
+        assert_ne!(bools(40), bools(99));
+    }
+}
