@@ -16,6 +16,8 @@ pub enum Dim {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TensorType {
     pub dtype: Option<DType>,
+    /// The element type's text; a uniform quantized type's without its scales and zero points
+    /// (see [`element_text`]).
     pub element: String,
     pub dims: Vec<Dim>,
 }
@@ -93,9 +95,38 @@ pub fn tensor_type(t: Type) -> Option<TensorType> {
         let elem = Type::from_raw(mlir_sys::mlirShapedTypeGetElementType(raw));
         Some(TensorType {
             dtype: element_dtype(elem),
-            element: elem.to_string(),
+            element: element_text(elem),
             dims,
         })
+    }
+}
+
+/// An element type's text, a uniform quantized type's cut to its storage, expressed type and
+/// axis (`!quant.uniform<i8:f32>`, `!quant.uniform<u8:f32:1>`): printing a per-channel type
+/// spells every scale and zero point, which costs more than the op it types (a BERT layer's
+/// FFN weight: 3,072 of them) and says nothing a name or a group needs.
+pub fn element_text(elem: Type) -> String {
+    let raw = elem.to_raw();
+    unsafe {
+        let uniform = mlir_sys::mlirTypeIsAUniformQuantizedType(raw);
+        let per_axis = mlir_sys::mlirTypeIsAUniformQuantizedPerAxisType(raw);
+        if !uniform && !per_axis {
+            return elem.to_string();
+        }
+        let sign = if mlir_sys::mlirQuantizedTypeIsSigned(raw) {
+            'i'
+        } else {
+            'u'
+        };
+        let width = mlir_sys::mlirQuantizedTypeGetStorageTypeIntegralWidth(raw);
+        let expressed = Type::from_raw(mlir_sys::mlirQuantizedTypeGetExpressedType(raw));
+        match per_axis {
+            false => format!("!quant.uniform<{sign}{width}:{expressed}>"),
+            true => {
+                let axis = mlir_sys::mlirUniformQuantizedPerAxisTypeGetQuantizedDimension(raw);
+                format!("!quant.uniform<{sign}{width}:{expressed}:{axis}>")
+            }
+        }
     }
 }
 
@@ -203,4 +234,26 @@ pub fn scalar_kind(t: Type) -> Option<Scalar> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantized_element_text_drops_the_parameters() {
+        let ctx = crate::ir::new_context();
+        for (ty, text) in [
+            ("tensor<2xf32>", "f32"),
+            ("tensor<2x!quant.uniform<i8:f32, 0.5:-3>>", "!quant.uniform<i8:f32>"),
+            ("tensor<2x!quant.uniform<u8:f16, 0.25>>", "!quant.uniform<u8:f16>"),
+            (
+                "tensor<2x3x!quant.uniform<i4:f32:1, {0.5, 0.25, 2.0}>>",
+                "!quant.uniform<i4:f32:1>",
+            ),
+        ] {
+            let t = crate::ir::quant::parse_type(&ctx, ty).unwrap();
+            assert_eq!(tensor_type(t).unwrap().element, text, "{ty}");
+        }
+    }
 }

@@ -78,7 +78,7 @@ fn dequantized_storage(v: Value) -> Option<String> {
     if op_name(&d) != "quant.dcast" {
         return None;
     }
-    let t = crate::ir::type_text(d.operand(0).ok()?.r#type());
+    let t = crate::ir::types::tensor_type(d.operand(0).ok()?.r#type())?.element;
     let at = t.find("!quant.uniform<")? + "!quant.uniform<".len();
     Some(t[at..].split([':', '<']).next()?.to_string())
 }
