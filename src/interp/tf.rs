@@ -6,7 +6,7 @@ use super::kernels::conv::{conv2d, conv_result_shape, depthwise_conv2d, Padding}
 use super::kernels::elementwise::{arith, compare, logical, select, BinOp, BinaryKernel, CmpOp, UnOp, UnaryKernel};
 use super::kernels::join;
 use super::kernels::layout::{self, StridedMasks};
-use super::kernels::matmul::{batch_matmul, matmul};
+use super::kernels::matmul::{MatMulKernel, Product};
 use super::kernels::norm::{batch_norm, softmax};
 use super::kernels::pool::pool2d;
 use super::kernels::reduce::{reduce, reduce_bool, Reduce};
@@ -450,16 +450,12 @@ fn depthwise(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
 
 fn mat_mul(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     let (ta, tb) = (d.bool_attr("transpose_a", false), d.bool_attr("transpose_b", false));
-    Ok(one(move |x| {
-        Ok(Tensor::F32(matmul(f32_arg(x, 0)?, f32_arg(x, 1)?, ta, tb)?))
-    }))
+    Ok(Box::new(MatMulKernel(Product::Batched { ta, tb, rank2: true })))
 }
 
 fn batch_mat_mul(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     let (ta, tb) = (d.bool_attr("adj_x", false), d.bool_attr("adj_y", false));
-    Ok(one(move |x| {
-        Ok(Tensor::F32(batch_matmul(f32_arg(x, 0)?, f32_arg(x, 1)?, ta, tb)?))
-    }))
+    Ok(Box::new(MatMulKernel(Product::Batched { ta, tb, rank2: false })))
 }
 
 fn einsum_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {

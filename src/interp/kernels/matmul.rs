@@ -4,7 +4,7 @@
 
 use super::elementwise::broadcast_shape;
 use super::{from_vec, KernelResult};
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 use ndarray::Axis;
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
@@ -151,31 +151,35 @@ pub fn batch_matmul(a: &ArrayD<f32>, b: &ArrayD<f32>, ta: bool, tb: bool) -> Ker
     batch_matmul_views(a.view(), b.view(), ta, tb)
 }
 
-/// [`batch_matmul`] on views: an operand without batch dims (a weight matrix) is read in
-/// place for every batch, never copied once per batch or at all.
-fn batch_matmul_views(a: ArrayViewD<'_, f32>, b: ArrayViewD<'_, f32>, ta: bool, tb: bool) -> KernelResult<ArrayD<f32>> {
-    if a.ndim() < 2 || b.ndim() < 2 {
-        return Err(format!(
-            "batch matmul needs rank ≥ 2 operands, got {:?} and {:?}",
-            a.shape(),
-            b.shape()
-        ));
+/// Batch dims, m, k and n of a batched product of operands shaped `a` and `b` (transposed as
+/// `ta`, `tb` say); the error [`batch_matmul`] gives when they do not fit.
+fn product_dims(a: &[usize], b: &[usize], ta: bool, tb: bool) -> KernelResult<(Vec<usize>, usize, usize, usize)> {
+    let (ra, rb) = (a.len(), b.len());
+    if ra < 2 || rb < 2 {
+        return Err(format!("batch matmul needs rank ≥ 2 operands, got {a:?} and {b:?}"));
     }
-    let (ra, rb) = (a.ndim(), b.ndim());
-    let (am, ak) = (a.shape()[ra - 2], a.shape()[ra - 1]);
-    let (bk, bn) = (b.shape()[rb - 2], b.shape()[rb - 1]);
+    let (am, ak) = (a[ra - 2], a[ra - 1]);
+    let (bk, bn) = (b[rb - 2], b[rb - 1]);
     let (m, k) = if ta { (ak, am) } else { (am, ak) };
     let (k2, n) = if tb { (bn, bk) } else { (bk, bn) };
     if k != k2 {
         return Err(format!(
-            "inner dimensions differ: {:?}{} · {:?}{}",
-            a.shape(),
+            "inner dimensions differ: {a:?}{} · {b:?}{}",
             if ta { "ᵀ" } else { "" },
-            b.shape(),
             if tb { "ᵀ" } else { "" }
         ));
     }
-    let batch = broadcast_shape(&a.shape()[..ra - 2], &b.shape()[..rb - 2])?;
+    let batch = broadcast_shape(&a[..ra - 2], &b[..rb - 2])?;
+    Ok((batch, m, k, n))
+}
+
+/// [`batch_matmul`] on views: an operand without batch dims (a weight matrix) is read in
+/// place for every batch, never copied once per batch or at all.
+fn batch_matmul_views(a: ArrayViewD<'_, f32>, b: ArrayViewD<'_, f32>, ta: bool, tb: bool) -> KernelResult<ArrayD<f32>> {
+    let (batch, m, k, n) = product_dims(a.shape(), b.shape(), ta, tb)?;
+    let (ra, rb) = (a.ndim(), b.ndim());
+    let (am, ak) = (a.shape()[ra - 2], a.shape()[ra - 1]);
+    let (bk, bn) = (b.shape()[rb - 2], b.shape()[rb - 1]);
     let nb: usize = batch.iter().product();
     let a_full: Vec<usize> = batch.iter().copied().chain([am, ak]).collect();
     let b_full: Vec<usize> = batch.iter().copied().chain([bk, bn]).collect();
@@ -217,7 +221,57 @@ fn batch_matmul_views(a: ArrayViewD<'_, f32>, b: ArrayViewD<'_, f32>, ta: bool, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::interp::kernels::Kernel;
     use ndarray::array;
+
+    fn filled(shape: &[usize]) -> Tensor {
+        Tensor::F32(ArrayD::from_shape_fn(IxDyn(shape), |i| (i[0] as f32).sin()))
+    }
+
+    /// The shape a product's kernel says is the shape it computes, for NumPy's rank-1 rules,
+    /// broadcast batch dims and transposes; where the kernel refuses, so does the shape.
+    #[test]
+    fn result_shapes_are_the_shapes_the_products_compute() {
+        let numpy: [(&[usize], &[usize]); 9] = [
+            (&[3], &[3]),
+            (&[3], &[3, 4]),
+            (&[2, 5, 3], &[3]),
+            (&[4, 3], &[3, 2]),
+            (&[2, 1, 4, 3], &[5, 3, 2]),
+            (&[7, 4, 3], &[3, 2]),
+            (&[4, 3], &[4, 3]),
+            (&[2, 4, 3], &[3, 3, 2]),
+            (&[3], &[2, 3, 4]),
+        ];
+        let batched: [(&[usize], &[usize], bool, bool); 4] = [
+            (&[4, 3], &[3, 2], false, false),
+            (&[3, 4], &[2, 3], true, true),
+            (&[2, 1, 3, 4], &[5, 3, 6], true, false),
+            (&[4, 3], &[4, 3], false, false),
+        ];
+        let check = |k: MatMulKernel, a: &[usize], b: &[usize]| {
+            let (a, b) = (filled(a), filled(b));
+            let run = k.run(&[&a, &b]).map(|r| vec![(DType::F32, r[0].shape().to_vec())]);
+            assert_eq!(
+                k.result_shapes(&[&a, &b]).unwrap(),
+                run,
+                "{:?} · {:?}",
+                a.shape(),
+                b.shape()
+            );
+        };
+        for (a, b) in numpy {
+            check(MatMulKernel(Product::Numpy), a, b);
+        }
+        for (a, b, ta, tb) in batched {
+            for rank2 in [false, true] {
+                if rank2 && (a.len() != 2 || b.len() != 2) {
+                    continue;
+                }
+                check(MatMulKernel(Product::Batched { ta, tb, rank2 }), a, b);
+            }
+        }
+    }
 
     #[test]
     fn a_matrix_without_batch_dims_serves_every_batch_of_the_other_operand() {
@@ -311,4 +365,64 @@ pub fn numpy_matmul(a: &Tensor, b: &Tensor) -> KernelResult<Tensor> {
         y = y.remove_axis(Axis(at));
     }
     Ok(Tensor::F32(y))
+}
+
+/// The result shape of [`numpy_matmul`] on operands of these shapes, without the product.
+pub fn numpy_matmul_shape(a: &[usize], b: &[usize]) -> KernelResult<Vec<usize>> {
+    let (a1, b1) = (a.len() == 1, b.len() == 1);
+    let a2: Vec<usize> = if a1 { [&[1], a].concat() } else { a.to_vec() };
+    let b2: Vec<usize> = if b1 { [b, &[1]].concat() } else { b.to_vec() };
+    let (mut shape, m, _, n) = product_dims(&a2, &b2, false, false)?;
+    // the unit dims a rank-1 operand got are dropped again
+    if !a1 {
+        shape.push(m);
+    }
+    if !b1 {
+        shape.push(n);
+    }
+    Ok(shape)
+}
+
+/// Which matrix product a [`MatMulKernel`] computes.
+#[derive(Debug, Clone, Copy)]
+pub enum Product {
+    /// ONNX MatMul: NumPy's matmul ([`numpy_matmul`]).
+    Numpy,
+    /// TF MatMul (`rank2`) and BatchMatMul: [`batch_matmul`] with its operands transposed as
+    /// `ta` and `tb` say.
+    Batched { ta: bool, tb: bool, rank2: bool },
+}
+
+/// A matrix product whose result shape is known without computing it
+/// ([`Kernel::result_shapes`](super::Kernel::result_shapes)), for type inference.
+pub struct MatMulKernel(pub Product);
+
+impl super::Kernel for MatMulKernel {
+    fn run(&self, x: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        let operand = |i: usize| x.get(i).copied().ok_or_else(|| format!("missing operand #{i}"));
+        Ok(vec![match self.0 {
+            Product::Numpy => numpy_matmul(operand(0)?, operand(1)?)?,
+            Product::Batched { ta, tb, rank2 } => {
+                let (a, b) = (super::f32_arg(x, 0)?, super::f32_arg(x, 1)?);
+                Tensor::F32(match rank2 {
+                    true => matmul(a, b, ta, tb)?,
+                    false => batch_matmul(a, b, ta, tb)?,
+                })
+            }
+        }])
+    }
+
+    fn result_shapes(&self, x: &[&Tensor]) -> Option<KernelResult<Vec<(DType, Vec<usize>)>>> {
+        let (Ok(a), Ok(b)) = (super::f32_arg(x, 0), super::f32_arg(x, 1)) else {
+            return None;
+        };
+        let shape = match self.0 {
+            Product::Numpy => numpy_matmul_shape(a.shape(), b.shape()),
+            Product::Batched { rank2: true, .. } if a.ndim() != 2 || b.ndim() != 2 => return None,
+            Product::Batched { ta, tb, .. } => {
+                product_dims(a.shape(), b.shape(), ta, tb).map(|(batch, m, _, n)| [batch, vec![m, n]].concat())
+            }
+        };
+        Some(shape.map(|s| vec![(DType::F32, s)]))
+    }
 }

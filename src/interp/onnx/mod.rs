@@ -20,7 +20,7 @@ use super::kernels::elementwise::{
     arith, bitwise, compare, logical, select, BinOp, BinaryKernel, CmpOp, UnOp, UnaryKernel,
 };
 use super::kernels::indexing::{gather_elements, hardmax, one_hot, top_k, trilu};
-use super::kernels::matmul::{matmul, numpy_matmul};
+use super::kernels::matmul::{matmul, MatMulKernel, Product};
 use super::kernels::norm::{batch_norm, group_normalize, lrn, normalize, softmax};
 use super::kernels::pool::{pool2d, PoolNd};
 use super::kernels::reduce::{cumsum, reduce, Reduce};
@@ -40,7 +40,7 @@ pub const TABLE: &[(&str, Builder)] = &[
     ("onnx.Conv", |d| spatial(d, conv)),
     ("onnx.ConvTranspose", |d| spatial(d, conv_transpose)),
     ("onnx.Gemm", gemm),
-    ("onnx.MatMul", |_| Ok(one(|x| numpy_matmul(x[0], x[1])))),
+    ("onnx.MatMul", |_| Ok(Box::new(MatMulKernel(Product::Numpy)))),
     ("onnx.MaxPool", |d| pool(d, true)),
     ("onnx.AveragePool", |d| pool(d, false)),
     ("onnx.GlobalAveragePool", |_| {
