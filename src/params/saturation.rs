@@ -117,7 +117,23 @@ pub fn safe_scale(w: &[f32], ranges: &[RawRange], scale: f64) -> f64 {
         let (lo, hi) = pair_extremes(q(i0, s), ranges[i0], q1, r1);
         lo < -PAIR_LIMIT - 1 || hi > PAIR_LIMIT
     };
-    let risky: Vec<usize> = (0..w.len().div_ceil(2)).filter(|&j| saturates(j, scale)).collect();
+    // |round(w / s)| ≤ |w| / s + ½ and raw values are ≥ 0: a pair whose sum is bounded within
+    // int16 by that (with a margin for the bound's own rounding) is passed over without
+    // rounding its weights, which is most pairs of most columns
+    let magnitude = |i: usize| {
+        let r = ranges[i];
+        r.lo.abs().max(r.hi.abs()) as f64
+    };
+    let inv = 1.0 / scale;
+    let may_saturate = |j: usize| {
+        let (i0, i1) = (2 * j, 2 * j + 1);
+        let term = |i: usize| magnitude(i) * ((w[i] as f64).abs() * inv + 0.5);
+        let second = if i1 < w.len() { term(i1) } else { 0.0 };
+        term(i0) + second > PAIR_LIMIT as f64 - 1.0
+    };
+    let risky: Vec<usize> = (0..w.len().div_ceil(2))
+        .filter(|&j| may_saturate(j) && saturates(j, scale))
+        .collect();
     if risky.is_empty() {
         return scale;
     }
