@@ -72,11 +72,26 @@ pub fn is_depthwise(w: &[usize], attrs: &BTreeMap<String, AttrValue>) -> bool {
 }
 
 /// One GEMM column: the output channel it belongs to (the weight's per-channel index), its
-/// weights in reduction order, and the activation channel each multiplies.
-pub struct Column {
+/// weights in reduction order, and the activation channel each multiplies: element i reads
+/// channel `first_input + i % period` (a conv's taps repeat its group's channels; a matrix
+/// product reads each input once), so no per-element index list is built.
+pub struct Column<T = f32> {
     pub channel: usize,
-    pub weights: Vec<f32>,
-    pub inputs: Vec<usize>,
+    pub weights: Vec<T>,
+    pub first_input: usize,
+    pub period: usize,
+}
+
+impl<T> Column<T> {
+    /// The activation channel element `i` multiplies.
+    pub fn input(&self, i: usize) -> usize {
+        self.first_input + i % self.period.max(1)
+    }
+
+    /// The activation channel of each element, in reduction order.
+    pub fn inputs(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.weights.len()).map(|i| self.input(i))
+    }
 }
 
 /// The weight's GEMM columns in the kernel's reduction order; `None` when the kernel does not
@@ -87,7 +102,7 @@ pub struct Column {
 ///                                                        W[o,0,0,1] W[o,1,0,1] W[o,2,0,1]
 /// pairs: (c0 c1 @tap0) (c2 @tap0, c0 @tap1) (c1 c2 @tap1)
 /// ```
-pub fn columns(r: Reduction, w: &ArrayD<f32>, attrs: &BTreeMap<String, AttrValue>) -> Option<Vec<Column>> {
+pub fn columns<T: Copy>(r: Reduction, w: &ArrayD<T>, attrs: &BTreeMap<String, AttrValue>) -> Option<Vec<Column<T>>> {
     let shape = w.shape();
     match r {
         Reduction::Conv => {
@@ -107,17 +122,16 @@ pub fn columns(r: Reduction, w: &ArrayD<f32>, attrs: &BTreeMap<String, AttrValue
                     .map(|o| {
                         let g = o / (m / group);
                         let mut weights = Vec::with_capacity(taps * cg);
-                        let mut inputs = Vec::with_capacity(taps * cg);
                         for t in 0..taps {
                             for c in 0..cg {
                                 weights.push(flat[(o * cg + c) * taps + t]);
-                                inputs.push(g * cg + c);
                             }
                         }
                         Column {
                             channel: o,
                             weights,
-                            inputs,
+                            first_input: g * cg,
+                            period: cg,
                         }
                     })
                     .collect(),
@@ -132,7 +146,8 @@ pub fn columns(r: Reduction, w: &ArrayD<f32>, attrs: &BTreeMap<String, AttrValue
                     .map(|(n, col)| Column {
                         channel: n,
                         weights: col.to_vec(),
-                        inputs: (0..col.len()).collect(),
+                        first_input: 0,
+                        period: col.len(),
                     })
                     .collect(),
             )
@@ -145,18 +160,37 @@ pub fn columns(r: Reduction, w: &ArrayD<f32>, attrs: &BTreeMap<String, AttrValue
             let batches = w.len() / (k * n).max(1);
             let flat = w.as_standard_layout();
             let flat = flat.as_slice()?;
-            Some(
-                (0..batches)
-                    .flat_map(|b| (0..n).map(move |j| (b, j)))
-                    .map(|(b, j)| Column {
-                        channel: j,
-                        weights: (0..k).map(|i| flat[b * k * n + i * n + j]).collect(),
-                        inputs: (0..k).collect(),
-                    })
-                    .collect(),
-            )
+            // each batch's [K, N] transposed tile by tile (gathering one column at a time
+            // strides through the whole weight), then cut into columns
+            let mut cols = Vec::with_capacity(batches * n);
+            for mat in flat.chunks_exact((k * n).max(1)).take(batches) {
+                let t = transposed(mat, k, n);
+                cols.extend(t.chunks_exact(k.max(1)).take(n).enumerate().map(|(j, col)| Column {
+                    channel: j,
+                    weights: col.to_vec(),
+                    first_input: 0,
+                    period: k,
+                }));
+            }
+            Some(cols)
         }
     }
+}
+
+/// `m` ([rows, cols], row-major) transposed, in 32 × 32 tiles that stay in cache.
+fn transposed<T: Copy>(m: &[T], rows: usize, cols: usize) -> Vec<T> {
+    const TILE: usize = 32;
+    let mut out = m.to_vec();
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..(r0 + TILE).min(rows) {
+                for c in c0..(c0 + TILE).min(cols) {
+                    out[c * rows + r] = m[r * cols + c];
+                }
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -179,7 +213,7 @@ mod tests {
         let w = ArrayD::from_shape_fn(vec![2, 3, 1, 2], |i| (100 * i[0] + 10 * i[1] + i[3]) as f32);
         let cols = columns(Reduction::Conv, &w, &attrs(&[])).unwrap();
         assert_eq!(cols[1].weights, vec![100., 110., 120., 101., 111., 121.]);
-        assert_eq!(cols[1].inputs, vec![0, 1, 2, 0, 1, 2]);
+        assert_eq!(cols[1].inputs().collect::<Vec<_>>(), vec![0, 1, 2, 0, 1, 2]);
     }
 
     #[test]
@@ -187,7 +221,7 @@ mod tests {
         let w = ArrayD::from_shape_fn(vec![4, 2, 1, 1], |i| (10 * i[0] + i[1]) as f32);
         let cols = columns(Reduction::Conv, &w, &attrs(&[("group", 2)])).unwrap();
         assert_eq!(cols[3].weights, vec![30., 31.]);
-        assert_eq!(cols[3].inputs, vec![2, 3]);
+        assert_eq!(cols[3].inputs().collect::<Vec<_>>(), vec![2, 3]);
         // depthwise: no pairs
         let dw = ArrayD::<f32>::zeros(vec![8, 1, 3, 3]);
         assert!(columns(Reduction::Conv, &dw, &attrs(&[("group", 8)])).is_none());
@@ -198,6 +232,12 @@ mod tests {
         let w = ArrayD::from_shape_fn(vec![3, 2], |i| (10 * i[0] + i[1]) as f32); // [K, N]
         let cols = columns(Reduction::MatMul, &w, &attrs(&[])).unwrap();
         assert_eq!(cols[1].weights, vec![1., 11., 21.]);
+        assert_eq!(cols[1].inputs().collect::<Vec<_>>(), vec![0, 1, 2]);
+        // a batched weight [B, K, N]: batch b's columns follow batch b − 1's
+        let w3 = ArrayD::from_shape_fn(vec![2, 3, 2], |i| (100 * i[0] + 10 * i[1] + i[2]) as i8 as i32);
+        let cols3 = columns(Reduction::MatMul, &w3, &attrs(&[])).unwrap();
+        assert_eq!(cols3.len(), 4);
+        assert_eq!((cols3[3].channel, cols3[3].weights.clone()), (1, vec![101, 111, 121]));
         let cols = columns(Reduction::Gemm, &w, &attrs(&[])).unwrap();
         assert_eq!(cols[1].weights, vec![1., 11., 21.]);
         // transB: [N, K]

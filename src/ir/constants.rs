@@ -155,9 +155,17 @@ unsafe fn resource_to_tensor(
 }
 
 fn le_bytes<T: Copy, const W: usize>(a: &ArrayD<T>, f: impl Fn(T) -> [u8; W]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(a.len() * W);
-    for x in a.iter() {
-        out.extend_from_slice(&f(*x));
+    let mut out = vec![0u8; a.len() * W];
+    // a standard-layout array as a slice: a loop the compiler turns into a plain copy
+    match a.as_slice() {
+        Some(s) => out
+            .chunks_exact_mut(W)
+            .zip(s)
+            .for_each(|(o, x)| o.copy_from_slice(&f(*x))),
+        None => out
+            .chunks_exact_mut(W)
+            .zip(a.iter())
+            .for_each(|(o, x)| o.copy_from_slice(&f(*x))),
     }
     out
 }

@@ -92,19 +92,51 @@ pub(crate) fn weight_params(
             .fold((0f64, 0f64), |(lo, hi), &x| (lo.min(x as f64), hi.max(x as f64)))
     };
     match axis {
-        Some(a) => {
-            let (mut mins, mut maxs): (Vec<f64>, Vec<f64>) = w.axis_iter(Axis(a)).map(min_max).unzip();
+        Some(a) if a < w.ndim() => {
+            let (mut mins, mut maxs) = channel_min_max(w, a);
             let dead = revive_dead_channels(&mut mins, &mut maxs);
             Ok((
                 compute_per_axis(res.scheme, dtype, &mins, &maxs, a, &opts).map_err(err)?,
                 dead,
             ))
         }
+        Some(a) => Err(err(format!("axis {a} of a weight of shape {:?}", w.shape()))),
         None => {
             let (lo, hi) = min_max(w.view());
             Ok((compute(res.scheme, dtype, lo, hi, &opts).map_err(err)?, 0))
         }
     }
+}
+
+/// The minimum and maximum of each index of axis `a` of `w`, 0 included (as a symmetric range
+/// needs), in one pass over the weight in memory order: a matrix product's weight [K, N] is
+/// quantized per column, and reading it column by column strides through all of it.
+fn channel_min_max(w: &ArrayD<f32>, a: usize) -> (Vec<f64>, Vec<f64>) {
+    let c = w.shape()[a];
+    let inner: usize = w.shape()[a + 1..].iter().product();
+    let (mut lo, mut hi) = (vec![0f32; c], vec![0f32; c]);
+    let standard = w.as_standard_layout();
+    let flat = standard.as_slice().expect("standard layout");
+    // blocks of [C, inner]: channel ch owns the ch-th run of `inner` values of each block
+    for block in flat.chunks_exact((c * inner).max(1)) {
+        if inner == 1 {
+            for ((l, h), &x) in lo.iter_mut().zip(hi.iter_mut()).zip(block) {
+                *l = l.min(x);
+                *h = h.max(x);
+            }
+            continue;
+        }
+        for ((l, h), run) in lo.iter_mut().zip(hi.iter_mut()).zip(block.chunks_exact(inner.max(1))) {
+            for &x in run {
+                *l = l.min(x);
+                *h = h.max(x);
+            }
+        }
+    }
+    (
+        lo.into_iter().map(f64::from).collect(),
+        hi.into_iter().map(f64::from).collect(),
+    )
 }
 
 /// Appends a chain of one-operand ops (`name`, result type) after `first`, each consuming the
@@ -491,17 +523,20 @@ fn widen_for_u8s8(
         }
     };
     let slot = |c: &crate::dialects::ort_u8s8::Column| if p.scale.len() == 1 { 0 } else { c.channel };
-    let col_ranges: Vec<Vec<RawRange>> = cols
-        .iter()
-        .map(|c| {
-            let at = |i: usize| ranges.as_ref().and_then(|r| r.get(i).copied()).unwrap_or(whole);
-            c.inputs.iter().map(|&i| at(i)).collect()
-        })
-        .collect();
+    // the raw ranges of a column's activation elements, into a buffer reused column to column
+    let col_ranges = |c: &crate::dialects::ort_u8s8::Column, rs: &mut Vec<RawRange>| {
+        rs.clear();
+        rs.extend(
+            c.inputs()
+                .map(|i| ranges.as_ref().and_then(|r| r.get(i).copied()).unwrap_or(whole)),
+        );
+    };
+    let mut rs = Vec::new();
     let mut scales = p.scale.clone();
-    for (c, rs) in cols.iter().zip(&col_ranges) {
+    for c in &cols {
         if let Some(s) = scales.get_mut(slot(c)) {
-            let wide = safe_scale(&c.weights, rs, *s);
+            col_ranges(c, &mut rs);
+            let wide = safe_scale(&c.weights, &rs, *s);
             if wide > *s {
                 *s = up(wide);
             }
@@ -515,12 +550,15 @@ fn widen_for_u8s8(
         ..p.clone()
     };
     if let Ok(Tensor::I8(q)) = quantize(&wt.view(), &trial, Rounding::HalfEven) {
-        let qcols = columns(red, &q.mapv(|v| v as f32), &attrs).unwrap_or_default();
-        for ((c, qc), rs) in cols.iter().zip(&qcols).zip(&col_ranges) {
-            let qi: Vec<i64> = qc.weights.iter().map(|&v| v as i64).collect();
-            if first_saturating_pair(&qi, rs).is_some() {
+        let qcols = columns(red, &q, &attrs).unwrap_or_default();
+        let mut qi = Vec::new();
+        for (c, qc) in cols.iter().zip(&qcols) {
+            qi.clear();
+            qi.extend(qc.weights.iter().map(|&v| v as i64));
+            col_ranges(c, &mut rs);
+            if first_saturating_pair(&qi, &rs).is_some() {
                 let s = &mut scales[slot(c)];
-                *s = up(bounded_scale(&c.weights, rs, *s));
+                *s = up(bounded_scale(&c.weights, &rs, *s));
             }
         }
     }
@@ -596,6 +634,30 @@ pub(crate) fn bias_site<'c, 'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ndarray::Dimension;
+
+    #[test]
+    fn channel_ranges_are_each_channels_extremes_with_zero() {
+        for shape in [vec![5, 7], vec![3, 4, 2, 2], vec![2, 3, 1]] {
+            let w = ArrayD::from_shape_fn(ndarray::IxDyn(&shape), |i| {
+                let k = i.slice().iter().fold(7usize, |h, &d| h * 31 + d);
+                (k % 23) as f32 * 0.37 - 2.0 + (k % 5) as f32 * 0.011
+            });
+            for a in 0..shape.len() {
+                let want: (Vec<f64>, Vec<f64>) = w
+                    .axis_iter(Axis(a))
+                    .map(|v| {
+                        v.iter()
+                            .fold((0f64, 0f64), |(lo, hi), &x| (lo.min(x as f64), hi.max(x as f64)))
+                    })
+                    .unzip();
+                assert_eq!(channel_min_max(&w, a), want, "{shape:?} axis {a}");
+                // a transposed view is read in its logical order
+                let t = w.t().to_owned();
+                assert_eq!(channel_min_max(&t, shape.len() - 1 - a), want, "{shape:?}ᵀ axis {a}");
+            }
+        }
+    }
 
     #[test]
     fn dead_channels_take_the_widest_channels_range() {
