@@ -524,3 +524,41 @@ fn values_handed_channels_last_between_onnx_convs_give_the_same_bits() {
     );
     assert_hand_offs_change_no_bit(&p, &[x]);
 }
+
+/// Type inference's shapes-only run (convolutions and matrix products hand over zeros of their
+/// result shape instead of computing) sees every value with the dtype and shape a full run
+/// computes: ONNX and TF-dialect convolutions (1×1, depthwise, strided), MatMul and Gemm.
+#[test]
+fn a_shapes_only_run_sees_the_shapes_a_full_run_computes() {
+    let cases = [
+        ("mobilenet_v2_035.onnx", "mobilenet_test.npz"),
+        ("mobilenet_v2_035.mlir.gz", "mobilenet_test.npz"),
+        ("digits_mlp.onnx", "digits_mlp_test.npz"),
+        ("digits_mlp.mlir", "digits_mlp_test.npz"),
+    ];
+    for (model, data) in cases {
+        let ctx = quantir::ir::new_context();
+        let m = match model.ends_with(".onnx") {
+            true => quantir::formats::model::load(&ctx, &common::data(model)).unwrap(),
+            false => {
+                quantir::ir::load_bytes(&ctx, &common::model_text(&common::data(model)), Path::new(model)).unwrap()
+            }
+        };
+        let p = Program::compile(&m, None).unwrap();
+        let d = Dataset::open(&common::data(data)).unwrap();
+        let x = bind(&d, &p.inputs, &[]).unwrap().sample(0).unwrap();
+        let all: Vec<String> = p.values.iter().filter(|v| !v.constant).map(|v| v.key.clone()).collect();
+        let seen = |watch: &quantir::interp::Watch| {
+            let mut types = std::collections::BTreeMap::new();
+            p.run_observed(&x, watch, &mut |k, t| {
+                types.insert(k.to_string(), (t.dtype(), t.shape().to_vec()));
+                Ok(())
+            })
+            .unwrap();
+            types
+        };
+        let full = seen(&p.watch(&all).unwrap());
+        assert!(full.len() >= 8, "{model}: {} values", full.len());
+        assert_eq!(seen(&p.watch(&all).unwrap().shapes_only()), full, "{model}");
+    }
+}
