@@ -527,7 +527,8 @@ fn values_handed_channels_last_between_onnx_convs_give_the_same_bits() {
 
 /// Type inference's shapes-only run (convolutions and matrix products hand over zeros of their
 /// result shape instead of computing) sees every value with the dtype and shape a full run
-/// computes: ONNX and TF-dialect convolutions (1×1, depthwise, strided), MatMul and Gemm.
+/// computes, also when compiled for shapes (large weights as zeros): ONNX and TF-dialect
+/// convolutions (1×1, depthwise, strided) and matrix products.
 #[test]
 fn a_shapes_only_run_sees_the_shapes_a_full_run_computes() {
     let cases = [
@@ -548,7 +549,7 @@ fn a_shapes_only_run_sees_the_shapes_a_full_run_computes() {
         let d = Dataset::open(&common::data(data)).unwrap();
         let x = bind(&d, &p.inputs, &[]).unwrap().sample(0).unwrap();
         let all: Vec<String> = p.values.iter().filter(|v| !v.constant).map(|v| v.key.clone()).collect();
-        let seen = |watch: &quantir::interp::Watch| {
+        let seen = |p: &Program, watch: &quantir::interp::Watch| {
             let mut types = std::collections::BTreeMap::new();
             p.run_observed(&x, watch, &mut |k, t| {
                 types.insert(k.to_string(), (t.dtype(), t.shape().to_vec()));
@@ -557,8 +558,28 @@ fn a_shapes_only_run_sees_the_shapes_a_full_run_computes() {
             .unwrap();
             types
         };
-        let full = seen(&p.watch(&all).unwrap());
+        let full = seen(&p, &p.watch(&all).unwrap());
         assert!(full.len() >= 8, "{model}: {} values", full.len());
-        assert_eq!(seen(&p.watch(&all).unwrap().shapes_only()), full, "{model}");
+        assert_eq!(seen(&p, &p.watch(&all).unwrap().shapes_only()), full, "{model}");
+        // compiled for shapes: the weights only convolutions and matrix products read are zeros
+        let ps = Program::compile_for_shapes(&m).unwrap();
+        let zeroed = ps
+            .constant_values()
+            .filter(|(k, t)| {
+                t.len() >= 4096
+                    && t.as_f32().is_some_and(|a| a.iter().all(|&v| v == 0.0))
+                    && p.constant_values().any(|(k2, t2)| k2 == *k && !t2.bit_eq(t))
+            })
+            .count();
+        // (the TF-dialect exports read their weights through tf.Identity: kept)
+        assert!(
+            zeroed > 0 || !model.ends_with(".onnx"),
+            "{model}: no weight left unread"
+        );
+        assert_eq!(
+            seen(&ps, &ps.watch(&all).unwrap().shapes_only()),
+            full,
+            "{model}, compiled for shapes"
+        );
     }
 }

@@ -26,6 +26,43 @@ fn zeros(dtype: DType, shape: &[usize]) -> Option<Tensor> {
     Some(Tensor::zeros(dtype, shape))
 }
 
+/// Ops that read operand 1 (a filter or weight matrix) only for its shape in a shapes-only
+/// run: their kernels give [`Kernel::result_shapes`](super::Kernel::result_shapes). Sorted.
+const SHAPE_ONLY_WEIGHT_READERS: &[&str] = &[
+    "onnx.Conv",
+    "onnx.MatMul",
+    "tf.BatchMatMul",
+    "tf.BatchMatMulV2",
+    "tf.BatchMatMulV3",
+    "tf.Conv2D",
+    "tf.DepthwiseConv2dNative",
+    "tf.MatMul",
+];
+
+/// Constants of fewer elements are always read: shapes, axes, pads and indices are small.
+const UNREAD_WEIGHT_ELEMENTS: usize = 1 << 12;
+
+/// Zeros standing in for constant `op` (its value `attr`) in a shapes-only program, when it
+/// is a large weight whose every use is operand 1 of a [`SHAPE_ONLY_WEIGHT_READERS`] op: the
+/// run never reads it, and zeros from the allocator take no memory until written, so type
+/// inference on a model with 340 MB of weights does not hold a second copy of them.
+pub(super) fn unread_weight(op: &melior::ir::OperationRef, attr: melior::ir::Attribute) -> Option<Tensor> {
+    use melior::ir::attribute::AttributeLike;
+    let t = crate::ir::types::tensor_type(attr.r#type())?;
+    let (dtype, shape) = (t.dtype?, t.static_shape()?);
+    if crate::tensor::element_count(&shape)? < UNREAD_WEIGHT_ELEMENTS {
+        return None;
+    }
+    let uses = crate::ir::graph::uses(op.result(0).ok()?.into());
+    let unread = |u: &crate::ir::graph::Use| {
+        u.operand == 1
+            && SHAPE_ONLY_WEIGHT_READERS
+                .binary_search(&op_name(&u.owner).as_str())
+                .is_ok()
+    };
+    (!uses.is_empty() && uses.iter().all(unread)).then(|| Tensor::zeros(dtype, &shape))
+}
+
 /// What the inputs' dynamic dims are set to for one inference run.
 #[derive(Debug, Clone, Copy)]
 pub enum Fill<'s> {
@@ -124,7 +161,7 @@ pub fn infer_types_from_sample(
 /// (`sample_shapes`, one per function input); the interpreter's error when it cannot run it.
 /// What a dynamic-dim model computes on real data: `quantize` counts MACs with it.
 pub fn shapes_at_sample(module: &Module, sample_shapes: &[Vec<usize>]) -> Result<HashMap<String, Vec<usize>>, String> {
-    let prog = Program::compile(module, None).map_err(|e| e.to_string())?;
+    let prog = Program::compile_for_shapes(module).map_err(|e| e.to_string())?;
     Ok(run_shapes(&prog, Fill::Sample(sample_shapes, 1))?
         .into_iter()
         .map(|(k, (_, shape))| (k, shape))
@@ -157,7 +194,7 @@ fn infer_types_with(ctx: &Context, module: &Module, skip: &[&str], first_fill: F
         return outcome;
     }
     // one compiled program (constants read once) for both runs
-    let prog = match Program::compile(module, None) {
+    let prog = match Program::compile_for_shapes(module) {
         Ok(p) => p,
         Err(e) => {
             outcome.failure = Some(e.to_string());
@@ -226,4 +263,17 @@ fn infer_types_with(ctx: &Context, module: &Module, skip: &[&str], first_fill: F
     }
     outcome.unknown = unranked_results(module, skip);
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_weight_readers_are_sorted_and_give_result_shapes() {
+        assert!(SHAPE_ONLY_WEIGHT_READERS.windows(2).all(|p| p[0] < p[1]));
+        for name in SHAPE_ONLY_WEIGHT_READERS {
+            assert!(super::super::supports(name), "{name}");
+        }
+    }
 }

@@ -239,6 +239,21 @@ impl Program {
         name: Option<&str>,
         numerics: ort_x86::Numerics,
     ) -> Result<Program, InterpError> {
+        Self::compile_impl(module, name, numerics, false)
+    }
+
+    /// Compiles the entry function for a shapes-only run ([`Watch::shapes_only`]), large weights
+    /// as untouched zeros, not copies ([`infer_types::unread_weight`]).
+    pub fn compile_for_shapes(module: &Module) -> Result<Program, InterpError> {
+        Self::compile_impl(module, None, ort_x86::Numerics::Exact, true)
+    }
+
+    fn compile_impl(
+        module: &Module,
+        name: Option<&str>,
+        numerics: ort_x86::Numerics,
+        for_shapes: bool,
+    ) -> Result<Program, InterpError> {
         let func = find_function(module, name)?;
         let fname = crate::ir::graph::function_name(&func);
         let keys = TensorKeys::new(func);
@@ -323,7 +338,10 @@ impl Program {
             }
             if is_constant_op(&op) {
                 let attr = op.attribute("value").map_err(|e| unsupported(e.to_string()))?;
-                let t = attribute_to_tensor(attr, &first_key).map_err(|e| unsupported(e.to_string()))?;
+                let t = match for_shapes.then(|| infer_types::unread_weight(&op, attr)).flatten() {
+                    Some(zeros) => zeros,
+                    None => attribute_to_tensor(attr, &first_key).map_err(|e| unsupported(e.to_string()))?,
+                };
                 let r = op.result(0).map_err(|e| unsupported(e.to_string()))?;
                 let s = new_slot(r.into(), &name, &mut values, &mut consts, &mut slot_of);
                 values[s].constant = true;
@@ -741,8 +759,7 @@ impl Program {
     }
 
     /// Zeros shaped like the step's results, when its kernel can tell their shapes without
-    /// computing them and the operands fit; `None` sends the step to its kernel (which then
-    /// computes, or says what does not fit).
+    /// computing them; `None` sends the step to its kernel (which computes, or says why not).
     fn zeros_shaped_like_results(&self, st: &Step, env: &[Option<Tensor>]) -> Option<Vec<Tensor>> {
         let args: Vec<&Tensor> = st
             .inputs
