@@ -241,7 +241,7 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
     // untyped results (dynamic dims the importer could not resolve) take the data's shapes,
     // as they did in calibration
     if crate::quantize::untyped_results(float) + crate::quantize::untyped_results(quant) > 0 {
-        let specs = Program::compile(float, None)?.inputs;
+        let specs = Program::compile_for_shapes(float)?.inputs;
         let first = bind(data, &specs, &opts.overrides)?;
         if let Some(t) = crate::quantize::resolve_types_from(float, &first)? {
             crate::quantize::resolve_types(quant, &t.shapes);

@@ -191,9 +191,9 @@ fn cmd_inspect(a: &InspectArgs, signature: Option<&str>) -> Result<()> {
     };
     let resolved = match &a.data {
         Some(data) => {
-            let program = interp::Program::compile(&module, None)?;
+            let inputs = interp::Program::compile_for_shapes(&module)?.inputs;
             let dataset = formats::data::Dataset::open(data)?;
-            let binding = formats::data::bind(&dataset, &program.inputs, &[])?;
+            let binding = formats::data::bind(&dataset, &inputs, &[])?;
             quantize::resolve_types_from(&module, &binding)?.map(|t| inspect::ResolvedDims {
                 data: data.display().to_string(),
                 input_shapes: t.shapes,

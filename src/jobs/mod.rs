@@ -182,17 +182,17 @@ pub fn calibrate_keeping(
     cache: Option<&Path>,
     keep: usize,
 ) -> Result<(Calibrated, Option<Dataset>), JobError> {
-    let program = interp::Program::compile(module, None)?;
+    // the inputs' specs, from a program that holds no copy of the large weights: calibration
+    // compiles its own, and both at once would hold the weights three times
+    let inputs = interp::Program::compile_for_shapes(module)?.inputs;
     match samples {
         Samples::Data(dataset) => {
-            let binding = data::bind(dataset, &program.inputs, &flags.overrides)?;
+            let binding = data::bind(dataset, &inputs, &flags.overrides)?;
             // arrays in memory have no file to key a cache entry by
             let cache = cache.filter(|_| dataset.path.exists());
             Ok((quantize::calibrate_cached(module, &binding, opts, cache)?, None))
         }
         Samples::Stream(items) => {
-            let inputs = program.inputs.clone();
-            drop(program);
             let mut n = 0usize;
             let mut kept: Vec<Vec<Tensor>> = Vec::new();
             let mut samples = items
@@ -275,8 +275,8 @@ fn first_samples(
     overrides: &[(String, String)],
     n: usize,
 ) -> Result<Vec<Vec<Tensor>>, JobError> {
-    let program = interp::Program::compile(module, None)?;
-    let binding = data::bind(data, &program.inputs, overrides)?;
+    let inputs = interp::Program::compile_for_shapes(module)?.inputs;
+    let binding = data::bind(data, &inputs, overrides)?;
     Ok((0..binding.samples.min(n))
         .map(|i| binding.sample(i))
         .collect::<Result<_, _>>()?)
