@@ -7,7 +7,7 @@
 //! 3; samples: the sample's size then twice it); a result dim that changes with them is written
 //! dynamic, so a resolved model still accepts every input size its file accepted.
 
-use super::Program;
+use super::{ort_x86, InterpError, Program, Step};
 use crate::ir::graph::{body_ops, find_function, op_name, set_function_type, set_value_type};
 use crate::ir::keys::TensorKeys;
 use crate::ir::types::{element_type, is_ranked_tensor, tensor_type_of};
@@ -24,6 +24,26 @@ const MAX_INFER_ELEMENTS: usize = 1 << 28;
 fn zeros(dtype: DType, shape: &[usize]) -> Option<Tensor> {
     crate::tensor::element_count(shape).filter(|&n| n <= MAX_INFER_ELEMENTS)?;
     Some(Tensor::zeros(dtype, shape))
+}
+
+impl Program {
+    /// Compiles the entry function for a shapes-only run ([`Watch::shapes_only`](super::Watch::shapes_only)), large weights
+    /// as untouched zeros, not copies ([`unread_weight`]).
+    pub fn compile_for_shapes(module: &Module) -> Result<Program, InterpError> {
+        Self::compile_impl(module, None, ort_x86::Numerics::Exact, true)
+    }
+
+    /// Zeros shaped like the step's results, when its kernel can tell their shapes without
+    /// computing them; `None` sends the step to its kernel (which computes, or says why not).
+    pub(super) fn zeros_shaped_like_results(&self, st: &Step, env: &[Option<Tensor>]) -> Option<Vec<Tensor>> {
+        let args: Vec<&Tensor> = st
+            .inputs
+            .iter()
+            .map(|&s| self.consts[s].as_ref().or(env[s].as_ref()))
+            .collect::<Option<Vec<_>>>()?;
+        let shapes = st.kernel.result_shapes(&args)?.ok()?;
+        Some(shapes.into_iter().map(|(d, shape)| Tensor::zeros(d, &shape)).collect())
+    }
 }
 
 /// Ops that read operand 1 (a filter or weight matrix) only for its shape in a shapes-only

@@ -242,12 +242,6 @@ impl Program {
         Self::compile_impl(module, name, numerics, false)
     }
 
-    /// Compiles the entry function for a shapes-only run ([`Watch::shapes_only`]), large weights
-    /// as untouched zeros, not copies ([`infer_types::unread_weight`]).
-    pub fn compile_for_shapes(module: &Module) -> Result<Program, InterpError> {
-        Self::compile_impl(module, None, ort_x86::Numerics::Exact, true)
-    }
-
     fn compile_impl(
         module: &Module,
         name: Option<&str>,
@@ -756,18 +750,6 @@ impl Program {
                     })
             })
             .collect()
-    }
-
-    /// Zeros shaped like the step's results, when its kernel can tell their shapes without
-    /// computing them; `None` sends the step to its kernel (which computes, or says why not).
-    fn zeros_shaped_like_results(&self, st: &Step, env: &[Option<Tensor>]) -> Option<Vec<Tensor>> {
-        let args: Vec<&Tensor> = st
-            .inputs
-            .iter()
-            .map(|&s| self.consts[s].as_ref().or(env[s].as_ref()))
-            .collect::<Option<Vec<_>>>()?;
-        let shapes = st.kernel.result_shapes(&args)?.ok()?;
-        Some(shapes.into_iter().map(|(d, shape)| Tensor::zeros(d, &shape)).collect())
     }
 
     fn kernel_error(&self, st: &Step, message: String) -> InterpError {
