@@ -525,10 +525,10 @@ fn values_handed_channels_last_between_onnx_convs_give_the_same_bits() {
     assert_hand_offs_change_no_bit(&p, &[x]);
 }
 
-/// Type inference's shapes-only run (convolutions and matrix products hand over zeros of their
-/// result shape instead of computing) sees every value with the dtype and shape a full run
-/// computes, also when compiled for shapes (large weights as zeros): ONNX and TF-dialect
-/// convolutions (1×1, depthwise, strided) and matrix products.
+/// Type inference's shapes-only run (a program compiled for shapes: large weights as zeros,
+/// convolutions and matrix products hand over zeros of their result shape instead of
+/// computing) sees every value with the dtype and shape a full run computes: ONNX and
+/// TF-dialect convolutions (1×1, depthwise, strided) and matrix products.
 #[test]
 fn a_shapes_only_run_sees_the_shapes_a_full_run_computes() {
     let cases = [
@@ -560,7 +560,6 @@ fn a_shapes_only_run_sees_the_shapes_a_full_run_computes() {
         };
         let full = seen(&p, &p.watch(&all).unwrap());
         assert!(full.len() >= 8, "{model}: {} values", full.len());
-        assert_eq!(seen(&p, &p.watch(&all).unwrap().shapes_only()), full, "{model}");
         // compiled for shapes: the weights only convolutions and matrix products read are zeros
         let ps = Program::compile_for_shapes(&m).unwrap();
         let zeroed = ps
@@ -577,7 +576,7 @@ fn a_shapes_only_run_sees_the_shapes_a_full_run_computes() {
             "{model}: no weight left unread"
         );
         assert_eq!(
-            seen(&ps, &ps.watch(&all).unwrap().shapes_only()),
+            seen(&ps, &ps.watch(&all).unwrap()),
             full,
             "{model}, compiled for shapes"
         );

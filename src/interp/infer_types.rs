@@ -27,8 +27,8 @@ fn zeros(dtype: DType, shape: &[usize]) -> Option<Tensor> {
 }
 
 impl Program {
-    /// Compiles the entry function for a shapes-only run ([`Watch::shapes_only`](super::Watch::shapes_only)), large weights
-    /// as untouched zeros, not copies ([`unread_weight`]).
+    /// Compiles the entry function for shapes-only runs (type inference), large weights as
+    /// untouched zeros, not copies ([`unread_weight`]).
     pub fn compile_for_shapes(module: &Module) -> Result<Program, InterpError> {
         Self::compile_impl(module, None, ort_x86::Numerics::Exact, true)
     }
@@ -132,7 +132,7 @@ fn run_shapes(prog: &Program, fill: Fill) -> Result<HashMap<String, (DType, Vec<
         .filter(|v| !v.constant)
         .map(|v| v.key.clone())
         .collect();
-    let watch = prog.watch(&keys).map_err(|e| e.to_string())?.shapes_only();
+    let watch = prog.watch(&keys).map_err(|e| e.to_string())?;
     prog.run_observed(&inputs, &watch, &mut |k, t| {
         seen.insert(k.to_string(), (t.dtype(), t.shape().to_vec()));
         Ok(())

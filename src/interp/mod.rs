@@ -152,26 +152,17 @@ pub struct Program {
     hand_off: Vec<bool>,
     /// The ops run with a runtime's own integer numerics (`ort_x86`), in program order.
     simulated: Vec<ort_x86::Simulated>,
+    /// Compiled for type inference ([`Program::compile_for_shapes`]): its large weights are
+    /// zeros, so every run is shapes-only — kernels that can tell their results' shapes
+    /// without the arithmetic ([`kernels::Kernel::result_shapes`]) hand over zeros of those
+    /// shapes instead of computing, and nothing is fused.
+    for_shapes: bool,
 }
 
-/// Which slots to hand to the observer, and whether it wants their values or only their
-/// types and shapes.
+/// Which slots to hand to the observer.
 #[derive(Debug, Clone, Default)]
 pub struct Watch {
     slots: HashSet<usize>,
-    shapes_only: bool,
-}
-
-impl Watch {
-    /// The observer reads only types and shapes (type inference): kernels that can tell their
-    /// results' shapes without the arithmetic ([`kernels::Kernel::result_shapes`]) hand over
-    /// zeros of those shapes instead of computing, and nothing is fused.
-    pub fn shapes_only(self) -> Self {
-        Watch {
-            shapes_only: true,
-            ..self
-        }
-    }
 }
 
 pub(crate) fn quant_of(t: Type) -> Option<crate::params::QuantParams> {
@@ -540,6 +531,7 @@ impl Program {
             fusions,
             hand_off,
             simulated,
+            for_shapes,
         })
     }
 
@@ -565,10 +557,7 @@ impl Program {
             })?;
             slots.insert(*s);
         }
-        Ok(Watch {
-            slots,
-            shapes_only: false,
-        })
+        Ok(Watch { slots })
     }
 
     /// Checks a sample against the signature.
@@ -622,7 +611,7 @@ impl Program {
             }
             if let Some(f) = self.fusions[i]
                 .as_ref()
-                .filter(|f| !watch.shapes_only && !f.skipped.iter().any(|s| watch.slots.contains(s)))
+                .filter(|f| !self.for_shapes && !f.skipped.iter().any(|s| watch.slots.contains(s)))
             {
                 let args: Vec<&Tensor> = st
                     .inputs
@@ -684,7 +673,7 @@ impl Program {
                     && self.fusions[i].is_none()
                     && st.outputs.first().is_some_and(|s| !watch.slots.contains(s)),
             };
-            let shaped = match watch.shapes_only && layout == kernels::ChannelsLast::default() {
+            let shaped = match self.for_shapes && layout == kernels::ChannelsLast::default() {
                 true => self.zeros_shaped_like_results(st, &env),
                 false => None,
             };

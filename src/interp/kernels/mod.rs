@@ -64,8 +64,8 @@ pub trait Kernel: Send + Sync {
     }
 
     /// The results' element types and shapes, worked out without the arithmetic: for kernels
-    /// whose cost is all arithmetic (convolutions), so that type inference, which runs a model
-    /// on zeros only to learn its shapes, can skip it. `None` when the kernel has no such form
+    /// whose cost is all arithmetic (convolutions, matrix products), so that type inference,
+    /// which runs a model on zeros only to learn its shapes, can skip it. `None` when the kernel has no such form
     /// (it is then run); an error when the operands do not fit, as `run` would say.
     fn result_shapes(&self, _inputs: &[&Tensor]) -> Option<KernelResult<Vec<(DType, Vec<usize>)>>> {
         None
