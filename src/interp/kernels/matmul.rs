@@ -355,16 +355,12 @@ pub fn numpy_matmul(a: &Tensor, b: &Tensor) -> KernelResult<Tensor> {
     // views: the weight operand of a model's MatMul is a constant, never copied per run
     let a2 = if a1 { a.view().insert_axis(Axis(0)) } else { a.view() };
     let b2 = if b1 { b.view().insert_axis(Axis(1)) } else { b.view() };
-    let mut y = batch_matmul_views(a2, b2, false, false)?;
-    if b1 {
-        let last = y.ndim() - 1;
-        y = y.remove_axis(Axis(last));
-    }
-    if a1 {
-        let at = y.ndim() - if b1 { 1 } else { 2 };
-        y = y.remove_axis(Axis(at));
-    }
-    Ok(Tensor::F32(y))
+    let y = batch_matmul_views(a2, b2, false, false)?;
+    // the unit dims a rank-1 operand got are dropped again, as the shape rule says
+    let shape = numpy_matmul_shape(a.shape(), b.shape())?;
+    Ok(Tensor::F32(
+        y.into_shape_with_order(IxDyn(&shape)).map_err(|e| e.to_string())?,
+    ))
 }
 
 /// The result shape of [`numpy_matmul`] on operands of these shapes, without the product.
