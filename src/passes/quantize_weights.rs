@@ -119,13 +119,6 @@ fn channel_min_max(w: &ArrayD<f32>, a: usize) -> (Vec<f64>, Vec<f64>) {
     let flat = standard.as_slice().expect("standard layout");
     // blocks of [C, inner]: channel ch owns the ch-th run of `inner` values of each block
     for block in flat.chunks_exact((c * inner).max(1)) {
-        if inner == 1 {
-            for ((l, h), &x) in lo.iter_mut().zip(hi.iter_mut()).zip(block) {
-                *l = l.min(x);
-                *h = h.max(x);
-            }
-            continue;
-        }
         for ((l, h), run) in lo.iter_mut().zip(hi.iter_mut()).zip(block.chunks_exact(inner.max(1))) {
             for &x in run {
                 *l = l.min(x);
