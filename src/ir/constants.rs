@@ -155,17 +155,16 @@ unsafe fn resource_to_tensor(
 }
 
 fn le_bytes<T: Copy, const W: usize>(a: &ArrayD<T>, f: impl Fn(T) -> [u8; W]) -> Vec<u8> {
+    fn write<T, const W: usize>(out: &mut [u8], values: impl Iterator<Item = T>, f: impl Fn(T) -> [u8; W]) {
+        out.chunks_exact_mut(W)
+            .zip(values)
+            .for_each(|(o, x)| o.copy_from_slice(&f(x)));
+    }
     let mut out = vec![0u8; a.len() * W];
     // a standard-layout array as a slice: a loop the compiler turns into a plain copy
     match a.as_slice() {
-        Some(s) => out
-            .chunks_exact_mut(W)
-            .zip(s)
-            .for_each(|(o, x)| o.copy_from_slice(&f(*x))),
-        None => out
-            .chunks_exact_mut(W)
-            .zip(a.iter())
-            .for_each(|(o, x)| o.copy_from_slice(&f(*x))),
+        Some(s) => write(&mut out, s.iter().copied(), f),
+        None => write(&mut out, a.iter().copied(), f),
     }
     out
 }
