@@ -100,6 +100,11 @@ pub fn attribute_to_tensor(attr: Attribute, what: &str) -> Result<Tensor, IrErro
             return tensor_from_le_bytes(dtype, &shape, bytes, n, what);
         }
         if mlir_sys::mlirAttributeIsADenseResourceElements(raw) {
+            if dtype != DType::I1 {
+                if let Some(t) = super::blobs::with_bytes(attr, |b| tensor_from_le_bytes(dtype, &shape, b, n, what)) {
+                    return t;
+                }
+            }
             return resource_to_tensor(attr, dtype, &shape, n, what);
         }
     }
@@ -286,9 +291,13 @@ pub fn is_elements(a: Attribute) -> bool {
     unsafe { mlir_sys::mlirAttributeIsAElements(a.to_raw()) }
 }
 
-/// The raw little-endian bytes of a non-splat `DenseElementsAttr` of `len` bytes, copied;
-/// `None` for splat, resource or other attributes, whose bytes are not stored expanded.
+/// The raw little-endian bytes of a non-splat `DenseElementsAttr` or a mapped blob
+/// ([`super::blobs`]) of `len` bytes, copied; `None` for splat, other resource or other
+/// attributes, whose bytes are not stored expanded.
 pub fn dense_raw_bytes(a: Attribute, len: usize) -> Option<Vec<u8>> {
+    if let Some(b) = super::blobs::with_bytes(a, |b| (b.len() == len).then(|| b.to_vec())) {
+        return b;
+    }
     unsafe {
         if !mlir_sys::mlirAttributeIsADenseElements(a.to_raw()) || mlir_sys::mlirDenseElementsAttrIsSplat(a.to_raw()) {
             return None;

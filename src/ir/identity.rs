@@ -24,13 +24,48 @@ unsafe extern "C" fn forward(s: MlirStringRef, data: *mut std::ffi::c_void) {
     }
 }
 
+unsafe extern "C" fn find_resource(op: MlirOperation, data: *mut std::ffi::c_void) -> MlirWalkResult {
+    let found = unsafe { &mut *(data as *mut bool) };
+    unsafe {
+        for i in 0..mlir_sys::mlirOperationGetNumAttributes(op) {
+            if mlir_sys::mlirAttributeIsADenseResourceElements(mlir_sys::mlirOperationGetAttribute(op, i).attribute) {
+                *found = true;
+                return mlir_sys::MlirWalkResult_MlirWalkResultInterrupt;
+            }
+        }
+    }
+    mlir_sys::MlirWalkResult_MlirWalkResultAdvance
+}
+
+/// True when an op of `module` holds a `dense_resource` constant.
+fn has_resources(module: &Module) -> bool {
+    let mut found = false;
+    unsafe {
+        mlir_sys::mlirOperationWalk(
+            module.as_operation().to_raw(),
+            Some(find_resource),
+            &mut found as *mut bool as *mut _,
+            mlir_sys::MlirWalkOrder_MlirWalkPreOrder,
+        );
+    }
+    found
+}
+
 /// Streams the generic printed form of `module` (no locations, dense constants over
 /// [`ELIDE_OVER`] elements elided) to `sink` in chunks, without building the text.
+///
+/// A module with `dense_resource` constants is printed in local scope: printed as the top
+/// level, it would end in its resource section, every blob in hex (MLIR spells a blob out
+/// even where it then elides it), and their bytes are hashed from the attributes instead.
+/// Modules without them print as they always have, so their hashes stay what they were.
 fn print_structure(module: &Module, mut sink: Sink) {
     unsafe {
         let flags = mlir_sys::mlirOpPrintingFlagsCreate();
         mlir_sys::mlirOpPrintingFlagsPrintGenericOpForm(flags);
         mlir_sys::mlirOpPrintingFlagsElideLargeElementsAttrs(flags, ELIDE_OVER);
+        if has_resources(module) {
+            mlir_sys::mlirOpPrintingFlagsUseLocalScope(flags);
+        }
         mlir_sys::mlirOperationPrintWithFlags(
             module.as_operation().to_raw(),
             flags,
@@ -70,6 +105,39 @@ unsafe fn dense_bytes(attr: MlirAttribute) -> Option<&'static [u8]> {
     }
 }
 
+/// Hashes a `dense_resource` constant's type and bytes (a mapped blob's in place, any other
+/// read element by element); false when it cannot be read, to be printed instead.
+unsafe fn resource_bytes(attr: MlirAttribute, h: &mut Fnv) -> bool {
+    let a = unsafe { melior::ir::Attribute::from_raw(attr) };
+    {
+        let mut sink = |chunk: &[u8]| {
+            h.bytes(chunk);
+        };
+        let mut sink: Sink = &mut sink;
+        unsafe {
+            mlir_sys::mlirTypePrint(
+                mlir_sys::mlirAttributeGetType(attr),
+                Some(forward),
+                &mut sink as *mut Sink as *mut _,
+            )
+        };
+    }
+    if crate::ir::blobs::with_bytes(a, |b| {
+        h.words(b);
+    })
+    .is_some()
+    {
+        return true;
+    }
+    match crate::ir::attribute_to_tensor(a, "") {
+        Ok(t) => {
+            h.words(&crate::ir::constants::tensor_le_bytes(&t));
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 /// For each op in walk order, each attribute: a dense constant's bytes, anything else printed
 /// in full (an elided constant nested in an array or dictionary is then hashed too).
 unsafe extern "C" fn hash_attributes(op: MlirOperation, data: *mut std::ffi::c_void) -> MlirWalkResult {
@@ -77,6 +145,9 @@ unsafe extern "C" fn hash_attributes(op: MlirOperation, data: *mut std::ffi::c_v
     unsafe {
         for i in 0..mlir_sys::mlirOperationGetNumAttributes(op) {
             let attr = mlir_sys::mlirOperationGetAttribute(op, i).attribute;
+            if mlir_sys::mlirAttributeIsADenseResourceElements(attr) && resource_bytes(attr, h) {
+                continue;
+            }
             match dense_bytes(attr) {
                 Some(bytes) => {
                     h.words(bytes);
@@ -116,6 +187,9 @@ pub fn model_hash(module: &Module) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use melior::ir::block::BlockLike;
+    use melior::ir::operation::OperationLike;
+    use melior::ir::RegionLike;
 
     fn module_with(values: &str, ty: &str) -> String {
         let ctx = crate::ir::new_context();
@@ -156,5 +230,58 @@ mod tests {
         // bit 40 is in the sixth byte of the packed data
         assert_ne!(bools(40), bools(39));
         assert_ne!(bools(40), bools(99));
+    }
+
+    fn resource_module(values: &[f32]) -> String {
+        let hex: String = values
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .map(|b| format!("{b:02X}"))
+            .collect();
+        let ctx = crate::ir::new_context();
+        let ty = format!("tensor<{}xf32>", values.len());
+        let text = format!(
+            "func.func @main() -> {ty} {{ %0 = arith.constant dense_resource<w> : {ty} return %0 : {ty} }}\n\
+             {{-# dialect_resources: {{ builtin: {{ w: \"0x04000000{hex}\" }} }} #-}}"
+        );
+        let m = Module::parse(&ctx, &text).expect("parses");
+        model_hash(&m)
+    }
+
+    /// The hash of a module whose constant is a blob mapped from a file of `values`.
+    fn mapped_module(values: &[f32]) -> String {
+        use melior::ir::attribute::AttributeLike;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w.bin");
+        std::fs::write(&p, values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+        let file = crate::ir::blobs::MappedFile::open(&p).unwrap();
+        let ctx = crate::ir::new_context();
+        let ty = format!("tensor<{}xf32>", values.len());
+        let text = format!("func.func @main() -> {ty} {{ %0 = arith.constant dense<0.0> : {ty} return %0 : {ty} }}");
+        let m = Module::parse(&ctx, &text).expect("parses");
+        let func = m.body().first_operation().unwrap();
+        let constant = func
+            .region(0)
+            .unwrap()
+            .first_block()
+            .unwrap()
+            .first_operation()
+            .unwrap();
+        let attr = constant.attribute("value").unwrap();
+        let mapped = crate::ir::blobs::mapped_attribute(attr.r#type(), "w", &file, 0, values.len() * 4, 4).unwrap();
+        let name = melior::StringRef::new("value");
+        unsafe { mlir_sys::mlirOperationSetAttributeByName(constant.to_raw(), name.to_raw(), mapped.to_raw()) };
+        model_hash(&m)
+    }
+
+    #[test]
+    fn resource_constants_count_by_their_bytes() {
+        let base: Vec<f32> = (0..40).map(|i| i as f32 + 0.5).collect();
+        let mut changed = base.clone();
+        changed[37] = 37.25;
+        assert_eq!(resource_module(&base), resource_module(&base));
+        assert_ne!(resource_module(&base), resource_module(&changed));
+        assert_eq!(mapped_module(&base), mapped_module(&base));
+        assert_ne!(mapped_module(&base), mapped_module(&changed));
     }
 }

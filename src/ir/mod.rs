@@ -4,11 +4,13 @@
 //! - [`io`]: [`load`] text or bytecode with every diagnostic as `file:line:col: message`,
 //!   [`save`] text or bytecode atomically;
 //! - [`constants`]: `DenseElementsAttr` / `dense_resource` ⇄ [`Tensor`](crate::tensor::Tensor);
+//! - [`blobs`]: `dense_resource` constants over a mapped file (ONNX external data), not copied;
 //! - [`graph`]: functions, ops, uses of a value, insertion, operand rewiring, cloning, safe erasure;
 //! - [`keys`]: stable tensor keys (name location, else `@func/op#i:result#j`);
 //! - [`types`]: tensor types ⇄ element type and shape.
 
 pub mod attrs;
+pub mod blobs;
 pub mod constants;
 pub mod context;
 pub mod fatal;

@@ -30,6 +30,7 @@ use crate::dialects::onnx::NO_VALUE;
 use crate::dialects::onnx_types::{mlir_element, name as type_name, raw_size};
 use crate::formats::FormatError;
 use crate::interp::infer_types::infer_types;
+use crate::ir::blobs::{mapped_attribute, MappedFile};
 use crate::ir::constants::{int4_attribute, tensor_to_attribute};
 use crate::ir::graph::set_function_type;
 use crate::ir::types::{attr_type, tensor_type_of};
@@ -43,6 +44,7 @@ use melior::ir::operation::{OperationBuilder, OperationLike, OperationMutLike};
 use melior::ir::r#type::{FunctionType, IntegerType};
 use melior::ir::{Attribute, Block, Identifier, Location, Module, Region, RegionLike, Type, Value, ValueLike};
 use melior::Context;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -73,7 +75,12 @@ pub fn import<'c>(ctx: &'c Context, bytes: &[u8], path: &Path) -> Result<Module<
     let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("model.onnx");
     let module = Module::new(Location::unknown(ctx));
     set_module_attrs(ctx, &module, &model);
-    let reader = Reader { ctx, dir, err: &err };
+    let reader = Reader {
+        ctx,
+        dir,
+        err: &err,
+        maps: RefCell::default(),
+    };
     build_function(&reader, &module, &model, file)?;
     infer_types(ctx, &module, &[NO_VALUE]);
     Ok(module)
@@ -83,7 +90,14 @@ struct Reader<'c, 'e> {
     ctx: &'c Context,
     dir: PathBuf,
     err: &'e dyn Fn(String) -> FormatError,
+    /// External-data files mapped so far, by path (one map per file, shared by its tensors).
+    maps: RefCell<HashMap<PathBuf, MappedFile>>,
 }
+
+/// External tensors of at least this many bytes stay in their mapped file as `dense_resource`
+/// blobs ([`crate::ir::blobs`]) instead of being copied into the context: the weights, not the
+/// shapes and scalars that passes read and compare.
+const MAP_AT_LEAST: usize = 64 << 10;
 
 fn named<'c>(ctx: &'c Context, name: &str, a: Attribute<'c>) -> (Identifier<'c>, Attribute<'c>) {
     (Identifier::new(ctx, name), a)
@@ -226,8 +240,9 @@ impl<'c> Reader<'c, '_> {
         Ok(tensor_type_of(elem, d.dims.as_deref()))
     }
 
-    /// The bytes of a tensor stored in an external file.
-    fn external(&self, t: &TensorProto) -> Result<Vec<u8>, FormatError> {
+    /// Where a tensor stored in an external file is: the file, and its byte range checked
+    /// against the file's size.
+    fn external_range(&self, t: &TensorProto) -> Result<(PathBuf, u64, u64), FormatError> {
         let get = |k: &str| t.external_data.iter().find(|e| e.key == k).map(|e| e.value.as_str());
         let e = |reason: String| (self.err)(format!("tensor '{}': external data {reason}", t.name));
         let loc = get("location").ok_or_else(|| e("without a location".into()))?;
@@ -242,8 +257,9 @@ impl<'c> Reader<'c, '_> {
         };
         let (offset, length) = (num("offset")?.unwrap_or(0), num("length")?);
         let full = self.dir.join(rel);
-        let mut f = std::fs::File::open(&full).map_err(|x| e(format!("file '{}': {x}", full.display())))?;
-        let size = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let size = std::fs::metadata(&full)
+            .map_err(|x| e(format!("file '{}': {x}", full.display())))?
+            .len();
         let length = length.unwrap_or(size.saturating_sub(offset));
         if offset.checked_add(length).is_none_or(|end| end > size) {
             return Err(e(format!(
@@ -251,11 +267,61 @@ impl<'c> Reader<'c, '_> {
                 full.display()
             )));
         }
+        Ok((full, offset, length))
+    }
+
+    /// The bytes of a tensor stored in an external file.
+    fn external(&self, t: &TensorProto) -> Result<Vec<u8>, FormatError> {
+        let (full, offset, length) = self.external_range(t)?;
+        let e = |reason: String| (self.err)(format!("tensor '{}': external data {reason}", t.name));
         let mut buf = vec![0u8; length as usize];
-        f.seek(SeekFrom::Start(offset))
-            .and_then(|_| f.read_exact(&mut buf))
+        std::fs::File::open(&full)
+            .and_then(|mut f| f.seek(SeekFrom::Start(offset)).and_then(|_| f.read_exact(&mut buf)))
             .map_err(|x| e(format!("file '{}': {x}", full.display())))?;
         Ok(buf)
+    }
+
+    /// A large external tensor as a `dense_resource` over its mapped file, when its element
+    /// type is stored byte-wise and read back element-wise by MLIR too (not i1, i4, f16 or
+    /// bf16), its size is what its shape needs and its offset suits its elements; else `None`
+    /// and the caller copies its bytes.
+    fn mapped(&self, t: &TensorProto, elem: Type<'c>, n: usize) -> Result<Option<Attribute<'c>>, FormatError> {
+        let size = raw_size(t.data_type).unwrap_or(0);
+        let byte_wise = !matches!(
+            t.data_type,
+            dt::BOOL | dt::INT4 | dt::UINT4 | dt::FLOAT16 | dt::BFLOAT16 | dt::STRING
+        );
+        if t.data_location != 1 || !byte_wise || size == 0 || n.checked_mul(size).is_none_or(|b| b < MAP_AT_LEAST) {
+            return Ok(None);
+        }
+        let (full, offset, length) = self.external_range(t)?;
+        if length != (n * size) as u64 {
+            return Ok(None); // the copying path reports the mismatch
+        }
+        let mut maps = self.maps.borrow_mut();
+        let file = match maps.get(&full) {
+            Some(f) => f.clone(),
+            None => {
+                let f = MappedFile::open(&full).map_err(|x| {
+                    (self.err)(format!(
+                        "tensor '{}': external data file '{}': {x}",
+                        t.name,
+                        full.display()
+                    ))
+                })?;
+                maps.insert(full.clone(), f.clone());
+                f
+            }
+        };
+        let ty = tensor_type_of(elem, Some(&t.dims.iter().map(|&d| Some(d)).collect::<Vec<_>>()));
+        Ok(mapped_attribute(
+            ty,
+            &t.name,
+            &file,
+            offset as usize,
+            length as usize,
+            size,
+        ))
     }
 
     /// A `DenseElementsAttr` holding a `TensorProto`'s value.
@@ -274,6 +340,9 @@ impl<'c> Reader<'c, '_> {
         }
         let shape: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
         let n: usize = shape.iter().product();
+        if let Some(a) = self.mapped(t, elem, n)? {
+            return Ok(a);
+        }
         let ext;
         let raw: Option<&[u8]> = if t.data_location == 1 {
             ext = self.external(t)?;
