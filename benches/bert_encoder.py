@@ -97,12 +97,14 @@ quantize_static(src, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=Tr
 
 
 def timed(cmd):
-    """(wall s, peak RSS MB, stdout) of `cmd` under GNU time."""
+    """(wall s, peak RSS MB, stdout) of `cmd` under GNU time. MB is 10^6 bytes, as for the
+    weights and outputs (GNU time's %M is in KiB: until 2026-12-05 it was divided by 1024,
+    which put RSS in MiB beside weights in MB and understated RSS / weights by 4.6 %)."""
     p = subprocess.run(["/usr/bin/time", "-f", "TIME %e %M", *cmd], capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(p.stderr.strip().splitlines()[-2 if len(p.stderr.strip().splitlines()) > 1 else -1])
     wall, kb = next(l for l in p.stderr.splitlines() if l.startswith("TIME ")).split()[1:]
-    return float(wall), int(kb) / 1024, p.stdout
+    return float(wall), int(kb) * 1024 / 1e6, p.stdout
 
 
 def size_mb(model):

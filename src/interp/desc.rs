@@ -17,8 +17,9 @@ pub struct OpDesc {
     /// Parameters of `!quant.uniform` element types, per operand / result.
     pub operand_quant: Vec<Option<QuantParams>>,
     pub result_quant: Vec<Option<QuantParams>>,
-    /// Values of operands defined by constants (or folded at compile time).
-    pub consts: Vec<Option<Tensor>>,
+    /// Values of operands defined by constants (or folded at compile time), shared with the
+    /// program that holds them.
+    pub consts: Vec<Option<std::sync::Arc<Tensor>>>,
 }
 
 impl OpDesc {

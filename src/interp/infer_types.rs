@@ -39,7 +39,7 @@ impl Program {
         let args: Vec<&Tensor> = st
             .inputs
             .iter()
-            .map(|&s| self.consts[s].as_ref().or(env[s].as_ref()))
+            .map(|&s| self.consts[s].as_deref().or(env[s].as_ref()))
             .collect::<Option<Vec<_>>>()?;
         let shapes = st.kernel.result_shapes(&args)?.ok()?;
         Some(shapes.into_iter().map(|(d, shape)| Tensor::zeros(d, &shape)).collect())

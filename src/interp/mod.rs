@@ -31,6 +31,7 @@ use melior::ir::block::BlockLike;
 use melior::ir::operation::OperationLike;
 use melior::ir::{Module, RegionLike, Type, ValueLike};
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InterpError {
@@ -138,7 +139,8 @@ pub struct Program {
     pub output_names: Vec<String>,
     pub values: Vec<ValueInfo>,
     steps: Vec<Step>,
-    consts: Vec<Option<Tensor>>,
+    /// Shared with the kernels' descriptions at compile time, never copied.
+    consts: Vec<Option<Arc<Tensor>>>,
     outputs: Vec<usize>,
     /// Slots to drop after each step.
     free_after: Vec<Vec<usize>>,
@@ -174,7 +176,7 @@ pub(crate) fn quant_of(t: Type) -> Option<crate::params::QuantParams> {
 }
 
 /// What a dialect table sees of `op`, with the values of its constant operands.
-pub fn op_desc(op: melior::ir::OperationRef, consts: Vec<Option<Tensor>>) -> OpDesc {
+pub fn op_desc(op: melior::ir::OperationRef, consts: Vec<Option<Arc<Tensor>>>) -> OpDesc {
     OpDesc {
         name: op_name(&op),
         attrs: op_attrs(&op),
@@ -191,7 +193,7 @@ pub fn op_desc(op: melior::ir::OperationRef, consts: Vec<Option<Tensor>>) -> OpD
 
 /// A kernel for `op` from the dialect tables, or why there is none.
 pub fn build_kernel(op: melior::ir::OperationRef, consts: Vec<Option<Tensor>>) -> Result<Box<dyn Kernel>, String> {
-    let desc = op_desc(op, consts);
+    let desc = op_desc(op, consts.into_iter().map(|c| c.map(Arc::new)).collect());
     let build = builder(&desc.name).ok_or_else(|| "op not supported by the interpreter".to_string())?;
     compile_kernel(build, &desc)
 }
@@ -250,11 +252,11 @@ impl Program {
             .ok_or_else(|| IrError::Invalid(format!("@{fname} has no body")))?;
         let mut slot_of: HashMap<usize, usize> = HashMap::new();
         let mut values: Vec<ValueInfo> = Vec::new();
-        let mut consts: Vec<Option<Tensor>> = Vec::new();
+        let mut consts: Vec<Option<Arc<Tensor>>> = Vec::new();
         let new_slot = |v: melior::ir::Value,
                         producer: &str,
                         values: &mut Vec<ValueInfo>,
-                        consts: &mut Vec<Option<Tensor>>,
+                        consts: &mut Vec<Option<Arc<Tensor>>>,
                         slot_of: &mut HashMap<usize, usize>| {
             let t = tensor_type(v.r#type());
             values.push(ValueInfo {
@@ -318,7 +320,7 @@ impl Program {
                 let r = op.result(0).map_err(|e| unsupported(e.to_string()))?;
                 let s = new_slot(r.into(), &name, &mut values, &mut consts, &mut slot_of);
                 values[s].constant = true;
-                consts[s] = Some(Tensor::F32(ndarray::ArrayD::zeros(ndarray::IxDyn(&[0]))));
+                consts[s] = Some(Arc::new(Tensor::F32(ndarray::ArrayD::zeros(ndarray::IxDyn(&[0])))));
                 continue;
             }
             if is_constant_op(&op) {
@@ -330,7 +332,7 @@ impl Program {
                 let r = op.result(0).map_err(|e| unsupported(e.to_string()))?;
                 let s = new_slot(r.into(), &name, &mut values, &mut consts, &mut slot_of);
                 values[s].constant = true;
-                consts[s] = Some(t);
+                consts[s] = Some(Arc::new(t));
                 continue;
             }
             if name == "tf.NoOp" && op.result_count() == 0 {
@@ -351,9 +353,9 @@ impl Program {
                 let const_of = |v: melior::ir::Value| {
                     slot_of
                         .get(&(v.to_raw().ptr as usize))
-                        .and_then(|&s| consts[s].as_ref())
+                        .and_then(|&s| consts[s].as_deref())
                 };
-                if let Some(plan) = ort_x86::plan(op, desc.consts.get(1).and_then(Option::as_ref), &const_of) {
+                if let Some(plan) = ort_x86::plan(op, desc.consts.get(1).and_then(Option::as_deref), &const_of) {
                     let (k, sim) = ort_x86::PairSaturation::wrap(kernel, plan, first_key.clone(), name.clone());
                     kernel = k;
                     simulated.push(sim);
@@ -365,7 +367,7 @@ impl Program {
                 .collect();
             // fold ops whose operands are all known now, once, instead of once per sample
             if !in_slots.is_empty() && in_slots.iter().all(|&s| consts[s].is_some()) {
-                let args: Vec<&Tensor> = in_slots.iter().filter_map(|&s| consts[s].as_ref()).collect();
+                let args: Vec<&Tensor> = in_slots.iter().filter_map(|&s| consts[s].as_deref()).collect();
                 let res = kernel.run(&args).map_err(|message| InterpError::Kernel {
                     op: name.clone(),
                     loc: loc.clone(),
@@ -374,7 +376,7 @@ impl Program {
                 })?;
                 for (s, t) in out_slots.iter().zip(res) {
                     values[*s].constant = true;
-                    consts[*s] = Some(t);
+                    consts[*s] = Some(Arc::new(t));
                 }
                 continue;
             }
@@ -442,7 +444,7 @@ impl Program {
                 continue;
             };
             let per_channel =
-                |slot: usize, of: usize| fusion::per_channel(consts[slot].as_ref(), &values[of].dims, axis);
+                |slot: usize, of: usize| fusion::per_channel(consts[slot].as_deref(), &values[of].dims, axis);
             let (mut cur, mut at) = (head.outputs[0], i + 1);
             let mut f = Fusion {
                 tail: vec![],
@@ -479,7 +481,8 @@ impl Program {
                 take(&mut f, &mut cur, &mut at);
             }
             if sole_user(cur, at) {
-                let bounds: Vec<Option<&Tensor>> = steps[at].inputs[1..].iter().map(|&s| consts[s].as_ref()).collect();
+                let bounds: Vec<Option<&Tensor>> =
+                    steps[at].inputs[1..].iter().map(|&s| consts[s].as_deref()).collect();
                 if let Some(act) = fusion::activation(&steps[at].op, &bounds) {
                     f.act = Some(act);
                     take(&mut f, &mut cur, &mut at);
@@ -616,11 +619,11 @@ impl Program {
                 let args: Vec<&Tensor> = st
                     .inputs
                     .iter()
-                    .map(|&s| self.consts[s].as_ref().or(env[s].as_ref()))
+                    .map(|&s| self.consts[s].as_deref().or(env[s].as_ref()))
                     .collect::<Option<Vec<_>>>()
                     .ok_or_else(|| self.kernel_error(st, "an operand was not computed".into()))?;
                 let vec_of = |slot: Option<usize>| {
-                    slot.and_then(|s| self.consts[s].as_ref())
+                    slot.and_then(|s| self.consts[s].as_deref())
                         .and_then(Tensor::as_f32)
                         .and_then(|a| a.as_slice())
                 };
@@ -690,7 +693,7 @@ impl Program {
                     let skip = owned.is_some() as usize;
                     let args: Vec<&Tensor> = st.inputs[skip..]
                         .iter()
-                        .map(|&s| self.consts[s].as_ref().or(env[s].as_ref()))
+                        .map(|&s| self.consts[s].as_deref().or(env[s].as_ref()))
                         .collect::<Option<Vec<_>>>()
                         .ok_or_else(|| self.kernel_error(st, "an operand was not computed".into()))?;
                     match owned {
@@ -729,7 +732,8 @@ impl Program {
             .iter()
             .map(|&s| {
                 self.consts[s]
-                    .clone()
+                    .as_deref()
+                    .cloned()
                     .or_else(|| env[s].take())
                     .ok_or_else(|| InterpError::Kernel {
                         op: "func.return".into(),
@@ -760,7 +764,7 @@ impl Program {
         self.values
             .iter()
             .zip(&self.consts)
-            .filter_map(|(v, c)| c.as_ref().map(|t| (v.key.as_str(), t)))
+            .filter_map(|(v, c)| c.as_deref().map(|t| (v.key.as_str(), t)))
     }
 
     /// Number of ops run per sample (after folding).

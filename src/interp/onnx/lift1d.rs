@@ -67,7 +67,7 @@ fn lifted(d: &OpDesc) -> KernelResult<OpDesc> {
         .consts
         .iter()
         .map(|c| match c {
-            Some(t) if t.shape().len() == 3 => unsqueeze(t, &[2]).map(Some),
+            Some(t) if t.shape().len() == 3 => unsqueeze(t, &[2]).map(|t| Some(std::sync::Arc::new(t))),
             other => Ok(other.clone()),
         })
         .collect::<KernelResult<_>>()?;

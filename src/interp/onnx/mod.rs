@@ -597,8 +597,8 @@ fn clip(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     let (has_min, has_max) = (present(d, 1), present(d, 2));
     let relu6 = !has_min && !has_max && amin == Some(0.0) && amax == Some(6.0)
         || [1, 2].iter().all(|&i| d.consts.get(i).cloned().flatten().is_some())
-            && d.consts[1].as_ref().and_then(|t| scalar_f32(t).ok()) == Some(0.0)
-            && d.consts[2].as_ref().and_then(|t| scalar_f32(t).ok()) == Some(6.0);
+            && d.consts[1].as_deref().and_then(|t| scalar_f32(t).ok()) == Some(0.0)
+            && d.consts[2].as_deref().and_then(|t| scalar_f32(t).ok()) == Some(6.0);
     if relu6 {
         return un(UnOp::Relu6);
     }

@@ -41,8 +41,8 @@ pub(super) fn conv(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     if group < 1 {
         return Err(format!("group = {group}"));
     }
-    let filter = match d.consts.get(1) {
-        Some(Some(Tensor::F32(w))) => Some(oihw_to_hwio(w)?),
+    let filter = match d.consts.get(1).and_then(Option::as_deref) {
+        Some(Tensor::F32(w)) => Some(oihw_to_hwio(w)?),
         _ => None,
     };
     Ok(Box::new(OnnxConv {
