@@ -10,7 +10,12 @@ GELU written with Erf, 3072 → 768, residual, LayerNormalization. 12 layers hol
 parameters (340 MB), written as ONNX external data. Samples are seeded N(0, 1) hidden states.
 
     .venv/bin/python benches/bert_encoder.py --quantir target/release/quantir [--layers 2,6,12]
-        [--calib 16] [--test 4] [--work DIR]
+        [--calib 16] [--test 4] [--work DIR] [--pre-ln] [--outliers N] [--variant NAME=FLAGS]
+
+`--pre-ln --outliers 6` makes the encoder pre-LN (each sublayer reads a norm of the residual
+stream, as GPT and ViT do) with 6 hidden channels of every norm's gain 30× the others — the
+activation outliers of trained transformers that SmoothQuant (`--equalize-layers`) moves into
+the weights; `--variant "sq=--equalize-layers"` runs quantir with it too.
 
 Each tool runs as its own process under GNU time (`/usr/bin/time -f "%e %M"`): quantir
 `quantize MODEL --data CALIB --no-cache --json -o Q.onnx` (its stage times from `--json`),
@@ -31,8 +36,14 @@ from onnx import TensorProto, helper, numpy_helper
 HIDDEN, HEADS, FFN, SEQ = 768, 12, 3072, 128
 
 
-def encoder(layers, seed=19):
+def encoder(layers, seed=19, pre_ln=False, outliers=0):
+    """`layers` encoder layers. `pre_ln`: each sublayer reads a LayerNormalization of the
+    residual stream and adds its output to it (GPT, ViT, most models since), a final norm at
+    the end; otherwise BERT's post-LN. `outliers`: that many hidden channels of every norm's
+    gain are 30× the others, as trained transformers' norms have (the activation outliers
+    SmoothQuant is about)."""
     rng = np.random.default_rng(seed)
+    hot = rng.choice(HIDDEN, size=outliers, replace=False)
     inits, nodes = [], []
 
     def const(name, value, dtype=np.float32):
@@ -49,7 +60,9 @@ def encoder(layers, seed=19):
         return node("Add", [node("MatMul", [x, w], name + ".mm"), b], name)
 
     def norm(x, name):
-        g = const(name + ".gamma", 1.0 + 0.1 * rng.standard_normal(HIDDEN, dtype=np.float32))
+        gamma = 1.0 + 0.1 * rng.standard_normal(HIDDEN, dtype=np.float32)
+        gamma[hot] *= 30.0
+        g = const(name + ".gamma", gamma)
         b = const(name + ".beta", 0.05 * rng.standard_normal(HIDDEN, dtype=np.float32))
         return node("LayerNormalization", [x, g, b], name, axis=-1, epsilon=1e-12)
 
@@ -60,17 +73,24 @@ def encoder(layers, seed=19):
     h = "hidden_states"
     for i in range(layers):
         p = f"layer{i}"
-        split = lambda name, perm: node("Transpose", [node("Reshape", [linear(h, f"{p}.{name}", HIDDEN, HIDDEN), heads], f"{p}.{name}.heads")], f"{p}.{name}.t", perm=perm)
+        x = norm(h, f"{p}.norm1") if pre_ln else h
+        split = lambda name, perm: node("Transpose", [node("Reshape", [linear(x, f"{p}.{name}", HIDDEN, HIDDEN), heads], f"{p}.{name}.heads")], f"{p}.{name}.t", perm=perm)
         q, k, v = split("query", [0, 2, 1, 3]), split("key", [0, 2, 3, 1]), split("value", [0, 2, 1, 3])
         scores = node("Mul", [node("MatMul", [q, k], f"{p}.scores"), scale], f"{p}.scores.scaled")
         probs = node("Softmax", [scores], f"{p}.probs", axis=-1)
         ctx = node("Transpose", [node("MatMul", [probs, v], f"{p}.context")], f"{p}.context.t", perm=[0, 2, 1, 3])
         ctx = node("Reshape", [ctx, merged], f"{p}.context.merged")
-        h = norm(node("Add", [h, linear(ctx, f"{p}.attention.output", HIDDEN, HIDDEN)], f"{p}.residual1"), f"{p}.norm1")
-        f = linear(h, f"{p}.intermediate", HIDDEN, FFN)
+        h = node("Add", [h, linear(ctx, f"{p}.attention.output", HIDDEN, HIDDEN)], f"{p}.residual1")
+        if not pre_ln:
+            h = norm(h, f"{p}.norm1")
+        f = linear(norm(h, f"{p}.norm2") if pre_ln else h, f"{p}.intermediate", HIDDEN, FFN)
         erf = node("Erf", [node("Div", [f, root2], f"{p}.gelu.div")], f"{p}.gelu.erf")
         f = node("Mul", [node("Mul", [f, node("Add", [erf, one], f"{p}.gelu.add")], f"{p}.gelu.mul"), half], f"{p}.gelu")
-        h = norm(node("Add", [h, linear(f, f"{p}.output", FFN, HIDDEN)], f"{p}.residual2"), f"{p}.norm2")
+        h = node("Add", [h, linear(f, f"{p}.output", FFN, HIDDEN)], f"{p}.residual2")
+        if not pre_ln:
+            h = norm(h, f"{p}.norm2")
+    if pre_ln:
+        h = norm(h, "final_norm")
     graph = helper.make_graph(
         nodes,
         "bert_encoder",
@@ -130,6 +150,9 @@ def main():
     ap.add_argument("--calib", type=int, default=16)
     ap.add_argument("--test", type=int, default=4)
     ap.add_argument("--work")
+    ap.add_argument("--pre-ln", action="store_true", help="pre-LN layers (GPT, ViT) instead of BERT's post-LN")
+    ap.add_argument("--outliers", type=int, default=0, help="hidden channels whose norm gains are 30x the others")
+    ap.add_argument("--variant", action="append", default=[], help="NAME=FLAGS: quantir again with these flags")
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(dir=a.work) as work:
@@ -142,7 +165,7 @@ def main():
             for sub in ("float", "quantir", "ort"):
                 os.makedirs(os.path.join(d, sub))
             src = os.path.join(d, "float", "bert.onnx")
-            onnx.save(encoder(layers), src, save_as_external_data=True, location="bert.onnx.data")
+            onnx.save(encoder(layers, pre_ln=a.pre_ln, outliers=a.outliers), src, save_as_external_data=True, location="bert.onnx.data")
             weights_mb = os.path.getsize(src + ".data") / 1e6
             row = {"layers": layers, "weights_mb": round(weights_mb, 1)}
             q = os.path.join(d, "quantir", "q.onnx")
@@ -152,6 +175,14 @@ def main():
                                   "stages": json.loads(out).get("stages"), "sqnr_db": round(sqnr_of(src, q, test), 2)}
             except Exception as e:
                 row["quantir"] = {"error": str(e)[:300]}
+            for v in a.variant:
+                name, flags = v.split("=", 1)
+                qv = os.path.join(d, "quantir", name + ".onnx")
+                try:
+                    wall, rss, out = timed([a.quantir, "quantize", src, "--data", calib, "--no-cache", "--json", *flags.split(), "-o", qv])
+                    row[name] = {"wall_s": wall, "rss_mb": round(rss), "sqnr_db": round(sqnr_of(src, qv, test), 2)}
+                except Exception as e:
+                    row[name] = {"error": str(e)[:300]}
             o = os.path.join(d, "ort", "q.onnx")
             try:
                 wall, rss, _ = timed([sys.executable, "-c", ORT_CHILD, src, calib, o])
@@ -171,6 +202,10 @@ def main():
         print(f"| {r['layers']} | {r['weights_mb']} | {qa['wall_s']} | {qa['rss_mb']} | {oa['wall_s']} | {oa['rss_mb']} | "
               f"{qa['wall_s'] / oa['wall_s']:.2f} | {qa['rss_mb'] / oa['rss_mb']:.2f} | {qa['rss_mb'] / r['weights_mb']:.2f} | "
               f"{qa['out_mb']} / {oa['out_mb']} | {qa['sqnr_db']} / {oa['sqnr_db']} |")
+    for v in a.variant:
+        name = v.split("=", 1)[0]
+        print(f"\nquantir `{v.split('=', 1)[1]}` ({name}): " + "; ".join(
+            f"{r['layers']} layers {r[name].get('sqnr_db', r[name].get('error'))} dB, {r[name].get('wall_s')} s, {r[name].get('rss_mb')} MB" for r in rows))
 
 
 if __name__ == "__main__":

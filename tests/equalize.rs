@@ -386,7 +386,7 @@ fn quantize_with_equalization_needs_stats_of_the_equalized_model() {
     let said = common::stderr(&d);
     assert!(
         said.contains("cross-layer equalization: ")
-            && said.contains("layer pairs rescaled, each scale chosen on the activations"),
+            && said.contains(" layer pairs and 0 norms (SmoothQuant) rescaled, each scale chosen on the activations"),
         "{said}"
     );
     // and the other way round
@@ -399,4 +399,128 @@ fn quantize_with_equalization_needs_stats_of_the_equalized_model() {
         common::stderr(&eq)
     );
     assert!(!dir.path().join("e.onnx").exists());
+}
+
+/// `x: 2x4x8` → LayerNormalization (gain `g`, bias `b`, channel 5 of the gain 40× the others)
+/// → `readers` MatMuls 8→6 (summed), and, with `residual`, the norm's output added to the sum
+/// too (post-LN: the residual stream reads it).
+fn onnx_norm_matmuls(readers: usize, residual: bool) -> String {
+    let mut g = weights(&[8], 11, 0, &[0.5]).mapv(|v| v + 1.0);
+    g[5] *= 40.0;
+    let b = weights(&[8], 12, 0, &[0.1]);
+    let mut body = String::new();
+    let mut sum = String::new();
+    for r in 0..readers {
+        let w = weights(&[8, 6], 20 + r as u64, 0, &[0.3]);
+        body += &format!(
+            "    %w{r} = \"arith.constant\"() {{value = {}}} : () -> tensor<8x6xf32>\n    %m{r} = \"onnx.MatMul\"(%h, %w{r}) : (tensor<2x4x8xf32>, tensor<8x6xf32>) -> tensor<2x4x6xf32> loc(\"mm{r}\")\n",
+            dense(&w)
+        );
+        sum = match r {
+            0 => format!("%m{r}"),
+            _ => {
+                body += &format!("    %s{r} = \"onnx.Add\"({sum}, %m{r}) : (tensor<2x4x6xf32>, tensor<2x4x6xf32>) -> tensor<2x4x6xf32>\n");
+                format!("%s{r}")
+            }
+        };
+    }
+    let (ret, ty) = match residual {
+        false => (sum, "tensor<2x4x6xf32>"),
+        true => {
+            // the residual reads the first 6 channels of the norm's output
+            body += "    %st = \"arith.constant\"() {value = dense<[0, 0, 0]> : tensor<3xi64>} : () -> tensor<3xi64>\n    %en = \"arith.constant\"() {value = dense<[2, 4, 6]> : tensor<3xi64>} : () -> tensor<3xi64>\n    %hs = \"onnx.Slice\"(%h, %st, %en) : (tensor<2x4x8xf32>, tensor<3xi64>, tensor<3xi64>) -> tensor<2x4x6xf32>\n";
+            body += &format!(
+                "    %res = \"onnx.Add\"({sum}, %hs) : (tensor<2x4x6xf32>, tensor<2x4x6xf32>) -> tensor<2x4x6xf32>\n"
+            );
+            ("%res".to_string(), "tensor<2x4x6xf32>")
+        }
+    };
+    format!(
+        r#"module {{
+  func.func @main(%x: tensor<2x4x8xf32>) -> {ty} {{
+    %g = "arith.constant"() {{value = {g}}} : () -> tensor<8xf32>
+    %b = "arith.constant"() {{value = {b}}} : () -> tensor<8xf32>
+    %h = "onnx.LayerNormalization"(%x, %g, %b) {{axis = -1 : i64, epsilon = 1.0E-5 : f32}} : (tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32> loc("ln")
+{body}    return {ret} : {ty}
+  }}
+}}"#,
+        g = dense(&g.into_dyn()),
+        b = dense(&b),
+    )
+}
+
+/// What calibration measures at the norm's output: channel 5 spans ±40, the others ±1.5.
+fn norm_moments() -> quantir::calibration::ChannelMoments {
+    let hi: Vec<f32> = (0..8).map(|i| if i == 5 { 40.0 } else { 1.5 }).collect();
+    quantir::calibration::ChannelMoments {
+        min: hi.iter().map(|v| -v).collect(),
+        max: hi.clone(),
+        mean_square: hi.iter().map(|v| v * v / 9.0).collect(),
+    }
+}
+
+fn smooth(m: &melior::ir::Module) -> (usize, usize) {
+    let mut options = PassOptions::default();
+    options.config.equalize_ranges.insert("ln".into(), norm_moments());
+    let r = run_pipeline(m, &["equalize-layers".to_string()], &options).unwrap();
+    (
+        r[0].1.get(&Change::LayerPairsEqualized),
+        r[0].1.get(&Change::NormsSmoothed),
+    )
+}
+
+/// The norm's gain, from the module.
+fn norm_gain(m: &melior::ir::Module) -> ArrayD<f32> {
+    let func = quantir::ir::graph::find_function(m, None).unwrap();
+    let ln = quantir::ir::graph::body_ops(func)
+        .into_iter()
+        .find(|op| quantir::ir::graph::op_name(op) == "onnx.LayerNormalization")
+        .unwrap();
+    match constant_value(quantir::ir::graph::defining_op(ln.operand(1).unwrap()).unwrap()).unwrap() {
+        Tensor::F32(a) => a,
+        _ => panic!(),
+    }
+}
+
+#[test]
+fn a_layer_norm_read_by_matmuls_alone_is_smoothed_and_computes_the_same() {
+    // SmoothQuant: the outlier channel's range moves from the norm's output into the rows of
+    // the three matmuls' weights, and the function is unchanged
+    let ctx = quantir::ir::new_context();
+    let m = quantir::ir::load_bytes(&ctx, onnx_norm_matmuls(3, false).as_bytes(), Path::new("ln.mlir")).unwrap();
+    let x = weights(&[2, 4, 8], 9, 0, &[1.0]);
+    let before = run_on(&m, &x);
+    let g0 = norm_gain(&m);
+    assert_eq!(smooth(&m), (0, 1));
+    assert_close(&before, &run_on(&m, &x));
+    let s: Vec<f32> = g0.iter().zip(norm_gain(&m).iter()).map(|(a, b)| a / b).collect();
+    // the measured range over s: the outlier channel no longer sets the per-tensor range alone
+    let spread = |r: &[f32]| r.iter().fold(0.0f32, |m, &v| m.max(v)) / r.iter().fold(f32::MAX, |m, &v| m.min(v));
+    let a: Vec<f32> = norm_moments().max;
+    let after: Vec<f32> = a.iter().zip(&s).map(|(v, k)| v / k).collect();
+    assert!(
+        spread(&after) < spread(&a) / 4.0,
+        "channel spread {} → {}",
+        spread(&a),
+        spread(&after)
+    );
+    assert_has_keys(&m, &["ln~equalized", "mm0", "mm1", "mm2"]);
+    // prepare runs again on a prepared module: nothing changes
+    let hash = quantir::ir::identity::model_hash(&m);
+    assert_eq!(smooth(&m), (0, 0));
+    assert_eq!(quantir::ir::identity::model_hash(&m), hash);
+}
+
+#[test]
+fn a_norm_the_residual_stream_also_reads_is_left_alone() {
+    // post-LN (BERT): a scale of the norm's channels would reach the residual sum too
+    let ctx = quantir::ir::new_context();
+    let m = quantir::ir::load_bytes(&ctx, onnx_norm_matmuls(2, true).as_bytes(), Path::new("ln.mlir")).unwrap();
+    let g0 = norm_gain(&m);
+    assert_eq!(smooth(&m), (0, 0));
+    assert_eq!(norm_gain(&m), g0);
+    // and without measured channels (data-free) a norm is never touched
+    let m = quantir::ir::load_bytes(&ctx, onnx_norm_matmuls(3, false).as_bytes(), Path::new("ln.mlir")).unwrap();
+    assert_eq!(equalize(&m), 0);
+    assert_eq!(norm_gain(&m), g0);
 }

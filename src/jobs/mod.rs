@@ -292,7 +292,8 @@ fn equalized_line(module: &Module, config: &QuantConfig) -> String {
         ),
         crate::recipe::EqualizeBy::Weights => "by weight ranges (data-free)".to_string(),
     };
-    format!("cross-layer equalization: {n} layer pairs rescaled, {by}")
+    let norms = crate::passes::equalize_norms::smoothed_norms(module);
+    format!("cross-layer equalization: {n} layer pairs and {norms} norms (SmoothQuant) rescaled, {by}")
 }
 
 /// The statistics of a weight-only quantization: none, for the prepared module.

@@ -59,18 +59,18 @@ const DEAD: f32 = 1e-12;
 /// Scales are bounded so that no weight leaves f32's comfortable range.
 const MAX_SCALE: f32 = 1e6;
 /// The least relative drop of the estimated noise for which a measured pair is rescaled.
-const GAIN: f64 = 1e-3;
+pub(super) const GAIN: f64 = 1e-3;
 
 /// Suffix of the keys of the values whose channels the pass rescales.
 pub const EQUALIZED_SUFFIX: &str = "~equalized";
 
 /// A weight the pass may rescale: its constant, its channel axes and the op's own bias.
-struct Layer<'c, 'a> {
-    op: OperationRef<'c, 'a>,
-    rule: &'static ChannelRule,
-    weight: ArrayD<f32>,
-    out_axis: usize,
-    in_axis: usize,
+pub(super) struct Layer<'c, 'a> {
+    pub(super) op: OperationRef<'c, 'a>,
+    pub(super) rule: &'static ChannelRule,
+    pub(super) weight: ArrayD<f32>,
+    pub(super) out_axis: usize,
+    pub(super) in_axis: usize,
     /// The op's own bias operand's values, if it has one.
     bias: Option<ArrayD<f32>>,
     changed: bool,
@@ -99,7 +99,9 @@ struct Pair<'c, 'a> {
 pub fn run(module: &Module, options: &PassOptions) -> Result<PassReport, PassError> {
     let mut report = PassReport::default();
     for func in functions(module) {
-        report.add(Change::LayerPairsEqualized, equalize_function(func, &options.config)?);
+        let (pairs, norms) = equalize_function(func, &options.config)?;
+        report.add(Change::LayerPairsEqualized, pairs);
+        report.add(Change::NormsSmoothed, norms);
     }
     Ok(report)
 }
@@ -115,7 +117,7 @@ pub fn equalized_pairs(module: &Module) -> usize {
 }
 
 /// True when the pass renamed `op`'s result.
-fn has_equalized_key(op: &OperationRef) -> bool {
+pub(super) fn has_equalized_key(op: &OperationRef) -> bool {
     crate::ir::keys::location_name(op.location()).is_some_and(|n| n.ends_with(EQUALIZED_SUFFIX))
 }
 
@@ -137,20 +139,22 @@ pub fn range_points(module: &Module) -> Vec<(String, usize)> {
                 out.push((k.to_string(), axis));
             }
         }
+        out.extend(super::equalize_norms::norm_points(func));
     }
     out
 }
 
-/// Equalizes the pairs of one function; returns how many.
-fn equalize_function(func: OperationRef, config: &QuantConfig) -> Result<usize, PassError> {
+/// Equalizes the pairs of one function, then smooths its norms (`equalize_norms`); returns how
+/// many of each.
+fn equalize_function(func: OperationRef, config: &QuantConfig) -> Result<(usize, usize), PassError> {
     let ranges = &config.equalize_ranges;
     // equalized before (prepare runs again on a prepared module): the scales have settled
     if body_ops(func).iter().any(has_equalized_key) {
-        return Ok(0);
+        return Ok((0, 0));
     }
     let (mut layers, mut pairs) = find_pairs(func);
     if pairs.is_empty() {
-        return Ok(0);
+        return Ok((0, super::equalize_norms::smooth_norms(func, config)?));
     }
     // measured channel ranges of each pair's value in between, where calibration has them
     let keys = TensorKeys::new(func);
@@ -186,7 +190,9 @@ fn equalize_function(func: OperationRef, config: &QuantConfig) -> Result<usize, 
         }
     }
     write_back(func, &mut layers, &pairs)?;
-    Ok(pairs.iter().filter(|p| p.applied).count())
+    drop(layers);
+    let norms = super::equalize_norms::smooth_norms(func, config)?;
+    Ok((pairs.iter().filter(|p| p.applied).count(), norms))
 }
 
 /// The layers of `func` and the pairs they form.
@@ -210,7 +216,7 @@ fn find_pairs<'c, 'a>(func: OperationRef<'c, 'a>) -> (Vec<Layer<'c, 'a>>, Vec<Pa
 
 /// `op` as a layer: a compute op of the channel tables whose weight is an f32 constant used by
 /// it alone, with axes the weight's shape allows.
-fn layer<'c, 'a>(op: OperationRef<'c, 'a>) -> Option<Layer<'c, 'a>> {
+pub(super) fn layer<'c, 'a>(op: OperationRef<'c, 'a>) -> Option<Layer<'c, 'a>> {
     let rule = channel_rule(&op_name(&op))?;
     let w = op.operand(rule.weight).ok()?;
     let wdef = defining_op(w).filter(is_constant_op)?;
@@ -320,7 +326,7 @@ fn pair_from<'c, 'a>(
 }
 
 /// The axis a layer's channels run along in a rank-`rank` activation.
-fn channel_axis(rule: &ChannelRule, rank: usize) -> Option<usize> {
+pub(super) fn channel_axis(rule: &ChannelRule, rank: usize) -> Option<usize> {
     match rule.result_axis {
         a if a < 0 => rank.checked_sub(a.unsigned_abs() as usize),
         a => Some(a as usize).filter(|&a| a < rank),
@@ -329,7 +335,7 @@ fn channel_axis(rule: &ChannelRule, rank: usize) -> Option<usize> {
 
 /// True when a constant of `shape` holds `c` values along `axis` of a rank-`rank` result
 /// (right-aligned broadcasting): `[c]` for the last axis, `[c, 1, 1]` or `[1, c, 1, 1]` for NCHW.
-fn on_channel_axis(shape: &[usize], c: usize, axis: usize, rank: usize) -> bool {
+pub(super) fn on_channel_axis(shape: &[usize], c: usize, axis: usize, rank: usize) -> bool {
     if shape.iter().product::<usize>() != c || shape.len() > rank {
         return false;
     }
@@ -341,7 +347,7 @@ fn on_channel_axis(shape: &[usize], c: usize, axis: usize, rank: usize) -> bool 
 }
 
 /// Largest magnitude of each slice of `w` along `axis`.
-fn channel_ranges(w: &ArrayD<f32>, axis: usize) -> Vec<f32> {
+pub(super) fn channel_ranges(w: &ArrayD<f32>, axis: usize) -> Vec<f32> {
     w.axis_iter(Axis(axis))
         .map(|s| s.iter().fold(0.0f32, |m, v| m.max(v.abs())))
         .collect()
@@ -364,7 +370,7 @@ fn equalize_pair(layers: &mut [Layer], p: &mut Pair) -> f32 {
 /// end at `sqrt(x_i · r_i)`, the paper's equalization when `x` is the first layer's weight
 /// ranges), bounded; a dead channel (either side ≈ 0) takes the geometric mean of the others,
 /// so that it neither sets the range in between nor loses its weights.
-fn balanced(x: &[f32], r: &[f32], alpha: f32) -> Vec<f32> {
+pub(super) fn balanced(x: &[f32], r: &[f32], alpha: f32) -> Vec<f32> {
     let top = |v: &[f32]| v.iter().fold(0.0f32, |m, &a| m.max(a));
     let (tx, tr) = (top(x), top(r));
     let raw: Vec<Option<f64>> = (0..x.len())
@@ -384,7 +390,7 @@ fn balanced(x: &[f32], r: &[f32], alpha: f32) -> Vec<f32> {
 }
 
 /// (activation levels, weight levels) the noise estimate divides ranges by.
-fn quantization_levels(config: &QuantConfig) -> (f32, f32) {
+pub(super) fn quantization_levels(config: &QuantConfig) -> (f32, f32) {
     let act = match config.activations {
         Some(crate::params::StorageType::Int16) => 65535.0,
         _ => 255.0,
@@ -419,22 +425,11 @@ fn choose_scale(layers: &[Layer], p: &Pair, (act_levels, w_levels): (f32, f32), 
     let m = p.activation.as_ref().expect("a measured pair");
     let c = m.max.len();
     let second = &layers[p.second];
-    let (w2, oa, ia) = (&second.weight, second.out_axis, second.in_axis);
-    let outs = w2.shape()[oa];
-    // per (output, input) channel: Σ w², max |w| and the number of taps
-    let (mut sq, mut mx, mut taps) = (vec![0f64; outs * c], vec![0f32; outs * c], vec![0f64; outs * c]);
-    for (idx, &v) in w2.indexed_iter() {
-        let (o, i) = (idx[oa], idx[ia]);
-        let k = o * c + i;
-        sq[k] += v as f64 * v as f64;
-        mx[k] = mx[k].max(v.abs());
-        taps[k] += 1.0;
-    }
+    let (w2, ia) = (&second.weight, second.in_axis);
+    let reader = ReaderNoise::of(w2, second.out_axis, ia, c);
     let noise = |s: &[f32]| -> f64 {
         let span = |i: usize| (m.max[i].max(0.0) - m.min[i].min(0.0)) as f64 / s[i] as f64;
-        let hi = (0..c).map(|i| m.max[i] / s[i]).fold(0.0f32, f32::max);
-        let lo = (0..c).map(|i| m.min[i] / s[i]).fold(0.0f32, f32::min);
-        let whole = (hi - lo) as f64;
+        let whole = per_tensor_span(m, s);
         let spans: Vec<f64> = (0..c).map(span).collect();
         // as the plan will decide it on the ranges of the rescaled model
         let per_channel = p.activation_per_channel && step_gain_db(whole, &spans) >= PER_CHANNEL_MIN_GAIN_DB;
@@ -442,20 +437,7 @@ fn choose_scale(layers: &[Layer], p: &Pair, (act_levels, w_levels): (f32, f32), 
             true => spans.iter().map(|v| v / act_levels as f64).collect(),
             false => vec![whole / act_levels as f64; c],
         };
-        let dw_of = |o: usize| (0..c).map(|i| mx[o * c + i] * s[i]).fold(0.0f32, f32::max) as f64 / w_levels as f64;
-        let dw_all = (0..outs).map(dw_of).fold(0.0f64, f64::max);
-        let mut act = 0.0f64;
-        let mut wn = 0.0f64;
-        for o in 0..outs {
-            let row = &sq[o * c..(o + 1) * c];
-            act += (0..c).map(|i| row[i] * (s[i] as f64 * dx[i]).powi(2)).sum::<f64>();
-            let dw = if per_channel_weights { dw_of(o) } else { dw_all };
-            let x2: f64 = (0..c)
-                .map(|i| taps[o * c + i] * m.mean_square[i] as f64 / (s[i] as f64).powi(2))
-                .sum();
-            wn += dw * dw * x2;
-        }
-        (act + wn) / 12.0
+        reader.noise(s, &dx, &m.mean_square, w_levels, per_channel_weights)
     };
     let a: Vec<f32> = (0..c).map(|i| m.max[i].abs().max(m.min[i].abs())).collect();
     let r2 = channel_ranges(w2, ia);
@@ -475,6 +457,67 @@ fn choose_scale(layers: &[Layer], p: &Pair, (act_levels, w_levels): (f32, f32), 
         }
     }
     best
+}
+
+/// The span of a per-tensor range over a value whose channels are divided by `s`.
+pub(super) fn per_tensor_span(m: &ChannelMoments, s: &[f32]) -> f64 {
+    let hi = (0..s.len()).map(|i| m.max[i] / s[i]).fold(0.0f32, f32::max);
+    let lo = (0..s.len()).map(|i| m.min[i] / s[i]).fold(0.0f32, f32::min);
+    (hi - lo) as f64
+}
+
+/// One layer's weights seen from its `c` input channels, for the rounding noise at its output
+/// when those channels are multiplied by `s` ([`choose_scale`]'s estimate): per (output,
+/// input) channel Σ w², max |w| and the number of taps.
+pub(super) struct ReaderNoise {
+    sq: Vec<f64>,
+    mx: Vec<f32>,
+    taps: Vec<f64>,
+    outs: usize,
+    c: usize,
+}
+
+impl ReaderNoise {
+    pub(super) fn of(w: &ArrayD<f32>, out_axis: usize, in_axis: usize, c: usize) -> ReaderNoise {
+        let outs = w.shape()[out_axis];
+        let (mut sq, mut mx, mut taps) = (vec![0f64; outs * c], vec![0f32; outs * c], vec![0f64; outs * c]);
+        for (idx, &v) in w.indexed_iter() {
+            let k = idx[out_axis] * c + idx[in_axis];
+            sq[k] += v as f64 * v as f64;
+            mx[k] = mx[k].max(v.abs());
+            taps[k] += 1.0;
+        }
+        ReaderNoise { sq, mx, taps, outs, c }
+    }
+
+    /// The estimated noise at the output for input channels scaled by `s` and rounded with
+    /// step `dx[i]`, weights rounded per output channel (or per tensor) on `w_levels` levels,
+    /// inputs of mean square `mean_square` before scaling.
+    pub(super) fn noise(
+        &self,
+        s: &[f32],
+        dx: &[f64],
+        mean_square: &[f32],
+        w_levels: f32,
+        per_channel_weights: bool,
+    ) -> f64 {
+        let c = self.c;
+        let dw_of =
+            |o: usize| (0..c).map(|i| self.mx[o * c + i] * s[i]).fold(0.0f32, f32::max) as f64 / w_levels as f64;
+        let dw_all = (0..self.outs).map(dw_of).fold(0.0f64, f64::max);
+        let mut act = 0.0f64;
+        let mut wn = 0.0f64;
+        for o in 0..self.outs {
+            let row = &self.sq[o * c..(o + 1) * c];
+            act += (0..c).map(|i| row[i] * (s[i] as f64 * dx[i]).powi(2)).sum::<f64>();
+            let dw = if per_channel_weights { dw_of(o) } else { dw_all };
+            let x2: f64 = (0..c)
+                .map(|i| self.taps[o * c + i] * mean_square[i] as f64 / (s[i] as f64).powi(2))
+                .sum();
+            wn += dw * dw * x2;
+        }
+        (act + wn) / 12.0
+    }
 }
 
 /// Divides the first layer's output channels (weights, its bias, the biases in between) by
@@ -498,7 +541,7 @@ fn apply(layers: &mut [Layer], p: &mut Pair, s: &[f32]) {
 }
 
 /// Divides (or multiplies) slice `i` of `w` along `axis` by `s[i]`.
-fn scale_along(w: &mut ArrayD<f32>, axis: usize, s: &[f32], divide: bool) {
+pub(super) fn scale_along(w: &mut ArrayD<f32>, axis: usize, s: &[f32], divide: bool) {
     for (mut sub, &k) in w.axis_iter_mut(Axis(axis)).zip(s) {
         if divide {
             sub.mapv_inplace(|v| v / k);
@@ -542,7 +585,7 @@ fn write_back(func: OperationRef, layers: &mut [Layer], pairs: &[Pair]) -> Resul
 
 /// Replaces operand `i` of `op` (a constant used by it alone) by a new constant `t` of the
 /// same dialect and location.
-fn replace_constant(op: OperationRef, i: usize, t: &Tensor) -> Result<(), PassError> {
+pub(super) fn replace_constant(op: OperationRef, i: usize, t: &Tensor) -> Result<(), PassError> {
     let old =
         defining_op(op.operand(i).map_err(err)?).ok_or_else(|| PassError::new("bias or weight has no constant"))?;
     let tf = op_name(&old).starts_with("tf.");

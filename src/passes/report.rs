@@ -25,6 +25,8 @@ pub enum Change {
     OnnxScaleShiftFolded,
     /// equalize-layers: pairs of layers whose channels were equalized.
     LayerPairsEqualized,
+    /// Normalization gains whose channels SmoothQuant moved into the matmuls reading them.
+    NormsSmoothed,
     /// tf-to-onnx: TF ops rewritten.
     TfOpsLowered,
     /// tf-to-onnx: ONNX ops written, by op name.
@@ -70,6 +72,7 @@ impl std::fmt::Display for Change {
             Change::DeadChannels => f.write_str("dead weight channels given their layer's scale"),
             Change::OnnxScaleShiftFolded => f.write_str("per-channel scale/shift folded into ONNX weights and biases"),
             Change::LayerPairsEqualized => f.write_str("layer pairs equalized"),
+            Change::NormsSmoothed => f.write_str("norms smoothed (SmoothQuant)"),
             Change::TfOpsLowered => f.write_str("tf ops lowered"),
             Change::Written(op) => write!(f, "{op} written"),
             Change::WeightsQuantized => f.write_str("weights quantized"),
