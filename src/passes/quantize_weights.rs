@@ -469,6 +469,7 @@ fn widen_for_u8s8(
 ) {
     use crate::dialects::ort_u8s8::{activation_axis, columns, reduction, runs_int8};
     use crate::params::saturation::{bounded_scale, first_saturating_pair, safe_scale, RawRange};
+    use rayon::prelude::*;
     let name = op_name(&op);
     let Some(red) = reduction(&name) else { return };
     // a Conv or Gemm whose output gets no Q/DQ runs in float: nothing to saturate
@@ -524,17 +525,29 @@ fn widen_for_u8s8(
                 .map(|i| ranges.as_ref().and_then(|r| r.get(i).copied()).unwrap_or(whole)),
         );
     };
-    let mut rs = Vec::new();
-    let mut scales = p.scale.clone();
-    for c in &cols {
-        if let Some(s) = scales.get_mut(slot(c)) {
-            col_ranges(c, &mut rs);
-            let wide = safe_scale(&c.weights, &rs, *s);
-            if wide > *s {
-                *s = up(wide);
-            }
+    // the columns of each scale, in order: scales are widened one column after another, and
+    // different scales in parallel (the same result on any number of threads)
+    let mut of_slot: Vec<Vec<usize>> = vec![Vec::new(); p.scale.len()];
+    for (k, c) in cols.iter().enumerate() {
+        if let Some(v) = of_slot.get_mut(slot(c)) {
+            v.push(k);
         }
     }
+    let scales: Vec<f64> = of_slot
+        .par_iter()
+        .zip(p.scale.par_iter())
+        .map(|(ks, &s0)| {
+            let (mut s, mut rs) = (s0, Vec::new());
+            for &k in ks {
+                col_ranges(&cols[k], &mut rs);
+                let wide = safe_scale(&cols[k].weights, &rs, s);
+                if wide > s {
+                    s = up(wide);
+                }
+            }
+            s
+        })
+        .collect();
     // checked with the quantizer itself; a column that still saturates (its f32 division
     // rounded a tie the other way) takes the bound that holds for any rounding. The quantized
     // weight's columns come in the same order as the float one's.
@@ -542,18 +555,25 @@ fn widen_for_u8s8(
         scale: scales.clone(),
         ..p.clone()
     };
+    let mut scales = scales;
     if let Ok(Tensor::I8(q)) = quantize(&wt.view(), &trial, Rounding::HalfEven) {
         let qcols = columns(red, &q, &attrs).unwrap_or_default();
-        let mut qi = Vec::new();
-        for (c, qc) in cols.iter().zip(&qcols) {
-            qi.clear();
-            qi.extend(qc.weights.iter().map(|&v| v as i64));
-            col_ranges(c, &mut rs);
-            if first_saturating_pair(&qi, &rs).is_some() {
-                let s = &mut scales[slot(c)];
-                *s = up(bounded_scale(&c.weights, &rs, *s));
-            }
-        }
+        scales = of_slot
+            .par_iter()
+            .zip(scales.par_iter())
+            .map(|(ks, &s0)| {
+                let (mut s, mut rs, mut qi) = (s0, Vec::new(), Vec::new());
+                for &k in ks.iter().filter(|&&k| k < qcols.len()) {
+                    qi.clear();
+                    qi.extend(qcols[k].weights.iter().map(|&v| v as i64));
+                    col_ranges(&cols[k], &mut rs);
+                    if first_saturating_pair(&qi, &rs).is_some() {
+                        s = up(bounded_scale(&cols[k].weights, &rs, s));
+                    }
+                }
+                s
+            })
+            .collect();
     }
     let widened = scales.iter().zip(&p.scale).filter(|(a, b)| a != b).count();
     if widened == 0 {
