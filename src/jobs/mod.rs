@@ -292,7 +292,7 @@ fn equalized_line(module: &Module, config: &QuantConfig) -> String {
         ),
         crate::recipe::EqualizeBy::Weights => "by weight ranges (data-free)".to_string(),
     };
-    let norms = crate::passes::equalize_norms::smoothed_norms(module);
+    let norms = crate::passes::equalize_layers::smoothed_norms(module);
     format!("cross-layer equalization: {n} layer pairs and {norms} norms (SmoothQuant) rescaled, {by}")
 }
 

@@ -10,7 +10,6 @@
 
 pub mod duplicate_shape_constants;
 pub mod equalize_layers;
-pub mod equalize_norms;
 pub mod fold_batchnorm;
 pub mod fold_constants;
 pub mod insert_qdq;

@@ -1,5 +1,5 @@
 //! SmoothQuant (Xiao et al., "SmoothQuant: Accurate and Efficient Post-Training Quantization
-//! for Large Language Models", ICML 2023) at normalization layers, run by `equalize-layers`:
+//! for Large Language Models", ICML 2023) at normalization layers, part of `equalize-layers`:
 //! where a per-channel gain feeds only matmuls — a LayerNormalization's scale and bias, or a
 //! Mul by a per-channel constant (as decomposed layer norms and RMSNorm end) — channel `i` of
 //! the value the matmuls read is divided by `s_i` in the gain (and in the biases after it) and
@@ -14,14 +14,14 @@
 //! %h = "onnx.LayerNormalization"(%x, %g', %b') {axis = -1 : i64} loc("ln~equalized")
 //! ```
 //!
-//! `s` is chosen on calibration data as for the layer pairs (`equalize_layers::choose_scale`):
+//! `s` is chosen on calibration data as for the layer pairs (`mod.rs`'s `choose_scale`):
 //! of no scaling and SmoothQuant's `s_i = max|x_i|^α / max|w_i|^(1−α)` for α from ¼ to ⅞
 //! (`max|w_i|` over all the matmuls' rows `i`), the scale with the least estimated rounding
 //! noise summed over the matmuls' outputs. There is no data-free form: without measured
 //! channels a norm is left as it is. Post-LN models (BERT) also add the norm's output to the
 //! residual stream; no scale can move there, and such norms are left as they are too.
 
-use super::equalize_layers::{
+use super::channels::{
     balanced, channel_axis, channel_ranges, has_equalized_key, layer, on_channel_axis, per_tensor_span,
     quantization_levels, replace_constant, scale_along, Layer, ReaderNoise, EQUALIZED_SUFFIX, GAIN,
 };

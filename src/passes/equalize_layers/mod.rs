@@ -33,48 +33,36 @@
 //! use, and whose channel counts agree are touched; a grouped convolution other than depthwise
 //! ends a pair. ReLU6 and other clipping activations do not commute with a scale and end it too.
 
+mod channels;
+mod norms;
+
+pub use channels::EQUALIZED_SUFFIX;
+pub use norms::smoothed_norms;
+
 use super::{PassOptions, PassReport};
 use crate::calibration::ChannelMoments;
-use crate::dialects::{channel_rule, is_channel_bias, is_positive_homogeneous, ChannelRule};
+use crate::dialects::{channel_rule, is_channel_bias, is_positive_homogeneous};
 use crate::ir::attrs::op_attrs;
-use crate::ir::graph::{body_ops, context_of, defining_op, erase_op, functions, op_name, set_operand, uses};
+use crate::ir::graph::{body_ops, context_of, defining_op, functions, op_name, uses};
 use crate::ir::keys::TensorKeys;
-use crate::ir::ops::{constant_value, insert_constant, is_constant_op};
-use crate::passes::report::{err, Change, PassError};
+use crate::ir::ops::{constant_value, is_constant_op};
+use crate::passes::report::{Change, PassError};
 use crate::recipe::plan::{step_gain_db, PER_CHANNEL_MIN_GAIN_DB};
 use crate::recipe::QuantConfig;
 use crate::tensor::Tensor;
+use channels::{
+    balanced, channel_axis, channel_ranges, has_equalized_key, layer, on_channel_axis, per_tensor_span,
+    quantization_levels, replace_constant, scale_along, Layer, ReaderNoise, GAIN,
+};
 use melior::ir::operation::{OperationLike, OperationMutLike};
 use melior::ir::{Location, Module, OperationRef, Value, ValueLike};
-use ndarray::{ArrayD, Axis};
+use ndarray::ArrayD;
 use std::collections::HashMap;
 
 /// Rounds of equalizing every pair in turn; the paper's scales settle in a few.
 const MAX_ROUNDS: usize = 32;
 /// A round that moves no scale by more than this relative step ends the iteration.
 const SETTLED: f32 = 1e-4;
-/// A channel whose range is below this share of its layer's largest is dead (all weights ≈ 0,
-/// as trained filters that were switched off): scaling it would only blow up noise.
-const DEAD: f32 = 1e-12;
-/// Scales are bounded so that no weight leaves f32's comfortable range.
-const MAX_SCALE: f32 = 1e6;
-/// The least relative drop of the estimated noise for which a measured pair is rescaled.
-pub(super) const GAIN: f64 = 1e-3;
-
-/// Suffix of the keys of the values whose channels the pass rescales.
-pub const EQUALIZED_SUFFIX: &str = "~equalized";
-
-/// A weight the pass may rescale: its constant, its channel axes and the op's own bias.
-pub(super) struct Layer<'c, 'a> {
-    pub(super) op: OperationRef<'c, 'a>,
-    pub(super) rule: &'static ChannelRule,
-    pub(super) weight: ArrayD<f32>,
-    pub(super) out_axis: usize,
-    pub(super) in_axis: usize,
-    /// The op's own bias operand's values, if it has one.
-    bias: Option<ArrayD<f32>>,
-    changed: bool,
-}
 
 /// Two layers joined through scale-commuting ops, and the per-channel constants in between
 /// (biases) that scale with the first layer's outputs.
@@ -116,11 +104,6 @@ pub fn equalized_pairs(module: &Module) -> usize {
         .count()
 }
 
-/// True when the pass renamed `op`'s result.
-pub(super) fn has_equalized_key(op: &OperationRef) -> bool {
-    crate::ir::keys::location_name(op.location()).is_some_and(|n| n.ends_with(EQUALIZED_SUFFIX))
-}
-
 /// The values the pass would balance against the next layer's weights — the second layer's
 /// input of each pair — by key, with the axis their channels run along: what calibration
 /// measures per channel first ([`crate::recipe::QuantConfig::equalize_ranges`]).
@@ -139,12 +122,12 @@ pub fn range_points(module: &Module) -> Vec<(String, usize)> {
                 out.push((k.to_string(), axis));
             }
         }
-        out.extend(super::equalize_norms::norm_points(func));
+        out.extend(norms::norm_points(func));
     }
     out
 }
 
-/// Equalizes the pairs of one function, then smooths its norms (`equalize_norms`); returns how
+/// Equalizes the pairs of one function, then smooths its norms (`norms.rs`); returns how
 /// many of each.
 fn equalize_function(func: OperationRef, config: &QuantConfig) -> Result<(usize, usize), PassError> {
     let ranges = &config.equalize_ranges;
@@ -154,7 +137,7 @@ fn equalize_function(func: OperationRef, config: &QuantConfig) -> Result<(usize,
     }
     let (mut layers, mut pairs) = find_pairs(func);
     if pairs.is_empty() {
-        return Ok((0, super::equalize_norms::smooth_norms(func, config)?));
+        return Ok((0, norms::smooth_norms(func, config)?));
     }
     // measured channel ranges of each pair's value in between, where calibration has them
     let keys = TensorKeys::new(func);
@@ -191,7 +174,7 @@ fn equalize_function(func: OperationRef, config: &QuantConfig) -> Result<(usize,
     }
     write_back(func, &mut layers, &pairs)?;
     drop(layers);
-    let norms = super::equalize_norms::smooth_norms(func, config)?;
+    let norms = norms::smooth_norms(func, config)?;
     Ok((pairs.iter().filter(|p| p.applied).count(), norms))
 }
 
@@ -212,56 +195,6 @@ fn find_pairs<'c, 'a>(func: OperationRef<'c, 'a>) -> (Vec<Layer<'c, 'a>>, Vec<Pa
         }
     }
     (layers, pairs)
-}
-
-/// `op` as a layer: a compute op of the channel tables whose weight is an f32 constant used by
-/// it alone, with axes the weight's shape allows.
-pub(super) fn layer<'c, 'a>(op: OperationRef<'c, 'a>) -> Option<Layer<'c, 'a>> {
-    let rule = channel_rule(&op_name(&op))?;
-    let w = op.operand(rule.weight).ok()?;
-    let wdef = defining_op(w).filter(is_constant_op)?;
-    if uses(w).len() != 1 {
-        return None;
-    }
-    let Tensor::F32(weight) = constant_value(wdef)? else {
-        return None;
-    };
-    let attrs = op_attrs(&op);
-    let out_axis = rule.out_axis.axis(weight.shape(), &attrs)?;
-    let mut in_axis = rule.in_axis.axis(weight.shape(), &attrs)?;
-    if let Some(g) = rule.group_attr {
-        let groups = attrs.get(g).and_then(|v| v.as_int()).unwrap_or(1);
-        if groups != 1 {
-            // depthwise only: one input channel per group, one output channel per group
-            if weight.shape()[in_axis] != 1 || groups as usize != weight.shape()[out_axis] {
-                return None;
-            }
-            in_axis = out_axis;
-        }
-    }
-    if rule.weight_rank.is_some_and(|r| r != weight.ndim()) {
-        return None;
-    }
-    let bias = match rule.bias_operand.and_then(|i| op.operand(i).ok()) {
-        None => None,
-        Some(b) => match defining_op(b) {
-            Some(d) if op_name(&d) == crate::dialects::onnx::NO_VALUE => None,
-            Some(d) if is_constant_op(&d) && uses(b).len() == 1 => match constant_value(d) {
-                Some(Tensor::F32(a)) if a.len() == weight.shape()[out_axis] => Some(a),
-                _ => return None,
-            },
-            _ => return None,
-        },
-    };
-    Some(Layer {
-        op,
-        rule,
-        weight,
-        out_axis,
-        in_axis,
-        bias,
-        changed: false,
-    })
 }
 
 /// The pair that starts at layer `i`: its result's single-use chain through biases and
@@ -325,34 +258,6 @@ fn pair_from<'c, 'a>(
     }
 }
 
-/// The axis a layer's channels run along in a rank-`rank` activation.
-pub(super) fn channel_axis(rule: &ChannelRule, rank: usize) -> Option<usize> {
-    match rule.result_axis {
-        a if a < 0 => rank.checked_sub(a.unsigned_abs() as usize),
-        a => Some(a as usize).filter(|&a| a < rank),
-    }
-}
-
-/// True when a constant of `shape` holds `c` values along `axis` of a rank-`rank` result
-/// (right-aligned broadcasting): `[c]` for the last axis, `[c, 1, 1]` or `[1, c, 1, 1]` for NCHW.
-pub(super) fn on_channel_axis(shape: &[usize], c: usize, axis: usize, rank: usize) -> bool {
-    if shape.iter().product::<usize>() != c || shape.len() > rank {
-        return false;
-    }
-    let at = rank - shape.len();
-    shape
-        .iter()
-        .enumerate()
-        .all(|(k, &n)| if at + k == axis { n == c } else { n == 1 })
-}
-
-/// Largest magnitude of each slice of `w` along `axis`.
-pub(super) fn channel_ranges(w: &ArrayD<f32>, axis: usize) -> Vec<f32> {
-    w.axis_iter(Axis(axis))
-        .map(|s| s.iter().fold(0.0f32, |m, v| m.max(v.abs())))
-        .collect()
-}
-
 /// One equalization step of `p`: returns the largest relative change of a scale.
 fn equalize_pair(layers: &mut [Layer], p: &mut Pair) -> f32 {
     let r1 = channel_ranges(&layers[p.first].weight, layers[p.first].out_axis);
@@ -364,42 +269,6 @@ fn equalize_pair(layers: &mut [Layer], p: &mut Pair) -> f32 {
     }
     apply(layers, p, &s);
     step
-}
-
-/// Scales `s_i = x_i^α / r_i^(1−α)` (SmoothQuant's migration strength α; at ½ both sides
-/// end at `sqrt(x_i · r_i)`, the paper's equalization when `x` is the first layer's weight
-/// ranges), bounded; a dead channel (either side ≈ 0) takes the geometric mean of the others,
-/// so that it neither sets the range in between nor loses its weights.
-pub(super) fn balanced(x: &[f32], r: &[f32], alpha: f32) -> Vec<f32> {
-    let top = |v: &[f32]| v.iter().fold(0.0f32, |m, &a| m.max(a));
-    let (tx, tr) = (top(x), top(r));
-    let raw: Vec<Option<f64>> = (0..x.len())
-        .map(|i| {
-            let live = x[i] > DEAD * tx && r[i] > DEAD * tr;
-            live.then(|| (x[i] as f64).powf(alpha as f64) / (r[i] as f64).powf(1.0 - alpha as f64))
-        })
-        .collect();
-    let logs: Vec<f64> = raw.iter().flatten().map(|v| v.ln()).collect();
-    let mean = match logs.is_empty() {
-        true => 0.0,
-        false => logs.iter().sum::<f64>() / logs.len() as f64,
-    };
-    raw.iter()
-        .map(|v| (v.unwrap_or(mean.exp()) as f32).clamp(1.0 / MAX_SCALE, MAX_SCALE))
-        .collect()
-}
-
-/// (activation levels, weight levels) the noise estimate divides ranges by.
-pub(super) fn quantization_levels(config: &QuantConfig) -> (f32, f32) {
-    let act = match config.activations {
-        Some(crate::params::StorageType::Int16) => 65535.0,
-        _ => 255.0,
-    };
-    let w = match config.weights {
-        crate::recipe::WeightMode::Int4 => 7.0,
-        _ => 127.0,
-    };
-    (act, w)
 }
 
 /// Of no scaling, SmoothQuant's balance at α = ¼, ½, ¾ against the measured activation and
@@ -459,67 +328,6 @@ fn choose_scale(layers: &[Layer], p: &Pair, (act_levels, w_levels): (f32, f32), 
     best
 }
 
-/// The span of a per-tensor range over a value whose channels are divided by `s`.
-pub(super) fn per_tensor_span(m: &ChannelMoments, s: &[f32]) -> f64 {
-    let hi = (0..s.len()).map(|i| m.max[i] / s[i]).fold(0.0f32, f32::max);
-    let lo = (0..s.len()).map(|i| m.min[i] / s[i]).fold(0.0f32, f32::min);
-    (hi - lo) as f64
-}
-
-/// One layer's weights seen from its `c` input channels, for the rounding noise at its output
-/// when those channels are multiplied by `s` ([`choose_scale`]'s estimate): per (output,
-/// input) channel Σ w², max |w| and the number of taps.
-pub(super) struct ReaderNoise {
-    sq: Vec<f64>,
-    mx: Vec<f32>,
-    taps: Vec<f64>,
-    outs: usize,
-    c: usize,
-}
-
-impl ReaderNoise {
-    pub(super) fn of(w: &ArrayD<f32>, out_axis: usize, in_axis: usize, c: usize) -> ReaderNoise {
-        let outs = w.shape()[out_axis];
-        let (mut sq, mut mx, mut taps) = (vec![0f64; outs * c], vec![0f32; outs * c], vec![0f64; outs * c]);
-        for (idx, &v) in w.indexed_iter() {
-            let k = idx[out_axis] * c + idx[in_axis];
-            sq[k] += v as f64 * v as f64;
-            mx[k] = mx[k].max(v.abs());
-            taps[k] += 1.0;
-        }
-        ReaderNoise { sq, mx, taps, outs, c }
-    }
-
-    /// The estimated noise at the output for input channels scaled by `s` and rounded with
-    /// step `dx[i]`, weights rounded per output channel (or per tensor) on `w_levels` levels,
-    /// inputs of mean square `mean_square` before scaling.
-    pub(super) fn noise(
-        &self,
-        s: &[f32],
-        dx: &[f64],
-        mean_square: &[f32],
-        w_levels: f32,
-        per_channel_weights: bool,
-    ) -> f64 {
-        let c = self.c;
-        let dw_of =
-            |o: usize| (0..c).map(|i| self.mx[o * c + i] * s[i]).fold(0.0f32, f32::max) as f64 / w_levels as f64;
-        let dw_all = (0..self.outs).map(dw_of).fold(0.0f64, f64::max);
-        let mut act = 0.0f64;
-        let mut wn = 0.0f64;
-        for o in 0..self.outs {
-            let row = &self.sq[o * c..(o + 1) * c];
-            act += (0..c).map(|i| row[i] * (s[i] as f64 * dx[i]).powi(2)).sum::<f64>();
-            let dw = if per_channel_weights { dw_of(o) } else { dw_all };
-            let x2: f64 = (0..c)
-                .map(|i| self.taps[o * c + i] * mean_square[i] as f64 / (s[i] as f64).powi(2))
-                .sum();
-            wn += dw * dw * x2;
-        }
-        (act + wn) / 12.0
-    }
-}
-
 /// Divides the first layer's output channels (weights, its bias, the biases in between) by
 /// `s` and multiplies the second layer's input channels by it.
 fn apply(layers: &mut [Layer], p: &mut Pair, s: &[f32]) {
@@ -538,17 +346,6 @@ fn apply(layers: &mut [Layer], p: &mut Pair, s: &[f32]) {
     let second = &mut layers[p.second];
     scale_along(&mut second.weight, second.in_axis, s, false);
     second.changed = true;
-}
-
-/// Divides (or multiplies) slice `i` of `w` along `axis` by `s[i]`.
-pub(super) fn scale_along(w: &mut ArrayD<f32>, axis: usize, s: &[f32], divide: bool) {
-    for (mut sub, &k) in w.axis_iter_mut(Axis(axis)).zip(s) {
-        if divide {
-            sub.mapv_inplace(|v| v / k);
-        } else {
-            sub.mapv_inplace(|v| v * k);
-        }
-    }
 }
 
 /// Writes every changed weight and bias back as new constants and renames the keys of the
@@ -579,20 +376,6 @@ fn write_back(func: OperationRef, layers: &mut [Layer], pairs: &[Pair]) -> Resul
             let loc = Location::name(context_of(op), &format!("{key}{EQUALIZED_SUFFIX}"), op.location());
             crate::ir::graph::op_mut(*op).set_location(loc);
         }
-    }
-    Ok(())
-}
-
-/// Replaces operand `i` of `op` (a constant used by it alone) by a new constant `t` of the
-/// same dialect and location.
-pub(super) fn replace_constant(op: OperationRef, i: usize, t: &Tensor) -> Result<(), PassError> {
-    let old =
-        defining_op(op.operand(i).map_err(err)?).ok_or_else(|| PassError::new("bias or weight has no constant"))?;
-    let tf = op_name(&old).starts_with("tf.");
-    let nc = insert_constant(op, t, tf, old.location())?;
-    set_operand(op, i, nc.result(0).map_err(err)?.into());
-    if old.results().all(|r| uses(r.into()).is_empty()) {
-        erase_op(old)?;
     }
     Ok(())
 }
