@@ -37,17 +37,24 @@ unsafe extern "C" fn find_resource(op: MlirOperation, data: *mut std::ffi::c_voi
     mlir_sys::MlirWalkResult_MlirWalkResultAdvance
 }
 
-/// True when an op of `module` holds a `dense_resource` constant.
-fn has_resources(module: &Module) -> bool {
-    let mut found = false;
+type Visit = unsafe extern "C" fn(MlirOperation, *mut std::ffi::c_void) -> MlirWalkResult;
+
+/// Calls `visit` with `state` on every op of `module`, in pre-order.
+fn walk<T>(module: &Module, visit: Visit, state: &mut T) {
     unsafe {
         mlir_sys::mlirOperationWalk(
             module.as_operation().to_raw(),
-            Some(find_resource),
-            &mut found as *mut bool as *mut _,
+            Some(visit),
+            state as *mut T as *mut _,
             mlir_sys::MlirWalkOrder_MlirWalkPreOrder,
         );
     }
+}
+
+/// True when an op of `module` holds a `dense_resource` constant.
+fn has_resources(module: &Module) -> bool {
+    let mut found = false;
+    walk(module, find_resource, &mut found);
     found
 }
 
@@ -173,14 +180,7 @@ pub fn model_hash(module: &Module) -> String {
     print_structure(module, &mut |chunk| {
         h.bytes(chunk);
     });
-    unsafe {
-        mlir_sys::mlirOperationWalk(
-            module.as_operation().to_raw(),
-            Some(hash_attributes),
-            &mut h as *mut Fnv as *mut _,
-            mlir_sys::MlirWalkOrder_MlirWalkPreOrder,
-        );
-    }
+    walk(module, hash_attributes, &mut h);
     h.hex()
 }
 
