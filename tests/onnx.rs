@@ -518,4 +518,8 @@ fn weights_kept_in_their_external_file_give_the_same_results_as_inline_ones() {
     assert!(accepted, "{err}");
     assert!(std::fs::read_to_string(&text).unwrap().contains("dense_resource<"));
     assert_eq!(run(&inline, "inline2.npz"), run(&text, "mlir.npz"));
+    // written back as ONNX, the blobs' bytes are the initializers' data
+    let written = dir.path().join("written.onnx");
+    ok(quantir(&["opt", &arg(&ext), "-o", &arg(&written)]));
+    assert_eq!(run(&inline, "inline3.npz"), run(&written, "written.npz"));
 }
