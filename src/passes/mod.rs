@@ -117,7 +117,9 @@ pub const PASSES: &[PassInfo] = &[
                       is divided by s_i and the next layer's input channel i multiplied by it: sqrt(r1/r2), so that \
                       both weight ranges meet, or, where calibration measured the activation in between, the scale \
                       of least estimated rounding noise; the function is unchanged, the values in between get \
-                      '~equalized' keys. Run by prepare when the recipe asks (--equalize-layers)",
+                      '~equalized' keys. Where calibration measured a norm's output read only by matmuls (a \
+                      LayerNormalization or per-channel Mul gain), SmoothQuant moves its channels' scale into the \
+                      matmuls' weight rows the same way. Run by prepare when the recipe asks (--equalize-layers)",
         scope: Scope::EveryFunction,
         needs: Needs::Nothing,
         run: equalize_layers::run,

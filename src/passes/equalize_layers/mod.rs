@@ -32,6 +32,9 @@
 //! pairs whose weights are constants used by that op alone, whose values in between have one
 //! use, and whose channel counts agree are touched; a grouped convolution other than depthwise
 //! ends a pair. ReLU6 and other clipping activations do not commute with a scale and end it too.
+//!
+//! After the pairs, `norms.rs` applies SmoothQuant at normalization layers read only by
+//! matmuls; `channels.rs` holds what both read and write of a layer's channels.
 
 mod channels;
 mod norms;
