@@ -104,22 +104,11 @@ pub fn quant_type<'c>(ctx: &'c Context, p: &QuantParams) -> Result<Type<'c>, IrE
     }
 }
 
-/// The type of `p` from the C API, when the parser would accept its spelling: positive finite
+/// The type of `p` from the C API, when [`QuantParams::validate`] accepts it (positive finite
 /// scales, zero points within a storage range that lies within the storage type's, one zero
-/// point per scale, an axis for more than one scale.
+/// point per scale, an axis for more than one scale), which the parser would too.
 fn built_type<'c>(ctx: &'c Context, p: &QuantParams) -> Option<Type<'c>> {
-    let (lo, hi) = p.dtype.full_range();
-    let valid = lo <= p.qmin
-        && p.qmin < p.qmax
-        && p.qmax <= hi
-        && !p.scale.is_empty()
-        && p.scale.len() == p.zero_point.len()
-        && (p.axis.is_some() || p.scale.len() == 1)
-        && p.scale.iter().all(|s| s.is_finite() && *s > 0.0)
-        && p.zero_point.iter().all(|z| (p.qmin..=p.qmax).contains(z));
-    if !valid {
-        return None;
-    }
+    p.validate().ok()?;
     unsafe {
         let storage = mlir_sys::mlirIntegerTypeGet(ctx.to_raw(), p.dtype.bits());
         let expressed = mlir_sys::mlirF32TypeGet(ctx.to_raw());
