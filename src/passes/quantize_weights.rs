@@ -533,21 +533,28 @@ fn widen_for_u8s8(
             v.push(k);
         }
     }
-    let scales: Vec<f64> = of_slot
-        .par_iter()
-        .zip(p.scale.par_iter())
-        .map(|(ks, &s0)| {
-            let (mut s, mut rs) = (s0, Vec::new());
-            for &k in ks {
-                col_ranges(&cols[k], &mut rs);
-                let wide = safe_scale(&cols[k].weights, &rs, s);
-                if wide > s {
-                    s = up(wide);
-                }
-            }
+    // each scale folded over its columns by `step(column, scale, its ranges)`
+    let per_scale = |scales: &[f64], step: &(dyn Fn(usize, f64, &[RawRange]) -> f64 + Sync)| -> Vec<f64> {
+        of_slot
+            .par_iter()
+            .zip(scales.par_iter())
+            .map(|(ks, &s0)| {
+                let mut rs = Vec::new();
+                ks.iter().fold(s0, |s, &k| {
+                    col_ranges(&cols[k], &mut rs);
+                    step(k, s, &rs)
+                })
+            })
+            .collect()
+    };
+    let scales = per_scale(&p.scale, &|k, s, rs| {
+        let wide = safe_scale(&cols[k].weights, rs, s);
+        if wide > s {
+            up(wide)
+        } else {
             s
-        })
-        .collect();
+        }
+    });
     // checked with the quantizer itself; a column that still saturates (its f32 division
     // rounded a tie the other way) takes the bound that holds for any rounding. The quantized
     // weight's columns come in the same order as the float one's.
@@ -555,26 +562,20 @@ fn widen_for_u8s8(
         scale: scales.clone(),
         ..p.clone()
     };
-    let mut scales = scales;
-    if let Ok(Tensor::I8(q)) = quantize(&wt.view(), &trial, Rounding::HalfEven) {
-        let qcols = columns(red, &q, &attrs).unwrap_or_default();
-        scales = of_slot
-            .par_iter()
-            .zip(scales.par_iter())
-            .map(|(ks, &s0)| {
-                let (mut s, mut rs, mut qi) = (s0, Vec::new(), Vec::new());
-                for &k in ks.iter().filter(|&&k| k < qcols.len()) {
-                    qi.clear();
-                    qi.extend(qcols[k].weights.iter().map(|&v| v as i64));
-                    col_ranges(&cols[k], &mut rs);
-                    if first_saturating_pair(&qi, &rs).is_some() {
-                        s = up(bounded_scale(&cols[k].weights, &rs, s));
-                    }
+    let scales = match quantize(&wt.view(), &trial, Rounding::HalfEven) {
+        Ok(Tensor::I8(q)) => {
+            let qcols = columns(red, &q, &attrs).unwrap_or_default();
+            per_scale(&scales, &|k, s, rs| {
+                let Some(qc) = qcols.get(k) else { return s };
+                let qi: Vec<i64> = qc.weights.iter().map(|&v| v as i64).collect();
+                match first_saturating_pair(&qi, rs) {
+                    Some(_) => up(bounded_scale(&cols[k].weights, rs, s)),
+                    None => s,
                 }
-                s
             })
-            .collect();
-    }
+        }
+        _ => scales,
+    };
     let widened = scales.iter().zip(&p.scale).filter(|(a, b)| a != b).count();
     if widened == 0 {
         return;
