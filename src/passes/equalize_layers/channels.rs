@@ -6,13 +6,14 @@
 use crate::calibration::ChannelMoments;
 use crate::dialects::{channel_rule, ChannelRule};
 use crate::ir::attrs::op_attrs;
-use crate::ir::graph::{defining_op, erase_op, op_name, set_operand, uses};
+use crate::ir::graph::{context_of, defining_op, erase_op, op_name, set_operand, uses};
+use crate::ir::keys::TensorKeys;
 use crate::ir::ops::{constant_value, insert_constant, is_constant_op};
 use crate::passes::report::{err, PassError};
 use crate::recipe::QuantConfig;
 use crate::tensor::Tensor;
-use melior::ir::operation::OperationLike;
-use melior::ir::OperationRef;
+use melior::ir::operation::{OperationLike, OperationMutLike};
+use melior::ir::{Location, OperationRef};
 use ndarray::{ArrayD, Axis};
 
 /// A channel whose range is below this share of its layer's largest is dead (all weights ≈ 0,
@@ -242,4 +243,19 @@ pub(super) fn replace_constant(op: OperationRef, i: usize, t: &Tensor) -> Result
         erase_op(old)?;
     }
     Ok(())
+}
+
+/// Appends `~equalized` to the keys of the results of `ops`, whose channels were rescaled (a
+/// key that has it already keeps it).
+pub(super) fn mark_equalized(keys: &TensorKeys, ops: &[OperationRef]) {
+    for op in ops {
+        let Some(key) = op.result(0).ok().and_then(|r| keys.get(r.into()).map(str::to_string)) else {
+            continue;
+        };
+        if key.ends_with(EQUALIZED_SUFFIX) {
+            continue;
+        }
+        let loc = Location::name(context_of(op), &format!("{key}{EQUALIZED_SUFFIX}"), op.location());
+        crate::ir::graph::op_mut(*op).set_location(loc);
+    }
 }

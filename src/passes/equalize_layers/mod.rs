@@ -46,7 +46,7 @@ use super::{PassOptions, PassReport};
 use crate::calibration::ChannelMoments;
 use crate::dialects::{channel_rule, is_channel_bias, is_positive_homogeneous};
 use crate::ir::attrs::op_attrs;
-use crate::ir::graph::{body_ops, context_of, defining_op, functions, op_name, uses};
+use crate::ir::graph::{body_ops, defining_op, functions, op_name, uses};
 use crate::ir::keys::TensorKeys;
 use crate::ir::ops::{constant_value, is_constant_op};
 use crate::passes::report::{Change, PassError};
@@ -54,11 +54,11 @@ use crate::recipe::plan::{step_gain_db, PER_CHANNEL_MIN_GAIN_DB};
 use crate::recipe::QuantConfig;
 use crate::tensor::Tensor;
 use channels::{
-    balanced, channel_axis, channel_ranges, has_equalized_key, layer, on_channel_axis, per_tensor_span,
+    balanced, channel_axis, channel_ranges, has_equalized_key, layer, mark_equalized, on_channel_axis, per_tensor_span,
     quantization_levels, replace_constant, scale_along, Layer, ReaderNoise, GAIN,
 };
-use melior::ir::operation::{OperationLike, OperationMutLike};
-use melior::ir::{Location, Module, OperationRef, Value, ValueLike};
+use melior::ir::operation::OperationLike;
+use melior::ir::{Module, OperationRef, Value, ValueLike};
 use ndarray::ArrayD;
 use std::collections::HashMap;
 
@@ -369,16 +369,7 @@ fn write_back(func: OperationRef, layers: &mut [Layer], pairs: &[Pair]) -> Resul
         for (op, k, b) in &p.biases {
             replace_constant(*op, *k, &Tensor::F32(b.clone()))?;
         }
-        for op in &p.between {
-            let Some(key) = op.result(0).ok().and_then(|r| keys.get(r.into()).map(str::to_string)) else {
-                continue;
-            };
-            if key.ends_with(EQUALIZED_SUFFIX) {
-                continue;
-            }
-            let loc = Location::name(context_of(op), &format!("{key}{EQUALIZED_SUFFIX}"), op.location());
-            crate::ir::graph::op_mut(*op).set_location(loc);
-        }
+        mark_equalized(&keys, &p.between);
     }
     Ok(())
 }

@@ -22,20 +22,20 @@
 //! residual stream; no scale can move there, and such norms are left as they are too.
 
 use super::channels::{
-    balanced, channel_axis, channel_ranges, has_equalized_key, layer, on_channel_axis, per_tensor_span,
-    quantization_levels, replace_constant, scale_along, Layer, ReaderNoise, EQUALIZED_SUFFIX, GAIN,
+    balanced, channel_axis, channel_ranges, has_equalized_key, layer, mark_equalized, on_channel_axis, per_tensor_span,
+    quantization_levels, replace_constant, scale_along, Layer, ReaderNoise, GAIN,
 };
 use crate::calibration::ChannelMoments;
 use crate::dialects::is_channel_bias;
 use crate::ir::attrs::op_attrs;
-use crate::ir::graph::{body_ops, context_of, defining_op, op_name, uses};
+use crate::ir::graph::{body_ops, defining_op, op_name, uses};
 use crate::ir::keys::TensorKeys;
 use crate::ir::ops::{constant_value, is_constant_op};
 use crate::passes::report::PassError;
 use crate::recipe::QuantConfig;
 use crate::tensor::Tensor;
-use melior::ir::operation::{OperationLike, OperationMutLike};
-use melior::ir::{Location, OperationRef, Value, ValueLike};
+use melior::ir::operation::OperationLike;
+use melior::ir::{OperationRef, Value, ValueLike};
 use ndarray::ArrayD;
 
 /// Ops whose result is their input times a per-channel gain along the last axis, sorted: the
@@ -201,13 +201,7 @@ pub(super) fn smooth_norms(func: OperationRef, config: &QuantConfig) -> Result<u
             scale_along(&mut l.weight, l.in_axis, &s, false);
             replace_constant(l.op, l.rule.weight, &Tensor::F32(l.weight.clone()))?;
         }
-        for op in &g.between {
-            let Some(key) = op.result(0).ok().and_then(|r| keys.get(r.into()).map(str::to_string)) else {
-                continue;
-            };
-            let loc = Location::name(context_of(op), &format!("{key}{EQUALIZED_SUFFIX}"), op.location());
-            crate::ir::graph::op_mut(*op).set_location(loc);
-        }
+        mark_equalized(&keys, &g.between);
         done += 1;
     }
     Ok(done)
