@@ -112,23 +112,22 @@ unsafe fn dense_bytes(attr: MlirAttribute) -> Option<&'static [u8]> {
     }
 }
 
+/// Hashes what `print` writes through an MLIR string callback.
+fn hash_printed(h: &mut Fnv, print: impl FnOnce(mlir_sys::MlirStringCallback, *mut std::ffi::c_void)) {
+    let mut sink = |chunk: &[u8]| {
+        h.bytes(chunk);
+    };
+    let mut sink: Sink = &mut sink;
+    print(Some(forward), &mut sink as *mut Sink as *mut _);
+}
+
 /// Hashes a `dense_resource` constant's type and bytes (a mapped blob's in place, any other
 /// read element by element); false when it cannot be read, to be printed instead.
 unsafe fn resource_bytes(attr: MlirAttribute, h: &mut Fnv) -> bool {
     let a = unsafe { melior::ir::Attribute::from_raw(attr) };
-    {
-        let mut sink = |chunk: &[u8]| {
-            h.bytes(chunk);
-        };
-        let mut sink: Sink = &mut sink;
-        unsafe {
-            mlir_sys::mlirTypePrint(
-                mlir_sys::mlirAttributeGetType(attr),
-                Some(forward),
-                &mut sink as *mut Sink as *mut _,
-            )
-        };
-    }
+    hash_printed(h, |cb, data| unsafe {
+        mlir_sys::mlirTypePrint(mlir_sys::mlirAttributeGetType(attr), cb, data)
+    });
     if crate::ir::blobs::with_bytes(a, |b| {
         h.words(b);
     })
@@ -159,13 +158,7 @@ unsafe extern "C" fn hash_attributes(op: MlirOperation, data: *mut std::ffi::c_v
                 Some(bytes) => {
                     h.words(bytes);
                 }
-                None => {
-                    let mut sink = |chunk: &[u8]| {
-                        h.bytes(chunk);
-                    };
-                    let mut sink: Sink = &mut sink;
-                    mlir_sys::mlirAttributePrint(attr, Some(forward), &mut sink as *mut Sink as *mut _);
-                }
+                None => hash_printed(h, |cb, data| mlir_sys::mlirAttributePrint(attr, cb, data)),
             }
         }
     }
