@@ -5,8 +5,11 @@ run: int8 quality in onnxruntime and the time each tool takes to quantize (issue
 For each real model of ../shared/models/real (the .onnx files as shipped; the SavedModels
 through quantir's float ONNX lowering, which the other tools need) each tool quantizes from the
 32 calibration samples:
-- quantir: `quantir quantize MODEL --data CALIB --no-cache -o q.onnx` (its defaults);
-- onnxruntime: `quantize_static`, QDQ, QInt8 activations and weights, per-channel, MinMax;
+- quantir: `quantir quantize MODEL --data CALIB --no-cache -o q.onnx` (its defaults), and
+  "quantir entropy" with `--method entropy`;
+- onnxruntime: `quantize_static`, QDQ, QInt8 activations and weights, per-channel, MinMax, and
+  "onnxruntime Entropy" with `calibrate_method=Entropy` (its defaults: 128 histogram bins,
+  128 quantized bins);
 - NNCF (`nncf.quantize`, ONNX backend), default preset and MIXED, on the model with its
   weights' `Constant` nodes moved to initializers (NNCF leaves weights in Constant nodes float:
   ppocr_det 8.9 dB as shipped, 16.8 dB moved; `../shared/models/real/README.md`), and
@@ -19,6 +22,8 @@ in this process, model loading included).
 NNCF is not in the test venv (it pulls in its own stack); give it a venv of its own:
     python3 -m venv .venv-nncf && .venv-nncf/bin/pip install nncf onnx onnxruntime numpy
     .venv-nncf/bin/python benches/compare_nncf.py --quantir target/release/quantir [--only NAME]
+`--tools quantir,onnxruntime,...` runs some of the tools only (names as in the table; the test
+venv has all but NNCF).
 """
 import argparse
 import json
@@ -69,17 +74,18 @@ def constants_to_initializers(src, dst):
     onnx.save(m, dst)
 
 
-def quantir(args, src, calib, out):
+def quantir(args, src, calib, out, extra=()):
     t = time.perf_counter()
-    p = subprocess.run([args.quantir, "quantize", src, "--data", calib, "--no-cache", "-o", out],
+    p = subprocess.run([args.quantir, "quantize", src, "--data", calib, "--no-cache", "-o", out, *extra],
                        capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(p.stderr.strip().splitlines()[-1])
     return time.perf_counter() - t
 
 
-def ort_static(float_path, calib, out):
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+def ort_static(float_path, calib, out, method="MinMax"):
+    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
+                                          quantize_static)
 
     feed = samples(float_path, calib)
 
@@ -92,7 +98,8 @@ def ort_static(float_path, calib, out):
 
     t = time.perf_counter()
     quantize_static(float_path, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    weight_type=QuantType.QInt8, activation_type=QuantType.QInt8)
+                    weight_type=QuantType.QInt8, activation_type=QuantType.QInt8,
+                    calibrate_method=getattr(CalibrationMethod, method))
     return time.perf_counter() - t
 
 
@@ -117,22 +124,32 @@ def main():
     ap.add_argument("--quantir", default=os.path.join(ROOT, "target/release/quantir"))
     ap.add_argument("--models", default=os.path.join(ROOT, "..", "shared", "models", "real"))
     ap.add_argument("--only")
+    ap.add_argument("--tools", help="comma-separated tool names (default: all)")
     a = ap.parse_args()
     tools = [
-        ("quantir", None),
-        ("onnxruntime", ort_static),
-        ("nncf", nncf_quantize(None)),
-        ("nncf MIXED", nncf_quantize("MIXED")),
+        ("quantir", lambda f, c, o, src: quantir(a, src, c, o)),
+        ("quantir entropy", lambda f, c, o, src: quantir(a, src, c, o, ["--method", "entropy"])),
+        ("onnxruntime", lambda f, c, o, src: ort_static(f, c, o)),
+        ("onnxruntime Entropy", lambda f, c, o, src: ort_static(f, c, o, "Entropy")),
+        ("nncf", lambda f, c, o, src: nncf_quantize(None)(f, c, o)),
+        ("nncf MIXED", lambda f, c, o, src: nncf_quantize("MIXED")(f, c, o)),
     ]
+    if a.tools:
+        wanted = a.tools.split(",")
+        unknown = set(wanted) - {t for t, _ in tools}
+        if unknown:
+            ap.error(f"unknown tools {sorted(unknown)}")
+        tools = [t for t in tools if t[0] in wanted]
     rows = []
     with tempfile.TemporaryDirectory() as work:
-        for name, src, calib, data, float_path in models(a, work):
+        for name, src, calib, test, float_path in models(a, work):
+            data = np.load(test)
             ref = outputs(float_path, data, LEVELS["DISABLE"])
             for tool, fn in tools:
                 q = os.path.join(work, f"{name}_{tool.replace(' ', '_')}.onnx")
                 row = {"model": name, "tool": tool}
                 try:
-                    row["seconds"] = round(quantir(a, src, calib, q) if fn is None else fn(float_path, calib, q), 2)
+                    row["seconds"] = round(fn(float_path, calib, q, src), 2)
                     for lname, level in LEVELS.items():
                         got = outputs(q, data, level)
                         row[lname] = {k: round(sqnr(ref[k], got[k]), 2) for k in ref}
