@@ -525,6 +525,76 @@ fn values_handed_channels_last_between_onnx_convs_give_the_same_bits() {
     assert_hand_offs_change_no_bit(&p, &[x]);
 }
 
+/// A zero Pad before a convolution is taken into the conv's own padding (`pad_fusion`): a
+/// conv with pads of its own at stride 2 and a dilated depthwise conv take theirs; a non-zero
+/// pad, a reflect pad, a 1×1 conv and a Pad with two readers run as they are. The results have
+/// the bits of the run that watches every value (where no Pad is taken).
+#[test]
+fn zero_pads_taken_into_the_conv_after_them_change_no_bit() {
+    let w = |n: usize, seed: f32| -> String {
+        let v: Vec<String> = (0..n).map(|i| format!("{:.4}", (i as f32 * 0.37 + seed).sin())).collect();
+        v.join(", ")
+    };
+    let pad = |out: &str, pads: &str, value: &str, mode: &str| {
+        format!(
+            r#"    {out} = "onnx.Pad"(%x, {pads}, {value}, %n) {{mode = "{mode}"}} : (tensor<1x4x9x7xf32>, tensor<8xi64>, {vt}, none) -> TPAD"#,
+            vt = if value == "%n" { "none" } else { "tensor<f32>" }
+        )
+    };
+    let conv = |out: &str, x: &str, k: &str, kt: &str, attrs: &str, yt: &str| {
+        format!(r#"    {out} = "onnx.Conv"({x}, {k}, %n) {{{attrs}}} : (TPAD, {kt}, none) -> {yt}"#)
+    };
+    let (k1, k2, k3) = ("tensor<4x4x3x3xf32>", "tensor<4x1x3x3xf32>", "tensor<4x4x1x1xf32>");
+    let lines = [
+        pad("%1", "%p", "%n", "constant"),
+        conv("%2", "%1", "%k1", k1, "group = 1 : si64, kernel_shape = [3, 3], pads = [1, 0, 0, 1], strides = [2, 2]", "tensor<1x4x6x5xf32>"),
+        pad("%3", "%p", "%n", "constant"),
+        conv("%4", "%3", "%k2", k2, "group = 4 : si64, kernel_shape = [3, 3], dilations = [1, 2], pads = [0, 0, 0, 0]", "tensor<1x4x9x5xf32>"),
+        pad("%5", "%q", "%half", "constant"),
+        conv("%6", "%5", "%k1", k1, "group = 1 : si64, kernel_shape = [3, 3], pads = [1, 1, 1, 1]", "TPAD"),
+        pad("%7", "%q", "%n", "reflect"),
+        conv("%8", "%7", "%k1", k1, "group = 1 : si64, kernel_shape = [3, 3], pads = [1, 1, 1, 1]", "TPAD"),
+        pad("%9", "%q", "%n", "constant"),
+        conv("%10", "%9", "%k3", k3, "group = 1 : si64, kernel_shape = [1, 1]", "TPAD"),
+        pad("%11", "%q", "%n", "constant"),
+        conv("%12", "%11", "%k1", k1, "group = 1 : si64, kernel_shape = [3, 3], pads = [1, 1, 1, 1]", "TPAD"),
+        r#"    %13 = "onnx.Add"(%12, %11) : (TPAD, TPAD) -> TPAD"#.to_string(),
+    ];
+    let src = format!(
+        r#"module {{
+  func.func @main(%x: tensor<1x4x9x7xf32>) -> (tensor<1x4x6x5xf32>, tensor<1x4x9x5xf32>, TPAD, TPAD, TPAD, TPAD) {{
+    %w1 = "arith.constant"() {{value = dense<[{w1}]> : tensor<144xf32>}} : () -> tensor<144xf32>
+    %s1 = "arith.constant"() {{value = dense<[4, 4, 3, 3]> : tensor<4xi64>}} : () -> tensor<4xi64>
+    %k1 = "onnx.Reshape"(%w1, %s1) : (tensor<144xf32>, tensor<4xi64>) -> tensor<4x4x3x3xf32>
+    %w2 = "arith.constant"() {{value = dense<[{w2}]> : tensor<36xf32>}} : () -> tensor<36xf32>
+    %s2 = "arith.constant"() {{value = dense<[4, 1, 3, 3]> : tensor<4xi64>}} : () -> tensor<4xi64>
+    %k2 = "onnx.Reshape"(%w2, %s2) : (tensor<36xf32>, tensor<4xi64>) -> tensor<4x1x3x3xf32>
+    %w3 = "arith.constant"() {{value = dense<[{w3}]> : tensor<16xf32>}} : () -> tensor<16xf32>
+    %s3 = "arith.constant"() {{value = dense<[4, 4, 1, 1]> : tensor<4xi64>}} : () -> tensor<4xi64>
+    %k3 = "onnx.Reshape"(%w3, %s3) : (tensor<16xf32>, tensor<4xi64>) -> tensor<4x4x1x1xf32>
+    %n = "onnx.NoValue"() {{value}} : () -> none
+    %half = "arith.constant"() {{value = dense<0.5> : tensor<f32>}} : () -> tensor<f32>
+    %p = "arith.constant"() {{value = dense<[0, 0, 1, 2, 0, 0, 1, 0]> : tensor<8xi64>}} : () -> tensor<8xi64>
+    %q = "arith.constant"() {{value = dense<[0, 0, 1, 1, 0, 0, 1, 1]> : tensor<8xi64>}} : () -> tensor<8xi64>
+{body}
+    return %2, %4, %6, %8, %10, %13 : tensor<1x4x6x5xf32>, tensor<1x4x9x5xf32>, TPAD, TPAD, TPAD, TPAD
+  }}
+}}"#,
+        w1 = w(144, 0.1),
+        w2 = w(36, 1.3),
+        w3 = w(16, 2.9),
+        body = lines.join("\n"),
+    )
+    .replace("TPAD", "tensor<1x4x11x9xf32>");
+    let p = compile_src(&src).unwrap();
+    assert_eq!(p.pads_taken(), 2);
+    let x = f32t(
+        &[1, 4, 9, 7],
+        (0..252).map(|i| ((i * 7919 % 251) as f32 - 125.0) / 50.0).collect(),
+    );
+    assert_hand_offs_change_no_bit(&p, &[x]);
+}
+
 /// Type inference's shapes-only run (a program compiled for shapes: large weights as zeros,
 /// convolutions and matrix products hand over zeros of their result shape instead of
 /// computing) sees every value with the dtype and shape a full run computes: ONNX and

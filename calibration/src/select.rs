@@ -291,11 +291,17 @@ mod tests {
 
     #[test]
     fn never_negative_data_gets_the_whole_grid_and_zero_counts_as_its_neighbour() {
-        let xs: Vec<f32> = (0..5000).map(|i| if i % 2 == 0 { 0.0 } else { (i % 997) as f32 / 97.0 }).collect();
+        let xs: Vec<f32> = (0..5000)
+            .map(|i| if i % 2 == 0 { 0.0 } else { (i % 997) as f32 / 97.0 })
+            .collect();
         let kl = KlSearch::new(&hist(&xs), 128).unwrap();
         assert_eq!(kl.levels, 256);
         assert_eq!((kl.start, kl.p[0]), (0, kl.p[1]));
-        let signed: Vec<f32> = xs.iter().enumerate().map(|(i, x)| if i % 4 == 1 { -x } else { *x }).collect();
+        let signed: Vec<f32> = xs
+            .iter()
+            .enumerate()
+            .map(|(i, x)| if i % 4 == 1 { -x } else { *x })
+            .collect();
         let kl = KlSearch::new(&hist(&signed), 128).unwrap();
         assert_eq!(kl.levels, 128);
         assert_eq!(kl.p[0], kl.p[1]);

@@ -13,6 +13,7 @@ pub mod kernels;
 pub mod onnx;
 pub mod ort_fusion;
 pub mod ort_x86;
+mod pad_fusion;
 pub mod tf;
 pub mod upstream;
 
@@ -152,6 +153,10 @@ pub struct Program {
     /// also [`kernels::Kernel::takes_channels_last`], and not out of the function: it is
     /// handed over channels last, unless an observer watches it.
     hand_off: Vec<bool>,
+    /// Per step: the conv that pads by itself in place of the zero Pad before it
+    /// (`pad_fusion`), and per Pad step, that conv's step.
+    padded: Vec<Option<pad_fusion::PaddedConv>>,
+    pad_taken_by: Vec<Option<usize>>,
     /// The ops run with a runtime's own integer numerics (`ort_x86`), in program order.
     simulated: Vec<ort_x86::Simulated>,
     /// Compiled for type inference ([`Program::compile_for_shapes`]): its large weights are
@@ -160,6 +165,9 @@ pub struct Program {
     /// shapes instead of computing, and nothing is fused.
     for_shapes: bool,
 }
+
+/// What [`Program::run_observed`] hands each watched value to, with its key.
+type Observe<'a> = &'a mut dyn FnMut(&str, &Tensor) -> Result<(), String>;
 
 /// Which slots to hand to the observer.
 #[derive(Debug, Clone, Default)]
@@ -516,6 +524,7 @@ impl Program {
                         && steps[j].inputs[0] == out)
             })
             .collect();
+        let (padded, pad_taken_by) = pad_fusion::padded_convs(&steps, &consts, &outs);
         let output_names = if output_names.len() == outputs.len() {
             output_names
         } else {
@@ -533,6 +542,8 @@ impl Program {
             consumes_first,
             fusions,
             hand_off,
+            padded,
+            pad_taken_by,
             simulated,
             for_shapes,
         })
@@ -583,28 +594,26 @@ impl Program {
 
     /// Runs one sample; `observe(key, value)` is called for every watched runtime value right
     /// after it is computed (constants do not vary with samples and are not observed).
-    pub fn run_observed(
-        &self,
-        inputs: &[Tensor],
-        watch: &Watch,
-        observe: &mut dyn FnMut(&str, &Tensor) -> Result<(), String>,
-    ) -> Result<Vec<Tensor>, InterpError> {
+    pub fn run_observed(&self, inputs: &[Tensor], watch: &Watch, observe: Observe) -> Result<Vec<Tensor>, InterpError> {
         self.check_inputs(inputs)?;
         let mut env: Vec<Option<Tensor>> = vec![None; self.values.len()];
         for (i, t) in inputs.iter().enumerate() {
-            if watch.slots.contains(&i) {
-                observe(&self.values[i].key, t).map_err(|message| InterpError::Observer {
-                    key: self.values[i].key.clone(),
-                    message,
-                })?;
-            }
+            self.observe_slot(watch, observe, i, t)?;
             env[i] = Some(t.clone());
         }
         let mut absorbed_until = 0usize;
         // slots whose value is held channels last (handed from one conv to the next)
         let mut channels_last = vec![false; self.values.len()];
         for (i, st) in self.steps.iter().enumerate() {
-            let input_last = st.inputs.first().is_some_and(|&s| channels_last[s]);
+            if self.pad_taken_by[i].is_some_and(|j| self.pad_taken(j, watch).is_some()) {
+                continue; // the conv after it pads by itself
+            }
+            let padded = self.pad_taken(i, watch);
+            let (kernel, inputs) = pad_fusion::kernel_and_inputs(padded, st);
+            // what dies at a Pad taken by this conv dies after it
+            let pad_frees = padded.map_or(&[][..], |pc| &self.free_after[pc.pad_step]);
+            let frees = || self.free_after[i].iter().chain(pad_frees);
+            let input_last = inputs.first().is_some_and(|&s| channels_last[s]);
             if i < absorbed_until {
                 // absorbed into a fused step: only its bookkeeping remains
                 for &s in &self.free_after[i] {
@@ -616,8 +625,7 @@ impl Program {
                 .as_ref()
                 .filter(|f| !self.for_shapes && !f.skipped.iter().any(|s| watch.slots.contains(s)))
             {
-                let args: Vec<&Tensor> = st
-                    .inputs
+                let args: Vec<&Tensor> = inputs
                     .iter()
                     .map(|&s| self.consts[s].as_deref().or(env[s].as_ref()))
                     .collect::<Option<Vec<_>>>()
@@ -637,12 +645,12 @@ impl Program {
                     output: self.hand_off[i] && !watch.slots.contains(&f.out),
                 };
                 let (mut res, applied) = if layout != kernels::ChannelsLast::default() {
-                    let r = st.kernel.run_channels_last(&args, Some(&ep), layout);
+                    let r = kernel.run_channels_last(&args, Some(&ep), layout);
                     (r.map_err(|m| self.kernel_error(st, m))?, true)
                 } else {
-                    match st.kernel.run_fused(&args, &ep) {
+                    match kernel.run_fused(&args, &ep) {
                         Some(r) => (r.map_err(|m| self.kernel_error(st, m))?, true),
-                        None => (st.kernel.run(&args).map_err(|m| self.kernel_error(st, m))?, false),
+                        None => (kernel.run(&args).map_err(|m| self.kernel_error(st, m))?, false),
                     }
                 };
                 channels_last[f.out] = layout.output;
@@ -657,14 +665,9 @@ impl Program {
                     ep.apply_on_axis(&mut y, axis).map_err(|m| self.kernel_error(st, m))?;
                 }
                 let t = Tensor::F32(y);
-                if watch.slots.contains(&f.out) {
-                    observe(&self.values[f.out].key, &t).map_err(|message| InterpError::Observer {
-                        key: self.values[f.out].key.clone(),
-                        message,
-                    })?;
-                }
+                self.observe_slot(watch, observe, f.out, &t)?;
                 env[f.out] = Some(t);
-                for &s in &self.free_after[i] {
+                for &s in frees() {
                     env[s] = None;
                 }
                 absorbed_until = f.tail.last().map_or(i + 1, |&t| t + 1);
@@ -684,24 +687,28 @@ impl Program {
                 Some(zeros) => zeros,
                 None => {
                     // operand 0 dies here and is not used twice by this op: hand its buffer over
-                    let owned = match st.inputs.first() {
-                        Some(&s0) if self.consumes_first[i] && layout == kernels::ChannelsLast::default() => {
+                    let owned = match inputs.first() {
+                        Some(&s0)
+                            if self.consumes_first[i]
+                                && padded.is_none()
+                                && layout == kernels::ChannelsLast::default() =>
+                        {
                             env[s0].take()
                         }
                         _ => None,
                     };
                     let skip = owned.is_some() as usize;
-                    let args: Vec<&Tensor> = st.inputs[skip..]
+                    let args: Vec<&Tensor> = inputs[skip..]
                         .iter()
                         .map(|&s| self.consts[s].as_deref().or(env[s].as_ref()))
                         .collect::<Option<Vec<_>>>()
                         .ok_or_else(|| self.kernel_error(st, "an operand was not computed".into()))?;
                     match owned {
-                        Some(first) => st.kernel.run_owned(first, &args),
+                        Some(first) => kernel.run_owned(first, &args),
                         None if layout != kernels::ChannelsLast::default() => {
-                            st.kernel.run_channels_last(&args, None, layout)
+                            kernel.run_channels_last(&args, None, layout)
                         }
-                        None => st.kernel.run(&args),
+                        None => kernel.run(&args),
                     }
                     .map_err(|m| self.kernel_error(st, m))?
                 }
@@ -716,15 +723,10 @@ impl Program {
                 ));
             }
             for (&s, t) in st.outputs.iter().zip(res) {
-                if watch.slots.contains(&s) {
-                    observe(&self.values[s].key, &t).map_err(|message| InterpError::Observer {
-                        key: self.values[s].key.clone(),
-                        message,
-                    })?;
-                }
+                self.observe_slot(watch, observe, s, &t)?;
                 env[s] = Some(t);
             }
-            for &s in &self.free_after[i] {
+            for &s in frees() {
                 env[s] = None;
             }
         }
@@ -743,6 +745,17 @@ impl Program {
                     })
             })
             .collect()
+    }
+
+    /// Hands a watched slot's value to the observer.
+    fn observe_slot(&self, watch: &Watch, observe: Observe, s: usize, t: &Tensor) -> Result<(), InterpError> {
+        match watch.slots.contains(&s) {
+            true => observe(&self.values[s].key, t).map_err(|message| InterpError::Observer {
+                key: self.values[s].key.clone(),
+                message,
+            }),
+            false => Ok(()),
+        }
     }
 
     fn kernel_error(&self, st: &Step, message: String) -> InterpError {
@@ -765,6 +778,12 @@ impl Program {
             .iter()
             .zip(&self.consts)
             .filter_map(|(v, c)| c.as_deref().map(|t| (v.key.as_str(), t)))
+    }
+
+    /// How many zero Pads convolutions take as padding of their own when nothing watches
+    /// their results (`pad_fusion`).
+    pub fn pads_taken(&self) -> usize {
+        self.padded.iter().flatten().count()
     }
 
     /// Number of ops run per sample (after folding).

@@ -107,6 +107,26 @@ impl Kernel for OnnxConv {
     fn result_shapes(&self, x: &[&Tensor]) -> Option<KernelResult<Vec<(DType, Vec<usize>)>>> {
         Some(self.result_shape(x).map(|s| vec![(DType::F32, s)]))
     }
+
+    /// The same conv with the zeros of a Pad before it as padding of its own. The kernels
+    /// skip the taps that fall in their padding where they would add 0·w for each: the same
+    /// sum (an accumulator that starts at +0 is never −0, so adding ±0 leaves it), as long
+    /// as every weight is finite (0·∞ is NaN). A 1×1 filter is left alone: unpadded it runs
+    /// as one product per image, padded through im2col, whose GEMM may sum in another order.
+    fn padded(&self, extra: [(usize, usize); 2]) -> Option<Box<dyn Kernel>> {
+        let (Pads::Explicit(p), Some(f)) = (&self.pads, &self.filter) else {
+            return None;
+        };
+        if f.shape()[..2] == [1, 1] || !f.iter().all(|w| w.is_finite()) {
+            return None;
+        }
+        let sum = |a: (usize, usize), b: (usize, usize)| (a.0 + b.0, a.1 + b.1);
+        Some(Box::new(OnnxConv {
+            pads: Pads::Explicit([sum(p[0], extra[0]), sum(p[1], extra[1])]),
+            filter: Some(f.clone()),
+            ..*self
+        }))
+    }
 }
 
 impl OnnxConv {

@@ -71,6 +71,20 @@ pub trait Kernel: Send + Sync {
         None
     }
 
+    /// The zeros this op adds around the spatial axes (2 and 3) of a 4-D NCHW operand 0, as
+    /// [(top, bottom), (left, right)], when that is all it does, given its other operands
+    /// (`None` where not a constant): a Pad that the convolution after it can take as padding
+    /// of its own ([`Kernel::padded`]).
+    fn zero_spatial_pads(&self, _rest: &[Option<&Tensor>]) -> Option<[(usize, usize); 2]> {
+        None
+    }
+
+    /// This kernel computing, bit for bit, what it computes on operand 0 with `extra` zeros
+    /// more around its spatial axes, without those zeros being written; `None` when it cannot.
+    fn padded(&self, _extra: [(usize, usize); 2]) -> Option<Box<dyn Kernel>> {
+        None
+    }
+
     /// True when [`Kernel::run_channels_last`] takes every [`ChannelsLast`] combination.
     fn takes_channels_last(&self) -> bool {
         false

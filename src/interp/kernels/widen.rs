@@ -88,6 +88,17 @@ impl Kernel for FloatWidening {
     ) -> KernelResult<Vec<Tensor>> {
         self.0.run_channels_last(inputs, ep, layout)
     }
+
+    fn zero_spatial_pads(&self, rest: &[Option<&Tensor>]) -> Option<[(usize, usize); 2]> {
+        self.0.zero_spatial_pads(rest)
+    }
+
+    // (padding by zeros commutes with widening: the padded kernel widens as this one does)
+    fn padded(&self, extra: [(usize, usize); 2]) -> Option<Box<dyn Kernel>> {
+        self.0
+            .padded(extra)
+            .map(|k| Box::new(FloatWidening(k)) as Box<dyn Kernel>)
+    }
 }
 
 #[cfg(test)]

@@ -219,6 +219,26 @@ impl Kernel for Pad {
         true
     }
 
+    fn zero_spatial_pads(&self, rest: &[Option<&Tensor>]) -> Option<[(usize, usize); 2]> {
+        if self.mode != "constant" {
+            return None;
+        }
+        let none = Tensor::F32(ndarray::ArrayD::zeros(ndarray::IxDyn(&[0])));
+        let x: Vec<&Tensor> = std::iter::once(Some(&none))
+            .chain(rest.iter().copied())
+            .collect::<Option<_>>()?;
+        let value = match x.get(2) {
+            Some(v) if !v.is_empty() => scalar_f32(v).ok()?,
+            _ => self.attr_value as f32,
+        };
+        let tf = self.paddings(&x, 4).ok()?;
+        let spatial = |i: usize| usize::try_from(tf[i]).ok();
+        match (value == 0.0, &tf[..4]) {
+            (true, [0, 0, 0, 0]) => Some([(spatial(4)?, spatial(5)?), (spatial(6)?, spatial(7)?)]),
+            _ => None,
+        }
+    }
+
     fn run_channels_last(
         &self,
         x: &[&Tensor],
