@@ -469,6 +469,23 @@ fn assert_hand_offs_change_no_bit(p: &Program, x: &[Tensor]) {
     }
 }
 
+/// An ONNX conv filter `%{name}` of `dims` (OIHW) made of sines, as MLIR lines: a flat
+/// constant reshaped (so that it is folded, as exporters' weights are).
+fn filter_src(name: &str, dims: [usize; 4], seed: f32) -> String {
+    let n: usize = dims.iter().product();
+    let v: Vec<String> = (0..n)
+        .map(|i| format!("{:.4}", (i as f32 * 0.37 + seed).sin()))
+        .collect();
+    let [o, i, h, w] = dims;
+    format!(
+        r#"    %{name}_w = "arith.constant"() {{value = dense<[{v}]> : tensor<{n}xf32>}} : () -> tensor<{n}xf32>
+    %{name}_s = "arith.constant"() {{value = dense<[{o}, {i}, {h}, {w}]> : tensor<4xi64>}} : () -> tensor<4xi64>
+    %{name} = "onnx.Reshape"(%{name}_w, %{name}_s) : (tensor<{n}xf32>, tensor<4xi64>) -> tensor<{o}x{i}x{h}x{w}xf32>
+"#,
+        v = v.join(", ")
+    )
+}
+
 #[test]
 fn values_handed_channels_last_between_onnx_convs_give_the_same_bits() {
     // the ONNX MobileNet: NHWC input → Transpose → Conv, Conv → Pad → depthwise Conv, 1×1
@@ -482,25 +499,10 @@ fn values_handed_channels_last_between_onnx_convs_give_the_same_bits() {
 
     // reflect and constant pads, a grouped conv, strides, a transpose between convs with an
     // odd permutation, and a value with two users (never handed over)
-    let w = |n: usize, seed: f32| -> String {
-        let v: Vec<String> = (0..n)
-            .map(|i| format!("{:.4}", ((i as f32 * 0.37 + seed).sin())))
-            .collect();
-        v.join(", ")
-    };
     let src = format!(
         r#"module {{
   func.func @main(%x: tensor<1x4x9x7xf32>) -> (tensor<1x6x5x4xf32>, tensor<1x4x9x7xf32>) {{
-    %w1 = "arith.constant"() {{value = dense<[{w1}]> : tensor<144xf32>}} : () -> tensor<144xf32>
-    %s1 = "arith.constant"() {{value = dense<[4, 4, 3, 3]> : tensor<4xi64>}} : () -> tensor<4xi64>
-    %k1 = "onnx.Reshape"(%w1, %s1) : (tensor<144xf32>, tensor<4xi64>) -> tensor<4x4x3x3xf32>
-    %w2 = "arith.constant"() {{value = dense<[{w2}]> : tensor<36xf32>}} : () -> tensor<36xf32>
-    %s2 = "arith.constant"() {{value = dense<[4, 1, 3, 3]> : tensor<4xi64>}} : () -> tensor<4xi64>
-    %k2 = "onnx.Reshape"(%w2, %s2) : (tensor<36xf32>, tensor<4xi64>) -> tensor<4x1x3x3xf32>
-    %w3 = "arith.constant"() {{value = dense<[{w3}]> : tensor<24xf32>}} : () -> tensor<24xf32>
-    %s3 = "arith.constant"() {{value = dense<[6, 4, 1, 1]> : tensor<4xi64>}} : () -> tensor<4xi64>
-    %k3 = "onnx.Reshape"(%w3, %s3) : (tensor<24xf32>, tensor<4xi64>) -> tensor<6x4x1x1xf32>
-    %n = "onnx.NoValue"() {{value}} : () -> none
+{k1}{k2}{k3}    %n = "onnx.NoValue"() {{value}} : () -> none
     %p1 = "arith.constant"() {{value = dense<[0, 0, 1, 1, 0, 0, 1, 1]> : tensor<8xi64>}} : () -> tensor<8xi64>
     %p2 = "arith.constant"() {{value = dense<[0, 0, 2, 0, 0, 0, 0, 1]> : tensor<8xi64>}} : () -> tensor<8xi64>
     %1 = "onnx.Conv"(%x, %k1, %n) {{group = 1 : si64, kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [1, 1]}} : (tensor<1x4x9x7xf32>, tensor<4x4x3x3xf32>, none) -> tensor<1x4x9x7xf32>
@@ -513,9 +515,9 @@ fn values_handed_channels_last_between_onnx_convs_give_the_same_bits() {
     return %6, %7 : tensor<1x6x5x4xf32>, tensor<1x4x9x7xf32>
   }}
 }}"#,
-        w1 = w(144, 0.1),
-        w2 = w(36, 1.3),
-        w3 = w(24, 2.9),
+        k1 = filter_src("k1", [4, 4, 3, 3], 0.1),
+        k2 = filter_src("k2", [4, 1, 3, 3], 1.3),
+        k3 = filter_src("k3", [6, 4, 1, 1], 2.9),
     );
     let p = compile_src(&src).unwrap();
     let x = f32t(
@@ -531,10 +533,6 @@ fn values_handed_channels_last_between_onnx_convs_give_the_same_bits() {
 /// the bits of the run that watches every value (where no Pad is taken).
 #[test]
 fn zero_pads_taken_into_the_conv_after_them_change_no_bit() {
-    let w = |n: usize, seed: f32| -> String {
-        let v: Vec<String> = (0..n).map(|i| format!("{:.4}", (i as f32 * 0.37 + seed).sin())).collect();
-        v.join(", ")
-    };
     let pad = |out: &str, pads: &str, value: &str, mode: &str| {
         format!(
             r#"    {out} = "onnx.Pad"(%x, {pads}, {value}, %n) {{mode = "{mode}"}} : (tensor<1x4x9x7xf32>, tensor<8xi64>, {vt}, none) -> TPAD"#,
@@ -547,32 +545,65 @@ fn zero_pads_taken_into_the_conv_after_them_change_no_bit() {
     let (k1, k2, k3) = ("tensor<4x4x3x3xf32>", "tensor<4x1x3x3xf32>", "tensor<4x4x1x1xf32>");
     let lines = [
         pad("%1", "%p", "%n", "constant"),
-        conv("%2", "%1", "%k1", k1, "group = 1 : si64, kernel_shape = [3, 3], pads = [1, 0, 0, 1], strides = [2, 2]", "tensor<1x4x6x5xf32>"),
+        conv(
+            "%2",
+            "%1",
+            "%k1",
+            k1,
+            "group = 1 : si64, kernel_shape = [3, 3], pads = [1, 0, 0, 1], strides = [2, 2]",
+            "tensor<1x4x6x5xf32>",
+        ),
         pad("%3", "%p", "%n", "constant"),
-        conv("%4", "%3", "%k2", k2, "group = 4 : si64, kernel_shape = [3, 3], dilations = [1, 2], pads = [0, 0, 0, 0]", "tensor<1x4x9x5xf32>"),
+        conv(
+            "%4",
+            "%3",
+            "%k2",
+            k2,
+            "group = 4 : si64, kernel_shape = [3, 3], dilations = [1, 2], pads = [0, 0, 0, 0]",
+            "tensor<1x4x9x5xf32>",
+        ),
         pad("%5", "%q", "%half", "constant"),
-        conv("%6", "%5", "%k1", k1, "group = 1 : si64, kernel_shape = [3, 3], pads = [1, 1, 1, 1]", "TPAD"),
+        conv(
+            "%6",
+            "%5",
+            "%k1",
+            k1,
+            "group = 1 : si64, kernel_shape = [3, 3], pads = [1, 1, 1, 1]",
+            "TPAD",
+        ),
         pad("%7", "%q", "%n", "reflect"),
-        conv("%8", "%7", "%k1", k1, "group = 1 : si64, kernel_shape = [3, 3], pads = [1, 1, 1, 1]", "TPAD"),
+        conv(
+            "%8",
+            "%7",
+            "%k1",
+            k1,
+            "group = 1 : si64, kernel_shape = [3, 3], pads = [1, 1, 1, 1]",
+            "TPAD",
+        ),
         pad("%9", "%q", "%n", "constant"),
-        conv("%10", "%9", "%k3", k3, "group = 1 : si64, kernel_shape = [1, 1]", "TPAD"),
+        conv(
+            "%10",
+            "%9",
+            "%k3",
+            k3,
+            "group = 1 : si64, kernel_shape = [1, 1]",
+            "TPAD",
+        ),
         pad("%11", "%q", "%n", "constant"),
-        conv("%12", "%11", "%k1", k1, "group = 1 : si64, kernel_shape = [3, 3], pads = [1, 1, 1, 1]", "TPAD"),
+        conv(
+            "%12",
+            "%11",
+            "%k1",
+            k1,
+            "group = 1 : si64, kernel_shape = [3, 3], pads = [1, 1, 1, 1]",
+            "TPAD",
+        ),
         r#"    %13 = "onnx.Add"(%12, %11) : (TPAD, TPAD) -> TPAD"#.to_string(),
     ];
     let src = format!(
         r#"module {{
   func.func @main(%x: tensor<1x4x9x7xf32>) -> (tensor<1x4x6x5xf32>, tensor<1x4x9x5xf32>, TPAD, TPAD, TPAD, TPAD) {{
-    %w1 = "arith.constant"() {{value = dense<[{w1}]> : tensor<144xf32>}} : () -> tensor<144xf32>
-    %s1 = "arith.constant"() {{value = dense<[4, 4, 3, 3]> : tensor<4xi64>}} : () -> tensor<4xi64>
-    %k1 = "onnx.Reshape"(%w1, %s1) : (tensor<144xf32>, tensor<4xi64>) -> tensor<4x4x3x3xf32>
-    %w2 = "arith.constant"() {{value = dense<[{w2}]> : tensor<36xf32>}} : () -> tensor<36xf32>
-    %s2 = "arith.constant"() {{value = dense<[4, 1, 3, 3]> : tensor<4xi64>}} : () -> tensor<4xi64>
-    %k2 = "onnx.Reshape"(%w2, %s2) : (tensor<36xf32>, tensor<4xi64>) -> tensor<4x1x3x3xf32>
-    %w3 = "arith.constant"() {{value = dense<[{w3}]> : tensor<16xf32>}} : () -> tensor<16xf32>
-    %s3 = "arith.constant"() {{value = dense<[4, 4, 1, 1]> : tensor<4xi64>}} : () -> tensor<4xi64>
-    %k3 = "onnx.Reshape"(%w3, %s3) : (tensor<16xf32>, tensor<4xi64>) -> tensor<4x4x1x1xf32>
-    %n = "onnx.NoValue"() {{value}} : () -> none
+{k1}{k2}{k3}    %n = "onnx.NoValue"() {{value}} : () -> none
     %half = "arith.constant"() {{value = dense<0.5> : tensor<f32>}} : () -> tensor<f32>
     %p = "arith.constant"() {{value = dense<[0, 0, 1, 2, 0, 0, 1, 0]> : tensor<8xi64>}} : () -> tensor<8xi64>
     %q = "arith.constant"() {{value = dense<[0, 0, 1, 1, 0, 0, 1, 1]> : tensor<8xi64>}} : () -> tensor<8xi64>
@@ -580,9 +611,9 @@ fn zero_pads_taken_into_the_conv_after_them_change_no_bit() {
     return %2, %4, %6, %8, %10, %13 : tensor<1x4x6x5xf32>, tensor<1x4x9x5xf32>, TPAD, TPAD, TPAD, TPAD
   }}
 }}"#,
-        w1 = w(144, 0.1),
-        w2 = w(36, 1.3),
-        w3 = w(16, 2.9),
+        k1 = filter_src("k1", [4, 4, 3, 3], 0.1),
+        k2 = filter_src("k2", [4, 1, 3, 3], 1.3),
+        k3 = filter_src("k3", [4, 4, 1, 1], 2.9),
         body = lines.join("\n"),
     )
     .replace("TPAD", "tensor<1x4x11x9xf32>");
