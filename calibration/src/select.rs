@@ -64,8 +64,8 @@ pub fn percentile_symmetric(h: &Histogram, p: f64) -> Option<Range> {
 /// for int8 (2^(bits−1) on |x|); data that is never negative gets twice as many, since an
 /// asymmetric grid spends all its steps on [0, t] (the activations of every scheme quantir
 /// writes are asymmetric unless `--symmetric-activations` is asked for; then such a tensor has
-/// half the steps the search assumed, and its threshold errs towards clipping less). Two choices follow NVIDIA's calibrator for
-/// TensorRT rather than onnxruntime's: the bin holding 0 counts as its neighbour does — zero is
+/// half the steps the search assumed, and its threshold errs towards clipping less). Two
+/// choices follow NVIDIA's calibrator for TensorRT rather than onnxruntime's: the bin holding 0 counts as its neighbour does — zero is
 /// exact on every grid, and a ReLU's exact zeros (40 % of its outputs is common) are a spike
 /// that any merging of bins spreads, which made the first candidate (no merging) win whatever
 /// it clipped (fer: thresholds at 1.5 of a ReLU's 8.2, 3.6 dB SQNR); and the number of

@@ -9,6 +9,7 @@ use super::{f32_arg, ChannelsLast, Kernel, KernelResult};
 use crate::tensor::{DType, Tensor};
 use ndarray::{ArrayD, Axis, IxDyn};
 use std::borrow::Cow;
+use std::sync::Arc;
 
 /// How an ONNX conv/pool pads: explicit pads, or SAME_UPPER / SAME_LOWER worked out from the
 /// input size.
@@ -73,8 +74,8 @@ pub struct OnnxConv {
     pub dilations: [usize; 2],
     pub pads: Pads,
     pub group: usize,
-    /// The filter in HWIO when it is a constant.
-    pub filter: Option<ArrayD<f32>>,
+    /// The filter in HWIO when it is a constant (shared with the conv's padded form).
+    pub filter: Option<Arc<ArrayD<f32>>>,
 }
 
 impl Kernel for OnnxConv {
@@ -123,7 +124,7 @@ impl Kernel for OnnxConv {
         let sum = |a: (usize, usize), b: (usize, usize)| (a.0 + b.0, a.1 + b.1);
         Some(Box::new(OnnxConv {
             pads: Pads::Explicit([sum(p[0], extra[0]), sum(p[1], extra[1])]),
-            filter: Some(f.clone()),
+            filter: Some(Arc::clone(f)),
             ..*self
         }))
     }
@@ -190,7 +191,7 @@ impl OnnxConv {
         }
         let input = f32_arg(x, 0)?;
         let owned;
-        let f = match &self.filter {
+        let f: &ArrayD<f32> = match &self.filter {
             Some(f) => f,
             None => {
                 owned = oihw_to_hwio(f32_arg(x, 1)?)?;
@@ -393,7 +394,7 @@ mod tests {
                     dilations,
                     pads: pads.clone(),
                     group,
-                    filter: constant.then(|| oihw_to_hwio(w.as_f32().unwrap()).unwrap()),
+                    filter: constant.then(|| Arc::new(oihw_to_hwio(w.as_f32().unwrap()).unwrap())),
                 };
                 let args = [&x, &w, &b];
                 let y = conv.run(&args).unwrap();

@@ -42,7 +42,7 @@ pub(super) fn conv(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
         return Err(format!("group = {group}"));
     }
     let filter = match d.consts.get(1).and_then(Option::as_deref) {
-        Some(Tensor::F32(w)) => Some(oihw_to_hwio(w)?),
+        Some(Tensor::F32(w)) => Some(std::sync::Arc::new(oihw_to_hwio(w)?)),
         _ => None,
     };
     Ok(Box::new(OnnxConv {
