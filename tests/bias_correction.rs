@@ -10,14 +10,26 @@ use std::path::Path;
 /// column 0's scale is 1/127, so 0.5 → 63.5 → 64 (+0.0039); column 1's is 0.3/127, so
 /// 0.1 → 42.33 → 42 (−0.00079). Row 2 is 0.
 fn model(dir: &Path) -> String {
-    let text = r#"func.func @main(%x: tensor<1x3xf32> loc("x")) -> tensor<1x2xf32> {
-  %w = "onnx.Constant"() {value = dense<[[1.0, 0.3], [0.5, 0.1], [0.0, 0.0]]> : tensor<3x2xf32>} : () -> tensor<3x2xf32> loc("w")
-  %b = "onnx.Constant"() {value = dense<[0.25, -0.5]> : tensor<2xf32>} : () -> tensor<2xf32> loc("b")
-  %y = "onnx.Gemm"(%x, %w, %b) : (tensor<1x3xf32>, tensor<3x2xf32>, tensor<2xf32>) -> tensor<1x2xf32> loc("y")
-  return %y : tensor<1x2xf32>
+    model_with(
+        dir,
+        "gemm.mlir",
+        r#""onnx.Gemm"(%x, %w, %b)"#,
+        "tensor<1x3xf32>, tensor<3x2xf32>, tensor<2xf32>",
+    )
 }
-"#;
-    let p = dir.join("gemm.mlir");
+
+/// The same weights in a Gemm written as `call` on operands of types `types`.
+fn model_with(dir: &Path, name: &str, call: &str, types: &str) -> String {
+    let text = format!(
+        r#"func.func @main(%x: tensor<1x3xf32> loc("x")) -> tensor<1x2xf32> {{
+  %w = "onnx.Constant"() {{value = dense<[[1.0, 0.3], [0.5, 0.1], [0.0, 0.0]]> : tensor<3x2xf32>}} : () -> tensor<3x2xf32> loc("w")
+  %b = "onnx.Constant"() {{value = dense<[0.25, -0.5]> : tensor<2xf32>}} : () -> tensor<2xf32> loc("b")
+  %y = {call} : ({types}) -> tensor<1x2xf32> loc("y")
+  return %y : tensor<1x2xf32>
+}}
+"#
+    );
+    let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     arg(&p)
 }
@@ -38,17 +50,14 @@ fn data(dir: &Path, n: usize, vary: bool) -> String {
 }
 
 fn quantize(model: &str, data: &str, out: &Path, flag: &str) -> String {
-    let o = ok(quantir(&[
-        "quantize",
-        model,
-        "--data",
-        data,
-        "--no-cache",
-        flag,
-        "-o",
-        &arg(out),
-    ]));
-    stderr(&o)
+    quantize_with(model, data, out, &[flag])
+}
+
+fn quantize_with(model: &str, data: &str, out: &Path, flags: &[&str]) -> String {
+    let out = arg(out);
+    let mut args = vec!["quantize", model, "--data", data, "--no-cache", "-o", &out];
+    args.extend_from_slice(flags);
+    stderr(&ok(quantir(&args)))
 }
 
 /// (max |error|, mean error per output) of `q` against `model` on `data`.
@@ -156,5 +165,67 @@ fn without_calibration_data_it_says_it_made_none() {
         stderr(&o).contains("warning: bias correction needs calibration data (--data); not made"),
         "{}",
         stderr(&o)
+    );
+}
+
+#[test]
+fn weight_only_the_float_bias_takes_the_weights_shift() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = model(dir.path());
+    let x = data(dir.path(), 8, false);
+    let plain = dir.path().join("plain.onnx");
+    let said = quantize_with(&m, &x, &plain, &["--activations", "none"]);
+    // the data serve nothing here, and quantir says so
+    assert!(
+        said.contains("the data are read only by --gptq, --bias-correction or a target"),
+        "{said}"
+    );
+    let (_, mean) = errors(&m, &plain, &x);
+    assert!((mean[0] - (64.0 / 127.0 - 0.5)).abs() < 5e-5, "{mean:?}");
+    let corrected = dir.path().join("corrected.onnx");
+    let said = quantize_with(&m, &x, &corrected, &["--activations", "none", "--bias-correction"]);
+    assert!(
+        said.contains("bias correction: 1 layers on 8 calibration samples"),
+        "{said}"
+    );
+    assert!(
+        said.contains("1 float biases (of ops with a float input) corrected"),
+        "{said}"
+    );
+    // the input is exact and the bias float: the shift goes entirely
+    let (max, _) = errors(&m, &corrected, &x);
+    assert!(max < 1e-6, "{max}");
+}
+
+#[test]
+fn an_op_without_a_bias_is_given_one_for_its_shift() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = data(dir.path(), 8, false);
+    let m = model_with(
+        dir.path(),
+        "nobias.mlir",
+        r#""onnx.Gemm"(%x, %w)"#,
+        "tensor<1x3xf32>, tensor<3x2xf32>",
+    );
+    let corrected = dir.path().join("c.onnx");
+    let said = quantize(&m, &x, &corrected, "--bias-correction");
+    assert!(
+        said.contains("bias correction: 1 layers on 8 calibration samples"),
+        "{said}"
+    );
+    assert!(said.contains("1 biases added to ops without one"), "{said}");
+    let (max, _) = errors(&m, &corrected, &x);
+    assert!(max < 5e-5, "{max}");
+    // with beta 0.5 a C would be halved: no bias is given, and quantir says so
+    let m = model_with(
+        dir.path(),
+        "beta.mlir",
+        r#""onnx.Gemm"(%x, %w) {beta = 5.000000e-01 : f32}"#,
+        "tensor<1x3xf32>, tensor<3x2xf32>",
+    );
+    let said = quantize(&m, &x, &dir.path().join("b.onnx"), "--bias-correction");
+    assert!(
+        said.contains("bias correction: 0 layers on 8 calibration samples; 1 without a bias to correct"),
+        "{said}"
     );
 }

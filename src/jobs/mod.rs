@@ -531,11 +531,16 @@ pub fn quantize(
     let stats = match stats {
         StatsSource::File(p) => stats_io::load_stats(p)?,
         StatsSource::Given(s) => s.clone(),
-        // weight-only: no activation to calibrate; the data serve GPTQ's measurement
+        // weight-only: no activation to calibrate; the data serve GPTQ, bias correction and a target
         StatsSource::Calibrate {
             samples: Samples::Data(_),
             ..
-        } if config.activations.is_none() && config.gptq => weight_only_stats(&module, &config)?,
+        } if config.activations.is_none() => {
+            if !(config.gptq || config.bias_correction || flags.target.is_some()) {
+                say("warning: weight-only (activations none): the data are read only by --gptq, --bias-correction or a target; not read".into());
+            }
+            weight_only_stats(&module, &config)?
+        }
         StatsSource::Calibrate {
             samples,
             flags: cf,

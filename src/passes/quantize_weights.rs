@@ -322,6 +322,13 @@ pub fn run_with_plan<'c, 'a>(
             key,
             out_key,
         } = site;
+        // a measured shift for an op without its bias: a bias of zeros takes it
+        if let Some(shift) = config.bias_shifts.get(&out_key) {
+            if lacks_own_bias(op, r) {
+                add_zero_bias(op, r, shift.len())?;
+                report.count(Change::BiasesAdded);
+            }
+        }
         let tf = op_name(&def).starts_with("tf.");
         let id = (def.to_raw().ptr as usize, axis);
         if let Some((v, _)) = done.get(&id) {
@@ -407,6 +414,25 @@ pub fn run_with_plan<'c, 'a>(
                     if uses(bdef.result(0).map_err(err)?.into()).is_empty() {
                         erased.insert(bdef.to_raw().ptr as usize);
                         erase_op(bdef)?;
+                    }
+                } else if let Some(shift) = config.bias_shifts.get(&out_key) {
+                    // a float input: the bias stays float, and still takes the weights' shift
+                    if let Some((owner, bidx, bdef, mut bvals)) = float_bias(op, r).filter(|b| b.3.len() == shift.len())
+                    {
+                        bvals.iter_mut().zip(shift).for_each(|(b, s)| *b -= s);
+                        let nc = insert_constant(
+                            owner,
+                            &Tensor::F32(bvals),
+                            op_name(&bdef).starts_with("tf."),
+                            bdef.location(),
+                        )
+                        .map_err(err)?;
+                        set_operand(owner, bidx, nc.result(0).map_err(err)?.into());
+                        report.count(Change::FloatBiasesCorrected);
+                        if uses(bdef.result(0).map_err(err)?.into()).is_empty() {
+                            erased.insert(bdef.to_raw().ptr as usize);
+                            erase_op(bdef)?;
+                        }
                     }
                 }
                 let wt = match config.weight_grams.get(&out_key) {
@@ -620,6 +646,22 @@ pub(crate) fn bias_site<'c, 'a>(
     plan: &crate::recipe::Plan<'c, 'a>,
 ) -> Option<BiasSite<'c, 'a>> {
     let s_in = plan.params_of(op.operand(*r.activations.first()?).ok()?)?;
+    let (owner, idx, bdef, b) = float_bias(op, r)?;
+    let (n, c) = (s_in.scale.len(), b.len());
+    let scales = match n {
+        1 => s_in.scale.clone(),
+        _ if n <= c && c % n == 0 => (0..c).map(|o| s_in.scale[o / (c / n)]).collect(),
+        _ => return None,
+    };
+    Some((owner, idx, bdef, b, scales))
+}
+
+/// The constant rank-1 f32 bias of compute op `op`, whatever its input's precision: the op
+/// that reads it, the operand index, the constant and its values.
+pub(crate) fn float_bias<'c, 'a>(
+    op: OperationRef<'c, 'a>,
+    r: &OpRule,
+) -> Option<(OperationRef<'c, 'a>, usize, OperationRef<'c, 'a>, ArrayD<f32>)> {
     let (owner, idx) = match r.bias_operand {
         Some(bi) => (op, bi),
         None => {
@@ -636,13 +678,46 @@ pub(crate) fn bias_site<'c, 'a>(
     let Tensor::F32(b) = constant_value(bdef)? else {
         return None;
     };
-    let (n, c) = (s_in.scale.len(), b.len());
-    let scales = match n {
-        1 => s_in.scale.clone(),
-        _ if n <= c && c % n == 0 => (0..c).map(|o| s_in.scale[o / (c / n)]).collect(),
-        _ => return None,
-    };
-    (b.ndim() == 1).then_some((owner, idx, bdef, b, scales))
+    (b.ndim() == 1).then_some((owner, idx, bdef, b))
+}
+
+/// Whether compute op `op` lacks the own bias operand its table names (ONNX Conv and
+/// ConvTranspose input 2 left out or empty; Gemm's C, where `beta` is 1), so that a bias of
+/// zeros can be given to it ([`add_zero_bias`]) without changing what it computes.
+pub(crate) fn lacks_own_bias(op: OperationRef, r: &OpRule) -> bool {
+    let Some(bi) = r.bias_operand else { return false };
+    let n = op.operand_count();
+    let absent = n == bi
+        || (n == bi + 1
+            && op
+                .operand(bi)
+                .ok()
+                .and_then(defining_op)
+                .is_some_and(|d| op_name(&d) == crate::dialects::onnx::NO_VALUE));
+    let beta_one = op_attrs(&op)
+        .get("beta")
+        .and_then(|v| v.as_f64())
+        .is_none_or(|b| b == 1.0);
+    absent && (op_name(&op) != "onnx.Gemm" || beta_one)
+}
+
+/// Gives `op` (one that [`lacks_own_bias`]) a bias of `channels` zeros, for bias correction's
+/// shift to go to:
+///
+/// ```mlir
+/// %y = "onnx.Conv"(%x, %w) {...} : (tensor<1x8x4x4xf32>, tensor<16x8x1x1xf32>) -> ...
+/// // becomes
+/// %b = "onnx.Constant"() {value = dense<0.0> : tensor<16xf32>}
+/// %y = "onnx.Conv"(%x, %w, %b) {...}
+/// ```
+fn add_zero_bias(op: OperationRef, r: &OpRule, channels: usize) -> Result<(), PassError> {
+    let Some(bi) = r.bias_operand else { return Ok(()) };
+    let zeros = Tensor::F32(ArrayD::zeros(ndarray::IxDyn(&[channels])));
+    let c = insert_constant(op, &zeros, false, op.location()).map_err(err)?;
+    let mut operands: Vec<Value> = op.operands().take(bi).collect();
+    operands.push(c.result(0).map_err(err)?.into());
+    crate::ir::graph::set_operands(op, &operands);
+    Ok(())
 }
 
 #[cfg(test)]

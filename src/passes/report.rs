@@ -37,6 +37,10 @@ pub enum Change {
     SharedWeightsReused,
     /// quantize-weights: biases stored as int32.
     BiasesQuantized,
+    /// quantize-weights: float biases (of ops with a float input) given bias correction's shift.
+    FloatBiasesCorrected,
+    /// quantize-weights: zero biases given to ops without one, for bias correction's shift.
+    BiasesAdded,
     /// quantize-weights: weights rounded by GPTQ (from their inputs' Gram matrices).
     WeightsGptq,
     /// quantize-weights: dead output channels (weights ≈ 0) given their layer's largest scale.
@@ -78,6 +82,8 @@ impl std::fmt::Display for Change {
             Change::WeightsQuantized => f.write_str("weights quantized"),
             Change::SharedWeightsReused => f.write_str("shared weights reused"),
             Change::BiasesQuantized => f.write_str("biases quantized to int32"),
+            Change::BiasesAdded => f.write_str("biases added for bias correction"),
+            Change::FloatBiasesCorrected => f.write_str("float biases corrected for their weights' rounding"),
             Change::WeightsGptq => f.write_str("weights rounded by GPTQ"),
             Change::U8s8Layers => f.write_str("layers on onnxruntime's u8s8 GEMM"),
             Change::U8s8LayersWidened => f.write_str("u8s8 layers with widened weight scales"),

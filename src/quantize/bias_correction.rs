@@ -14,8 +14,10 @@
 //! a one-sided mass; either moves the channel's mean output by an amount the next layers read
 //! as signal. Each layer is measured from float inputs, alone (its own rounding, not its
 //! inputs' drift), so the shifts do not depend on each other and one float run per sample
-//! measures them all. Layers without a constant bias the rewriter quantizes are counted, not
-//! corrected.
+//! measures them all. A layer whose input stays float (weight-only, or raised to float) keeps
+//! a float bias, which takes the shift of its weights' rounding alone; an ONNX Conv,
+//! ConvTranspose or Gemm without a bias is given one of zeros for its shift; other layers
+//! without a constant bias are counted, not corrected.
 
 use super::{plan, QuantConfig, QuantizeError};
 use crate::calibration::StatsFile;
@@ -25,7 +27,7 @@ use crate::ir::attrs::op_attrs;
 use crate::ir::graph::{body_ops, find_function, op_name};
 use crate::ir::keys::TensorKeys;
 use crate::params::{fake_quant, QuantParams, Rounding};
-use crate::passes::quantize_weights::{bias_site, gptq_rounded, weight_params, weight_site};
+use crate::passes::quantize_weights::{float_bias, gptq_rounded, lacks_own_bias, weight_params, weight_site};
 use crate::recipe::WeightMode;
 use crate::run::{run_samples_fold, Feed};
 use crate::tensor::Tensor;
@@ -72,13 +74,15 @@ struct Layer {
     /// The compute op's output key (the rewriter's `bias_shifts` key) and runtime key.
     out_key: String,
     out_value: String,
-    /// The activation input's runtime key and its quantization.
+    /// The activation input's runtime key and its quantization (`None`: it stays float, and
+    /// the weights' rounding is all the shift).
     input: String,
-    input_params: QuantParams,
+    input_params: Option<QuantParams>,
     /// The op with quantized weights, run on the fake-quantized input.
     quantized: LocalOp,
     channel_axis: ChannelAxis,
-    channels: usize,
+    /// The bias's length; `None` for an op given a bias by the rewriter (its output's channels).
+    channels: Option<usize>,
     /// Every runtime key the layer reads (input, float output, other operands), once each.
     keys: Vec<String>,
 }
@@ -160,12 +164,15 @@ pub fn measure_bias_shifts(
             continue;
         };
         let Ok(x) = op.operand(ai) else { continue };
-        let Some(input_params) = plan.params_of(x).cloned() else {
-            continue;
-        };
-        let Some((owner, _, _, bias, _)) = bias_site(op, site.rule, &plan) else {
-            without_bias += 1;
-            continue;
+        let input_params = plan.params_of(x).cloned();
+        // the bias the shift goes to: the op's own or its bias add's, or one the rewriter gives it
+        let (owner, channels) = match float_bias(op, site.rule) {
+            Some((owner, _, _, bias)) => (owner, Some(bias.len())),
+            None if lacks_own_bias(op, site.rule) => (op, None),
+            None => {
+                without_bias += 1;
+                continue;
+            }
         };
         let (p, _) = weight_params(&site.values, site.axis, &site.res).map_err(|e| failed(e.to_string()))?;
         // the weights as the rewriter will round them: by GPTQ where it measured the layer
@@ -192,7 +199,7 @@ pub fn measure_bias_shifts(
             input_params,
             quantized,
             channel_axis: bias_axis(owner, owner == op),
-            channels: bias.len(),
+            channels,
             keys,
         });
     }
@@ -267,7 +274,7 @@ pub fn measure_bias_shifts(
         let m = t.count as f64;
         let shift: Vec<f32> = t.diff.iter().map(|d| (d / m) as f32).collect();
         // the largest channel shift against the spread of the layer's whole output
-        let all = m * l.channels as f64;
+        let all = m * shift.len() as f64;
         let mean = t.sum / all;
         let std = (t.sum_sq / all - mean * mean).max(0.0).sqrt();
         let top = shift.iter().fold(0f64, |a, s| a.max(s.abs() as f64));
@@ -286,7 +293,10 @@ fn measure(l: &Layer, y: &Tensor, seen: &HashMap<String, Tensor>) -> Result<Opti
     let (Some(Tensor::F32(x)), Tensor::F32(y)) = (seen.get(&l.input), y) else {
         return Ok(None);
     };
-    let xq = Tensor::F32(fake_quant(&x.view(), &l.input_params, Rounding::HalfEven).map_err(|e| e.to_string())?);
+    let xq = match &l.input_params {
+        Some(p) => Tensor::F32(fake_quant(&x.view(), p, Rounding::HalfEven).map_err(|e| e.to_string())?),
+        None => Tensor::F32(x.clone()),
+    };
     let Some(yq) = l.quantized.run(&xq, seen)? else {
         return Ok(None);
     };
@@ -294,20 +304,21 @@ fn measure(l: &Layer, y: &Tensor, seen: &HashMap<String, Tensor>) -> Result<Opti
         ChannelAxis::Second => 1,
         ChannelAxis::Last => y.ndim().saturating_sub(1),
     };
-    if yq.shape() != y.shape() || axis >= y.ndim() || y.shape()[axis] != l.channels {
+    let channels = l.channels.unwrap_or(if axis < y.ndim() { y.shape()[axis] } else { 0 });
+    if yq.shape() != y.shape() || axis >= y.ndim() || y.shape()[axis] != channels || channels == 0 {
         return Err(format!(
             "outputs of shape {:?} and {:?} for a bias of {} channels",
             y.shape(),
             yq.shape(),
-            l.channels
+            channels
         ));
     }
     let mut s = Sums {
-        diff: vec![0.0; l.channels],
-        count: (y.len() / l.channels) as u64,
+        diff: vec![0.0; channels],
+        count: (y.len() / channels) as u64,
         ..Default::default()
     };
-    for c in 0..l.channels {
+    for c in 0..channels {
         let (yf, yq) = (y.index_axis(Axis(axis), c), yq.index_axis(Axis(axis), c));
         let mut d = 0f64;
         for (a, b) in yf.iter().zip(yq.iter()) {

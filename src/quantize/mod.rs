@@ -246,6 +246,16 @@ impl std::fmt::Display for QuantizeReport {
                 "GPTQ: {gptq} weights rounded for their layer's output, the others to nearest"
             )?;
         }
+        let (corrected, added) = (
+            self.weights.get(&Change::FloatBiasesCorrected),
+            self.weights.get(&Change::BiasesAdded),
+        );
+        if corrected + added > 0 {
+            writeln!(
+                f,
+                "bias correction: {corrected} float biases (of ops with a float input) corrected, {added} biases added to ops without one"
+            )?;
+        }
         let dead = self.weights.get(&Change::DeadChannels);
         if dead > 0 {
             writeln!(
