@@ -112,8 +112,19 @@ fn a_depthwise_input_with_unequal_channels_is_quantized_per_channel() {
         &["--no-per-channel-depthwise-inputs"],
     );
     assert!(qdq(&pt).0.iter().all(|(_, n, _)| *n == 1));
+    // at 16 bits one scale already leaves the small channels thousands of levels, and a
+    // channel's own range would only clip what calibration did not see: one scale
+    let a16 = quantize(dir.path(), "depthwise_ranges", "a16.onnx", &["--activations", "int16"]);
+    let (qs16, _) = qdq(&a16);
+    assert!(qs16.contains(&("c1".to_string(), 1, None)), "{qs16:?}");
     let (pc_off, pc_default) = sqnr(dir.path(), "depthwise_ranges", &q);
     let (pt_off, pt_default) = sqnr(dir.path(), "depthwise_ranges", &pt);
+    // its one step is still finer than 8 bits' finest per-channel one
+    let (a16_off, _) = sqnr(dir.path(), "depthwise_ranges", &a16);
+    assert!(
+        a16_off > pc_off,
+        "int16 per tensor {a16_off} dB, int8 per channel {pc_off} dB"
+    );
     // channel ranges 100× apart: one scale leaves the small channels a few levels
     assert!(
         pc_off >= pt_off + 15.0,

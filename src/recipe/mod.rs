@@ -138,7 +138,8 @@ pub struct QuantConfig {
     /// one weight scale per channel, and channels whose ranges differ by 10× (after a batch
     /// norm, a HardSwish) keep their resolution. onnxruntime's QLinearConv takes one input
     /// scale, so it runs such a convolution (and the op producing its input) in float.
-    /// Applies where the point is calibrated with min/max (the default method).
+    /// Applies where the point is calibrated with min/max (the default method) and stored in
+    /// 8 bits or fewer.
     pub per_channel_depthwise_inputs: bool,
     /// Quantize a compute op's output point even when only float ops read it (an exported
     /// HardSwish, a Sigmoid, a LayerNorm): onnxruntime then runs the op as its int8 kernel
