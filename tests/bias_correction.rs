@@ -60,6 +60,18 @@ fn quantize_with(model: &str, data: &str, out: &Path, flags: &[&str]) -> String 
     stderr(&ok(quantir(&args)))
 }
 
+/// Quantizes `model` with `flags` (bias correction among them) on the 8 samples `data`,
+/// checks that its one layer was corrected, and returns what quantir said and the largest
+/// error left against the float model.
+fn corrected(model: &str, data: &str, out: &Path, flags: &[&str]) -> (String, f64) {
+    let said = quantize_with(model, data, out, flags);
+    assert!(
+        said.contains("bias correction: 1 layers on 8 calibration samples"),
+        "{said}"
+    );
+    (said, errors(model, out, data).0)
+}
+
 /// (max |error|, mean error per output) of `q` against `model` on `data`.
 fn errors(model: &str, q: &Path, data: &str) -> (f64, Vec<f64>) {
     let dir = tempfile::tempdir().unwrap();
@@ -91,13 +103,7 @@ fn a_constant_rounding_shift_is_taken_off_the_bias() {
     assert!((mean[0] - (64.0 / 127.0 - 0.5)).abs() < 5e-5, "{mean:?}");
     assert!((mean[1] - (42.0 * 0.3 / 127.0 - 0.1)).abs() < 5e-5, "{mean:?}");
     assert!(max > 3.5e-3, "{max}");
-    let corrected = dir.path().join("corrected.mlir");
-    let said = quantize(&m, &x, &corrected, "--bias-correction");
-    assert!(
-        said.contains("bias correction: 1 layers on 8 calibration samples"),
-        "{said}"
-    );
-    let (max, _) = errors(&m, &corrected, &x);
+    let (_, max) = corrected(&m, &x, &dir.path().join("corrected.mlir"), &["--bias-correction"]);
     // what is left: the int32 bias's rounding at input scale × weight scale
     assert!(max < 5e-5, "{max}");
 }
@@ -182,18 +188,17 @@ fn weight_only_the_float_bias_takes_the_weights_shift() {
     );
     let (_, mean) = errors(&m, &plain, &x);
     assert!((mean[0] - (64.0 / 127.0 - 0.5)).abs() < 5e-5, "{mean:?}");
-    let corrected = dir.path().join("corrected.onnx");
-    let said = quantize_with(&m, &x, &corrected, &["--activations", "none", "--bias-correction"]);
-    assert!(
-        said.contains("bias correction: 1 layers on 8 calibration samples"),
-        "{said}"
+    let (said, max) = corrected(
+        &m,
+        &x,
+        &dir.path().join("corrected.onnx"),
+        &["--activations", "none", "--bias-correction"],
     );
     assert!(
         said.contains("1 float biases (of ops with a float input) corrected"),
         "{said}"
     );
     // the input is exact and the bias float: the shift goes entirely
-    let (max, _) = errors(&m, &corrected, &x);
     assert!(max < 1e-6, "{max}");
 }
 
@@ -207,14 +212,8 @@ fn an_op_without_a_bias_is_given_one_for_its_shift() {
         r#""onnx.Gemm"(%x, %w)"#,
         "tensor<1x3xf32>, tensor<3x2xf32>",
     );
-    let corrected = dir.path().join("c.onnx");
-    let said = quantize(&m, &x, &corrected, "--bias-correction");
-    assert!(
-        said.contains("bias correction: 1 layers on 8 calibration samples"),
-        "{said}"
-    );
+    let (said, max) = corrected(&m, &x, &dir.path().join("c.onnx"), &["--bias-correction"]);
     assert!(said.contains("1 biases added to ops without one"), "{said}");
-    let (max, _) = errors(&m, &corrected, &x);
     assert!(max < 5e-5, "{max}");
     // with beta 0.5 a C would be halved: no bias is given, and quantir says so
     let m = model_with(
