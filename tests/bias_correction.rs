@@ -18,11 +18,16 @@ fn model(dir: &Path) -> String {
     )
 }
 
-/// The same weights in a Gemm written as `call` on operands of types `types`.
+/// The weights above in a Gemm written as `call` on operands of types `types`.
 fn model_with(dir: &Path, name: &str, call: &str, types: &str) -> String {
+    model_of(dir, name, "[[1.0, 0.3], [0.5, 0.1], [0.0, 0.0]]", call, types)
+}
+
+/// A Gemm of weights `w` (3×2) written as `call` on operands of types `types`.
+fn model_of(dir: &Path, name: &str, w: &str, call: &str, types: &str) -> String {
     let text = format!(
         r#"func.func @main(%x: tensor<1x3xf32> loc("x")) -> tensor<1x2xf32> {{
-  %w = "onnx.Constant"() {{value = dense<[[1.0, 0.3], [0.5, 0.1], [0.0, 0.0]]> : tensor<3x2xf32>}} : () -> tensor<3x2xf32> loc("w")
+  %w = "onnx.Constant"() {{value = dense<{w}> : tensor<3x2xf32>}} : () -> tensor<3x2xf32> loc("w")
   %b = "onnx.Constant"() {{value = dense<[0.25, -0.5]> : tensor<2xf32>}} : () -> tensor<2xf32> loc("b")
   %y = {call} : ({types}) -> tensor<1x2xf32> loc("y")
   return %y : tensor<1x2xf32>
@@ -227,4 +232,42 @@ fn an_op_without_a_bias_is_given_one_for_its_shift() {
         said.contains("bias correction: 0 layers on 8 calibration samples; 1 without a bias to correct"),
         "{said}"
     );
+}
+
+/// A target that only a float input reaches: the input's int8 rounding has a mean the shift
+/// measured with it takes off, and that same shift would be wrong once the input is float.
+#[test]
+fn an_input_a_target_raises_to_float_takes_its_weights_shift_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    // weights exact at int8 (±127 steps of their column's scale): with a float input the
+    // weights' shift, and the whole error, is 0
+    let m = model_of(
+        dir.path(),
+        "exact.mlir",
+        "[[1.0, 0.5], [-1.0, -0.5], [0.0, 0.0]]",
+        r#""onnx.Gemm"(%x, %w, %b)"#,
+        "tensor<1x3xf32>, tensor<3x2xf32>, tensor<2xf32>",
+    );
+    // x0 and x1 a fraction of a step above a level of the [0, 1] uint8 grid (1/255): rounded
+    // down by 0.2 or 0.4 steps, and 0.1 or 0.3; x2 (weights 0) spans the range
+    let mut x = ndarray::Array3::<f32>::zeros((32, 1, 3));
+    for s in 0..32 {
+        x[[s, 0, 0]] = (((s * 37) % 200) as f32 + [0.2, 0.4][s % 2]) / 255.0;
+        x[[s, 0, 1]] = (((s * 61 + 13) % 200) as f32 + [0.1, 0.3][(s / 2) % 2]) / 255.0;
+        x[[s, 0, 2]] = (s % 2) as f32;
+    }
+    let data = dir.path().join("x.npy");
+    ndarray_npy::write_npy(&data, &x).unwrap();
+    let q = dir.path().join("q.onnx");
+    let said = quantize_with(&m, &arg(&data), &q, &["--bias-correction", "--target-sqnr", "90"]);
+    // int8 leaves the rounding's spread (60 dB); int16 with the int8 input's shift, or float
+    // with it, a constant error of a tenth of a step (63.5 dB); float with the weights' shift
+    // alone none
+    assert!(said.contains("all int8: 60.49 dB"), "{said}");
+    assert!(
+        said.contains("1 of 1 activations raised (0 to int16, 1 to float)"),
+        "{said}"
+    );
+    let (max, _) = errors(&m, &q, &arg(&data));
+    assert!(max < 1e-6, "{max}");
 }

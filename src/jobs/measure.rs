@@ -31,16 +31,18 @@ fn on_first_samples<T>(
 }
 
 /// Bias correction's shifts for `module` (prepared, calibrated as `stats` say), measured on
-/// the first [`BIAS_SAMPLES`] of `data` on `threads` workers (0 = all cores).
+/// the first [`BIAS_SAMPLES`] of `data` on `threads` workers (0 = all cores); with
+/// `float_inputs_too` (a quality target may raise inputs to float) also with float inputs.
 pub fn correct_biases(
     module: &Module,
     stats: &StatsFile,
     config: &QuantConfig,
     data: &Dataset,
     (threads, overrides): (usize, &[(String, String)]),
+    float_inputs_too: bool,
 ) -> Result<quantize::bias_correction::BiasCorrection, JobError> {
     on_first_samples(module, data, overrides, |program, feed| {
-        quantize::bias_correction::measure_bias_shifts(module, program, stats, config, feed, threads)
+        quantize::bias_correction::measure_bias_shifts(module, program, stats, config, feed, threads, float_inputs_too)
     })
 }
 

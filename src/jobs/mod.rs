@@ -648,9 +648,12 @@ pub fn quantize(
     if config.bias_correction {
         match (first, stats_source_calibrates) {
             (Some(data), _) => {
-                let bc = correct_biases(&module, &stats, &config, data, (target_feed.0, &target_feed.1)).map_err(|e| e.within(model))?;
+                let target = flags.target.is_some();
+                let bc = correct_biases(&module, &stats, &config, data, (target_feed.0, &target_feed.1), target)
+                    .map_err(|e| e.within(model))?;
                 say(bc.to_string());
                 config.bias_shifts = bc.shifts;
+                config.bias_shifts_float_input = bc.float_input_shifts;
             }
             (None, true) => {
                 return Err(usage(

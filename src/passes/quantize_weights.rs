@@ -415,8 +415,13 @@ pub fn run_with_plan<'c, 'a>(
                         erased.insert(bdef.to_raw().ptr as usize);
                         erase_op(bdef)?;
                     }
-                } else if let Some(shift) = config.bias_shifts.get(&out_key) {
-                    // a float input: the bias stays float, and still takes the weights' shift
+                } else if let Some(shift) = config
+                    .bias_shifts_float_input
+                    .get(&out_key)
+                    .or_else(|| config.bias_shifts.get(&out_key))
+                {
+                    // a float input: the bias stays float, and takes the weights' shift alone
+                    // (measured so where calibration had quantized that input)
                     if let Some((owner, bidx, bdef, mut bvals)) = float_bias(op, r).filter(|b| b.3.len() == shift.len())
                     {
                         bvals.iter_mut().zip(shift).for_each(|(b, s)| *b -= s);

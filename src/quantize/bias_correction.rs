@@ -15,9 +15,11 @@
 //! as signal. Each layer is measured from float inputs, alone (its own rounding, not its
 //! inputs' drift), so the shifts do not depend on each other and one float run per sample
 //! measures them all. A layer whose input stays float (weight-only, or raised to float) keeps
-//! a float bias, which takes the shift of its weights' rounding alone; an ONNX Conv,
-//! ConvTranspose or Gemm without a bias is given one of zeros for its shift; other layers
-//! without a constant bias are counted, not corrected.
+//! a float bias, which takes the shift of its weights' rounding alone: with a quality target,
+//! which may raise a quantized input to float, that shift is measured beside the other for
+//! every layer, and the rewriter takes the one the input's final precision calls for. An ONNX
+//! Conv, ConvTranspose or Gemm without a bias is given one of zeros for its shift; other
+//! layers without a constant bias are counted, not corrected.
 
 use super::{plan, QuantConfig, QuantizeError};
 use crate::calibration::StatsFile;
@@ -43,6 +45,10 @@ use super::local_op::LocalOp;
 pub struct BiasCorrection {
     /// The shift of each corrected layer, by its output key.
     pub shifts: BTreeMap<String, Vec<f32>>,
+    /// Where asked for ([`measure_bias_shifts`]' `float_inputs_too`), the shift of each layer
+    /// with a quantized input had that input stayed float — its weights' rounding alone —
+    /// for a layer whose input a quality target raises to float.
+    pub float_input_shifts: BTreeMap<String, Vec<f32>>,
     /// Quantized layers with no constant bias to take a shift.
     pub without_bias: usize,
     pub samples: usize,
@@ -78,6 +84,8 @@ struct Layer {
     /// the weights' rounding is all the shift).
     input: String,
     input_params: Option<QuantParams>,
+    /// Also measure the shift with the input float (where it is quantized).
+    float_too: bool,
     /// The op with quantized weights, run on the fake-quantized input.
     quantized: LocalOp,
     channel_axis: ChannelAxis,
@@ -92,6 +100,8 @@ struct Layer {
 #[derive(Clone, Default)]
 struct Sums {
     diff: Vec<f64>,
+    /// Σ (quantized weights on the float input − float) per channel, where measured.
+    diff_float: Vec<f64>,
     count: u64,
     sum: f64,
     sum_sq: f64,
@@ -103,6 +113,10 @@ impl Sums {
             self.diff = vec![0.0; o.diff.len()];
         }
         self.diff.iter_mut().zip(&o.diff).for_each(|(a, b)| *a += b);
+        if self.diff_float.is_empty() {
+            self.diff_float = vec![0.0; o.diff_float.len()];
+        }
+        self.diff_float.iter_mut().zip(&o.diff_float).for_each(|(a, b)| *a += b);
         self.count += o.count;
         self.sum += o.sum;
         self.sum_sq += o.sum_sq;
@@ -137,8 +151,9 @@ fn bias_axis(bias_owner: melior::ir::OperationRef, own_bias: bool) -> ChannelAxi
 /// Measures, on the samples of `feed` (inputs of `program`, the prepared, calibrated `module`
 /// compiled), the
 /// output shift of every layer whose int8/int4 weight and bias `config` quantizes, with its
-/// activation input quantized as `stats` say. Samples run on `threads` workers and their sums
-/// are added in sample order: the shifts do not depend on the thread count.
+/// activation input quantized as `stats` say — and with `float_inputs_too`, once more with
+/// that input float. Samples run on `threads` workers and their sums are added in sample
+/// order: the shifts do not depend on the thread count.
 pub fn measure_bias_shifts(
     module: &Module,
     program: &Program,
@@ -146,6 +161,7 @@ pub fn measure_bias_shifts(
     config: &QuantConfig,
     feed: Feed,
     threads: usize,
+    float_inputs_too: bool,
 ) -> Result<BiasCorrection, QuantizeError> {
     let failed = |m: String| QuantizeError::Stats(format!("bias correction: {m}"));
     let plan = plan(module, Some(stats), config)?;
@@ -196,6 +212,7 @@ pub fn measure_bias_shifts(
             out_key: site.out_key,
             out_value,
             input,
+            float_too: float_inputs_too && input_params.is_some(),
             input_params,
             quantized,
             channel_axis: bias_axis(owner, owner == op),
@@ -273,6 +290,10 @@ pub fn measure_bias_shifts(
         }
         let m = t.count as f64;
         let shift: Vec<f32> = t.diff.iter().map(|d| (d / m) as f32).collect();
+        if l.float_too {
+            let float: Vec<f32> = t.diff_float.iter().map(|d| (d / m) as f32).collect();
+            out.float_input_shifts.insert(l.out_key.clone(), float);
+        }
         // the largest channel shift against the spread of the layer's whole output
         let all = m * shift.len() as f64;
         let mean = t.sum / all;
@@ -300,6 +321,13 @@ fn measure(l: &Layer, y: &Tensor, seen: &HashMap<String, Tensor>) -> Result<Opti
     let Some(yq) = l.quantized.run(&xq, seen)? else {
         return Ok(None);
     };
+    let yw = match l.float_too {
+        true => match l.quantized.run(&Tensor::F32(x.clone()), seen)? {
+            Some(t) if t.shape() == y.shape() => Some(t),
+            _ => return Ok(None),
+        },
+        false => None,
+    };
     let axis = match l.channel_axis {
         ChannelAxis::Second => 1,
         ChannelAxis::Last => y.ndim().saturating_sub(1),
@@ -315,6 +343,7 @@ fn measure(l: &Layer, y: &Tensor, seen: &HashMap<String, Tensor>) -> Result<Opti
     }
     let mut s = Sums {
         diff: vec![0.0; channels],
+        diff_float: vec![0.0; if yw.is_some() { channels } else { 0 }],
         count: (y.len() / channels) as u64,
         ..Default::default()
     };
@@ -328,6 +357,14 @@ fn measure(l: &Layer, y: &Tensor, seen: &HashMap<String, Tensor>) -> Result<Opti
             s.sum_sq += a * a;
         }
         s.diff[c] = d;
+        if let Some(w) = &yw {
+            s.diff_float[c] = w
+                .index_axis(Axis(axis), c)
+                .iter()
+                .zip(y.index_axis(Axis(axis), c).iter())
+                .map(|(b, a)| *b as f64 - *a as f64)
+                .sum();
+        }
     }
     Ok(Some(s))
 }

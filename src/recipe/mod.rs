@@ -172,6 +172,10 @@ pub struct QuantConfig {
     /// from a recipe.
     #[serde(skip)]
     pub bias_shifts: std::collections::BTreeMap<String, Vec<f32>>,
+    /// The shifts of the layers with a quantized input had that input stayed float (for the
+    /// layers a quality target raises to float input), by compute op output key.
+    #[serde(skip)]
+    pub bias_shifts_float_input: std::collections::BTreeMap<String, Vec<f32>>,
     /// The Gram matrices of each layer's inputs GPTQ rounds its weight with, by compute op
     /// output key: computed, never read from a recipe.
     #[serde(skip)]
@@ -204,6 +208,7 @@ impl Default for QuantConfig {
             equalize_by: EqualizeBy::Activations,
             equalize_ranges: Default::default(),
             bias_shifts: Default::default(),
+            bias_shifts_float_input: Default::default(),
             weight_grams: Default::default(),
         }
     }
