@@ -305,24 +305,38 @@ fn pointwise(
     } else {
         (hw as isize, 1)
     };
-    let mut y = vec![0f32; n * co * hw];
-    for (img, out) in xs.chunks_exact(ci * hw).zip(y.chunks_exact_mut(co * hw)) {
-        if layout.output {
-            // Y[pixel, co] = X[pixel, ci] · F[ci, co]
-            super::matmul::gemm_strided(hw, co, ci, img, x_ps, x_cs, fs, co as isize, 1, out);
-            if let Some(e) = ep {
-                e.apply(out, co);
+    if ci * hw == 0 || co == 0 || xs.len() != n * ci * hw {
+        return None;
+    }
+    // the GEMMs write every value: no zero-fill first (it was 3 % of MobileNet's run)
+    let total = n * co * hw;
+    let mut y: Vec<f32> = Vec::with_capacity(total);
+    let base = y.as_mut_ptr();
+    for (i, img) in xs.chunks_exact(ci * hw).enumerate() {
+        let at = i * co * hw;
+        // SAFETY: [at, at + co·hw) lies inside the capacity of `y` (i < n) and is written whole
+        // by the GEMM before the slice over it is made; the strides stay inside `img` and `fs`
+        let out = unsafe {
+            if layout.output {
+                // Y[pixel, co] = X[pixel, ci] · F[ci, co]
+                super::matmul::gemm_strided_into(hw, co, ci, img, x_ps, x_cs, fs, co as isize, 1, base.add(at));
+            } else {
+                // Y[co, pixel] = F[ci, co]ᵀ · X[ci, pixel]: the filter read with row stride 1,
+                // column stride co
+                super::matmul::gemm_strided_into(co, hw, ci, fs, 1, co as isize, img, x_cs, x_ps, base.add(at));
             }
-        } else {
-            // Y[co, pixel] = F[ci, co]ᵀ · X[ci, pixel]: the filter read with row stride 1,
-            // column stride co
-            super::matmul::gemm_strided(co, hw, ci, fs, 1, co as isize, img, x_cs, x_ps, out);
-            if let Some(e) = ep {
+            std::slice::from_raw_parts_mut(base.add(at), co * hw)
+        };
+        if let Some(e) = ep {
+            match layout.output {
+                true => e.apply(out, co),
                 // channel oc is the plane oc
-                e.apply_planes(out, co, hw);
+                false => e.apply_planes(out, co, hw),
             }
         }
     }
+    // SAFETY: the n images' blocks cover all `total` values, each written by its GEMM
+    unsafe { y.set_len(total) };
     let shape = if layout.output { [n, h, w, co] } else { [n, co, h, w] };
     Some(ArrayD::from_shape_vec(IxDyn(&shape), y).map_err(|e| e.to_string()))
 }

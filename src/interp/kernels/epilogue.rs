@@ -49,14 +49,26 @@ impl Epilogue<'_> {
     /// Applies the epilogue to planes of `inner` values, plane i being channel i mod `c`
     /// (channels outside the last axis: NCHW's planes of H·W); `check(c)` first.
     pub fn apply_planes(&self, x: &mut [f32], c: usize, inner: usize) {
+        if c == 0 || self.check(c).is_err() {
+            return;
+        }
+        // one tile of a single channel, refilled per plane rather than built per plane (two
+        // allocations a channel were 2.4 % of an NCHW MobileNet's run)
+        let first = Epilogue {
+            scale: self.scale.map(|v| &v[..1]),
+            bias: self.bias.map(|v| &v[..1]),
+            act: self.act,
+        };
+        let Some(mut t) = first.tiled(1) else { return };
         for (i, plane) in x.chunks_exact_mut(inner.max(1)).enumerate() {
             let ch = i % c;
-            let one = Epilogue {
-                scale: self.scale.map(|v| &v[ch..ch + 1]),
-                bias: self.bias.map(|v| &v[ch..ch + 1]),
-                act: self.act,
-            };
-            one.apply(plane, 1);
+            if let Some(v) = self.scale {
+                t.k.fill(v[ch]);
+            }
+            if let Some(v) = self.bias {
+                t.b.fill(v[ch]);
+            }
+            t.apply(plane);
         }
     }
 
@@ -192,5 +204,29 @@ mod tests {
         // three channels against two values per channel
         let mut z = ArrayD::<f32>::zeros(IxDyn(&[1, 3]));
         assert!(ep.apply_on_axis(&mut z, 1).is_err());
+    }
+
+    /// Planes longer than a tile (150 values: two whole tiles and a rest), channel i mod 3 of
+    /// two images, each with its own scale and bias, or one of them: every value as the
+    /// formula says.
+    #[test]
+    fn planes_take_their_own_channels_scale_and_bias() {
+        let (c, inner) = (3, 150);
+        let x: Vec<f32> = (0..2 * c * inner).map(|i| (i % 17) as f32 - 8.0).collect();
+        let (k, b) = ([0.5f32, 2.0, -1.0], [1.0f32, -3.0, 0.25]);
+        for (scale, bias) in [(Some(&k[..]), Some(&b[..])), (Some(&k[..]), None), (None, Some(&b[..]))] {
+            let ep = Epilogue {
+                scale,
+                bias,
+                act: Some(UnOp::Relu),
+            };
+            let mut y = x.clone();
+            ep.apply_planes(&mut y, c, inner);
+            for (i, (&v, &got)) in x.iter().zip(&y).enumerate() {
+                let ch = (i / inner) % c;
+                let want = (v * scale.map_or(1.0, |s| s[ch]) + bias.map_or(0.0, |s| s[ch])).max(0.0);
+                assert_eq!(got, want, "value {i}");
+            }
+        }
     }
 }
