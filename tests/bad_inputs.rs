@@ -115,6 +115,21 @@ fn every_bad_input_is_one_line_exit_1_and_writes_nothing() {
             vec!["nan.npz", "NaN"],
         ),
         (
+            "every compute op excluded: nothing to calibrate, and why",
+            vec![
+                "quantize".into(),
+                mlp.clone(),
+                "--data".into(),
+                calib.clone(),
+                "--exclude".into(),
+                "*".into(),
+                "-o".into(),
+                out("ex.mlir"),
+            ],
+            out("ex.mlir"),
+            vec!["digits_mlp.mlir", "all 3 compute ops are left float (--exclude"],
+        ),
+        (
             "data of the wrong shape",
             vec![
                 "run".into(),

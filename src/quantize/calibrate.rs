@@ -52,8 +52,8 @@ pub enum CalibrateError {
     Calib(#[from] crate::calibration::CalibError),
     #[error("shard {0}/{1} is not valid (expected 0 ≤ I < N)")]
     Shard(usize, usize),
-    #[error("the model has no tensor to calibrate (no quantizable op the dialect tables know)")]
-    NothingToCalibrate,
+    #[error("the model has no tensor to calibrate: {0}")]
+    NothingToCalibrate(String),
     #[error("no samples to calibrate on")]
     NoSamples,
 }
@@ -92,7 +92,7 @@ fn observation(module: &Module, opts: &CalibrateOptions) -> Result<Observation, 
     let plan = plan(module, None, &every_point)?;
     let keys = plan.calibrated_keys();
     if keys.is_empty() {
-        return Err(CalibrateError::NothingToCalibrate);
+        return Err(CalibrateError::NothingToCalibrate(why_nothing(module, &opts.config)));
     }
     let mut methods = BTreeMap::new();
     for p in plan.activations.iter().filter(|p| p.same_as.is_none()) {
@@ -116,6 +116,24 @@ fn observation(module: &Module, opts: &CalibrateOptions) -> Result<Observation, 
         methods,
         axes,
     })
+}
+
+/// Why a plan has no point to calibrate: no compute op the tables know, activations left
+/// float, or every compute op left float by the recipe.
+fn why_nothing(module: &Module, config: &QuantConfig) -> String {
+    use crate::ir::graph::{body_ops, functions, op_name};
+    let compute = functions(module)
+        .into_iter()
+        .flat_map(body_ops)
+        .filter(|op| crate::dialects::rule(&op_name(op)).is_some_and(|r| r.is_compute()))
+        .count();
+    if compute == 0 {
+        "no quantizable op the dialect tables know".into()
+    } else if config.activations.is_none() {
+        "activations are left float (activations none); quantize weight-only without calibrating".into()
+    } else {
+        format!("all {compute} compute ops are left float (--exclude / the recipe)")
+    }
 }
 
 /// Calibration samples the equalization ranges are measured on (the data's first).
