@@ -322,13 +322,6 @@ pub fn run_with_plan<'c, 'a>(
             key,
             out_key,
         } = site;
-        // a measured shift for an op without its bias: a bias of zeros takes it
-        if let Some(shift) = config.bias_shifts.get(&out_key) {
-            if lacks_own_bias(op, r) {
-                add_zero_bias(op, r, shift.len())?;
-                report.count(Change::BiasesAdded);
-            }
-        }
         let tf = op_name(&def).starts_with("tf.");
         let id = (def.to_raw().ptr as usize, axis);
         if let Some((v, _)) = done.get(&id) {
@@ -339,6 +332,14 @@ pub fn run_with_plan<'c, 'a>(
                 erase_op(def)?;
             }
             continue;
+        }
+        // a measured shift for an op without its bias: a bias of zeros takes it (a second
+        // reader of a shared weight, above, keeps its bias as it is)
+        if let Some(shift) = config.bias_shifts.get(&out_key) {
+            if lacks_own_bias(op, r) {
+                add_zero_bias(op, r, shift.len())?;
+                report.count(Change::BiasesAdded);
+            }
         }
         let (value, wparams) = match res.weights {
             WeightMode::Fp16 => (half_constant(def, w, &Tensor::F16(to_f16(&wt.view())), tf, &key)?, None),
