@@ -412,10 +412,7 @@ pub fn run_with_plan<'c, 'a>(
                     let nv = quantized_constant(bdef, bv, &storage, &bp, op_name(&bdef).starts_with("tf."), &bkey)?;
                     set_operand(badd, bidx, nv);
                     report.count(Change::BiasesQuantized);
-                    if uses(bdef.result(0).map_err(err)?.into()).is_empty() {
-                        erased.insert(bdef.to_raw().ptr as usize);
-                        erase_op(bdef)?;
-                    }
+                    erase_if_unused(bdef, &mut erased)?;
                 } else if let Some(shift) = config
                     .bias_shifts_float_input
                     .get(&out_key)
@@ -435,10 +432,7 @@ pub fn run_with_plan<'c, 'a>(
                         .map_err(err)?;
                         set_operand(owner, bidx, nc.result(0).map_err(err)?.into());
                         report.count(Change::FloatBiasesCorrected);
-                        if uses(bdef.result(0).map_err(err)?.into()).is_empty() {
-                            erased.insert(bdef.to_raw().ptr as usize);
-                            erase_op(bdef)?;
-                        }
+                        erase_if_unused(bdef, &mut erased)?;
                     }
                 }
                 let wt = match config.weight_grams.get(&out_key) {
@@ -463,12 +457,21 @@ pub fn run_with_plan<'c, 'a>(
         set_operand(op, wi, value);
         done.insert(id, (value, wparams));
         report.count(Change::WeightsQuantized);
-        if uses(def.result(0).map_err(err)?.into()).is_empty() {
-            erased.insert(def.to_raw().ptr as usize);
-            erase_op(def)?;
-        }
+        erase_if_unused(def, &mut erased)?;
     }
     Ok(report)
+}
+
+/// Erases constant `def` once nothing reads it, and remembers it in `erased`, so that the
+/// loop over the block does not reach it later (a bias constant may stand after its reader).
+/// Erased whether or not its address is in `erased` already: a constant made in this pass
+/// may sit where an erased one was.
+fn erase_if_unused(def: OperationRef, erased: &mut std::collections::HashSet<usize>) -> Result<(), PassError> {
+    if uses(def.result(0).map_err(err)?.into()).is_empty() {
+        erased.insert(def.to_raw().ptr as usize);
+        erase_op(def)?;
+    }
+    Ok(())
 }
 
 /// `w` rounded by GPTQ on the grid of `p` for the inputs whose Gram matrices are `gram`
