@@ -109,18 +109,20 @@ struct Sums {
 
 impl Sums {
     fn add(&mut self, o: &Sums) {
-        if self.diff.is_empty() {
-            self.diff = vec![0.0; o.diff.len()];
-        }
-        self.diff.iter_mut().zip(&o.diff).for_each(|(a, b)| *a += b);
-        if self.diff_float.is_empty() {
-            self.diff_float = vec![0.0; o.diff_float.len()];
-        }
-        self.diff_float.iter_mut().zip(&o.diff_float).for_each(|(a, b)| *a += b);
+        add_channels(&mut self.diff, &o.diff);
+        add_channels(&mut self.diff_float, &o.diff_float);
         self.count += o.count;
         self.sum += o.sum;
         self.sum_sq += o.sum_sq;
     }
+}
+
+/// Adds per-channel sums `o` to `a` (empty until the first sample's).
+fn add_channels(a: &mut Vec<f64>, o: &[f64]) {
+    if a.is_empty() {
+        *a = vec![0.0; o.len()];
+    }
+    a.iter_mut().zip(o).for_each(|(a, b)| *a += b);
 }
 
 /// One sample in flight: the watched values its layers still need, and its layers' sums.
@@ -311,18 +313,23 @@ pub fn measure_bias_shifts(
 /// One sample's sums of layer `l`, from its float output `y` and its float input in `seen`;
 /// `None` when they are not f32 or the op did not run.
 fn measure(l: &Layer, y: &Tensor, seen: &HashMap<String, Tensor>) -> Result<Option<Sums>, String> {
-    let (Some(Tensor::F32(x)), Tensor::F32(y)) = (seen.get(&l.input), y) else {
+    let (Some(xt @ Tensor::F32(x)), Tensor::F32(y)) = (seen.get(&l.input), y) else {
         return Ok(None);
     };
+    // the float input is read where it is, not copied
+    let rounded;
     let xq = match &l.input_params {
-        Some(p) => Tensor::F32(fake_quant(&x.view(), p, Rounding::HalfEven).map_err(|e| e.to_string())?),
-        None => Tensor::F32(x.clone()),
+        Some(p) => {
+            rounded = Tensor::F32(fake_quant(&x.view(), p, Rounding::HalfEven).map_err(|e| e.to_string())?);
+            &rounded
+        }
+        None => xt,
     };
-    let Some(yq) = l.quantized.run(&xq, seen)? else {
+    let Some(yq) = l.quantized.run(xq, seen)? else {
         return Ok(None);
     };
     let yw = match l.float_too {
-        true => match l.quantized.run(&Tensor::F32(x.clone()), seen)? {
+        true => match l.quantized.run(xt, seen)? {
             Some(t) if t.shape() == y.shape() => Some(t),
             _ => return Ok(None),
         },
