@@ -469,6 +469,15 @@ fn assert_hand_offs_change_no_bit(p: &Program, x: &[Tensor]) {
     }
 }
 
+/// The 1×4×9×7 NCHW input of the conv hand-off tests: values in [−2.5, 2.5] in a scrambled
+/// order.
+fn image_1x4x9x7() -> Tensor {
+    f32t(
+        &[1, 4, 9, 7],
+        (0..252).map(|i| ((i * 7919 % 251) as f32 - 125.0) / 50.0).collect(),
+    )
+}
+
 /// An ONNX conv filter `%{name}` of `dims` (OIHW) made of sines, as MLIR lines: a flat
 /// constant reshaped (so that it is folded, as exporters' weights are).
 fn filter_src(name: &str, dims: [usize; 4], seed: f32) -> String {
@@ -520,10 +529,7 @@ fn values_handed_channels_last_between_onnx_convs_give_the_same_bits() {
         k3 = filter_src("k3", [6, 4, 1, 1], 2.9),
     );
     let p = compile_src(&src).unwrap();
-    let x = f32t(
-        &[1, 4, 9, 7],
-        (0..252).map(|i| ((i * 7919 % 251) as f32 - 125.0) / 50.0).collect(),
-    );
+    let x = image_1x4x9x7();
     assert_hand_offs_change_no_bit(&p, &[x]);
 }
 
@@ -619,10 +625,7 @@ fn zero_pads_taken_into_the_conv_after_them_change_no_bit() {
     .replace("TPAD", "tensor<1x4x11x9xf32>");
     let p = compile_src(&src).unwrap();
     assert_eq!(p.pads_taken(), 2);
-    let x = f32t(
-        &[1, 4, 9, 7],
-        (0..252).map(|i| ((i * 7919 % 251) as f32 - 125.0) / 50.0).collect(),
-    );
+    let x = image_1x4x9x7();
     assert_hand_offs_change_no_bit(&p, &[x]);
 }
 
