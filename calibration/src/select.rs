@@ -65,11 +65,11 @@ pub fn percentile_symmetric(h: &Histogram, p: f64) -> Option<Range> {
 /// asymmetric grid spends all its steps on [0, t] (the activations of every scheme quantir
 /// writes are asymmetric unless `--symmetric-activations` is asked for; then such a tensor has
 /// half the steps the search assumed, and its threshold errs towards clipping less). Two
-/// choices follow NVIDIA's calibrator for TensorRT rather than onnxruntime's: the bin holding 0 counts as its neighbour does — zero is
-/// exact on every grid, and a ReLU's exact zeros (40 % of its outputs is common) are a spike
-/// that any merging of bins spreads, which made the first candidate (no merging) win whatever
-/// it clipped (fer: thresholds at 1.5 of a ReLU's 8.2, 3.6 dB SQNR); and the number of
-/// levels above. Returns [−t, t] clipped to the observed extremes; when the histogram of |x|
+/// choices follow NVIDIA's calibrator for TensorRT rather than onnxruntime's: the bin
+/// holding 0 counts as its neighbour does — zero is exact on every grid, and a ReLU's exact
+/// zeros (40 % of its outputs is common) are a spike that any merging of bins spreads, which
+/// made the first candidate (no merging) win whatever it clipped (fer: thresholds at 1.5 of
+/// a ReLU's 8.2, 3.6 dB SQNR); and the number of levels above. Returns [−t, t] clipped to the observed extremes; when the histogram of |x|
 /// has no more bins than the levels, no clipping can help and [min, max] is returned.
 pub fn entropy(h: &Histogram, levels: usize) -> Option<Range> {
     let kl = KlSearch::new(h, levels)?;
