@@ -359,3 +359,43 @@ fn a_top1_target_holds_on_every_validation_sample() {
         assert!(!never.exists());
     }
 }
+
+/// With cross-layer equalization the values between equalized layers carry `~equalized`
+/// keys: the target's ranking and op list are taken on the model as calibration prepared it
+/// (the search used to fail with "no statistics for tensor ..." on the unequalized keys).
+#[test]
+fn a_target_on_equalized_layers_searches_the_calibrated_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, calib) = (arg(&example("digits_cnn.mlir")), arg(&example("digits_calib.npz")));
+    let all_int8 = dir.path().join("int8.mlir");
+    let o = ok(quantir(&[
+        "quantize",
+        &model,
+        "--data",
+        &calib,
+        "--no-cache",
+        "--equalize-layers",
+        "-o",
+        &arg(&all_int8),
+    ]));
+    assert!(stderr(&o).contains("2 layer pairs"), "{}", stderr(&o));
+    let target = sqnr_on_first_16(&model, &arg(&all_int8), &calib) + 0.5;
+    let out = dir.path().join("t.mlir");
+    let o = ok(quantir(&[
+        "quantize",
+        &model,
+        "--data",
+        &calib,
+        "--no-cache",
+        "--equalize-layers",
+        "--target-sqnr",
+        &format!("{target:.2}"),
+        "--json",
+        "-o",
+        &arg(&out),
+    ]));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(!doc["target"]["raised"].as_array().unwrap().is_empty(), "{doc:#}");
+    let got = sqnr_on_first_16(&model, &arg(&out), &calib);
+    assert!(got >= target, "{got} dB < target {target:.2}");
+}

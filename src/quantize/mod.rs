@@ -317,6 +317,42 @@ impl std::fmt::Display for QuantizeReport {
     }
 }
 
+/// Prepares `module` as calibration prepared it for `stats`: the types resolved from the
+/// data's shapes, and cross-layer equalization with the moments calibration measured (so that
+/// the keys, `~equalized` ones included, are the statistics' own). Returns `config` with those
+/// moments (borrowed where there are none: a config may hold GPTQ's Gram matrices).
+pub fn prepare_as_calibrated<'q>(
+    module: &Module,
+    stats: &StatsFile,
+    config: &'q QuantConfig,
+) -> Result<std::borrow::Cow<'q, QuantConfig>, QuantizeError> {
+    use std::borrow::Cow;
+    // the types calibration resolved from its data, resolved again the same way
+    if let Some(shapes) = &stats.input_shapes {
+        resolve_types(module, shapes);
+    }
+    // the model is equalized again with the moments calibration measured
+    let config = match (&stats.equalization, config.equalize_layers) {
+        (None, true) => {
+            return Err(QuantizeError::Stats(
+                "the statistics were calibrated without cross-layer equalization: calibrate with --equalize-layers, or quantize without it".into(),
+            ))
+        }
+        (Some(_), false) => {
+            return Err(QuantizeError::Stats(
+                "the statistics were calibrated after cross-layer equalization: quantize with --equalize-layers (recipe equalize_layers = true)".into(),
+            ))
+        }
+        (Some(ranges), true) => Cow::Owned(QuantConfig {
+            equalize_ranges: ranges.clone(),
+            ..config.clone()
+        }),
+        (None, false) => Cow::Borrowed(config),
+    };
+    prepare_with(module, &config)?;
+    Ok(config)
+}
+
 /// Quantizes a module with statistics from `calibrate` on the same model: prepares it, checks
 /// the model hash, quantizes weights and biases, then inserts Q/DQ on activations.
 pub fn quantize_module(
@@ -332,33 +368,8 @@ pub fn quantize_module(
     };
     check_float(module)?;
     let bytes_before = crate::inspect::inspect(module)?.constant_bytes;
-    // the types calibration resolved from its data, resolved again the same way
-    if let Some(shapes) = &stats.input_shapes {
-        resolve_types(module, shapes);
-    }
-    // the model is equalized again with the moments calibration measured
-    let equalized;
-    let config = match (&stats.equalization, config.equalize_layers) {
-        (None, true) => {
-            return Err(QuantizeError::Stats(
-                "the statistics were calibrated without cross-layer equalization: calibrate with --equalize-layers, or quantize without it".into(),
-            ))
-        }
-        (Some(_), false) => {
-            return Err(QuantizeError::Stats(
-                "the statistics were calibrated after cross-layer equalization: quantize with --equalize-layers (recipe equalize_layers = true)".into(),
-            ))
-        }
-        (Some(ranges), true) => {
-            equalized = QuantConfig {
-                equalize_ranges: ranges.clone(),
-                ..config.clone()
-            };
-            &equalized
-        }
-        (None, false) => config,
-    };
-    prepare_with(module, config)?;
+    let config = prepare_as_calibrated(module, stats, config)?;
+    let config: &QuantConfig = &config;
     let hash = model_hash(module);
     stats
         .check_model(&hash)

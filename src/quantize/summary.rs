@@ -218,16 +218,37 @@ pub fn summarize(
         };
         if acts_ok && weight_ok {
             if !entry.is_w8a8() {
-                entry.reason = Some(format!(
-                    "{} weights, {} activations (by the recipe)",
-                    entry.weights, entry.activations
-                ));
+                // an input a target raised says so; the rest is the recipe's
+                let by = r
+                    .activations
+                    .iter()
+                    .filter_map(|&i| op.operand(i).ok().and_then(|v| key_before_qdq(&keys, v)))
+                    .find_map(|k| config.resolve_point(&[], Some(k)).activations_by.map(|by| (k, by)));
+                entry.reason = Some(match by {
+                    Some((k, by)) => format!(
+                        "{} weights, {} activations (input '{k}' raised by {by})",
+                        entry.weights, entry.activations
+                    ),
+                    None => format!(
+                        "{} weights, {} activations (by the recipe)",
+                        entry.weights, entry.activations
+                    ),
+                });
             }
             s.ops.push(entry);
             *s.quantized_ops.entry(name).or_default() += 1;
             continue;
         }
         let res = config.resolve_op(&op, &[]);
+        // an input whose own key an exclusion matches (often another op's output key)
+        let float_input = r
+            .activations
+            .iter()
+            .zip(&acts)
+            .filter(|(_, st)| st.is_none())
+            .filter_map(|(&i, _)| op.operand(i).ok().and_then(|v| key_before_qdq(&keys, v)))
+            .map(|k| (k, config.resolve_point(&[], Some(k))))
+            .find(|(_, r)| r.exclude);
         let reason = if let (true, Some(by)) = (res.exclude, &res.excluded_by) {
             format!("left float by {by}")
         } else if res.exclude {
@@ -238,6 +259,11 @@ pub fn summarize(
             "weight-only (activations none)".to_string()
         } else if r.weight.is_some() && !weight_ok {
             "weight is computed at run time, not a constant".to_string()
+        } else if let Some((k, r)) = float_input {
+            match r.excluded_by {
+                Some(by) => format!("its input '{k}' is left float by {by}"),
+                None => format!("its input '{k}' is excluded by --exclude / recipe"),
+            }
         } else if untyped {
             "type unknown: the interpreter could not run the model to type this input (see the warning)".to_string()
         } else {

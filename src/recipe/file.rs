@@ -54,6 +54,11 @@ pub struct Override {
     /// layer it excludes is reported with.
     #[serde(skip)]
     pub by: Option<String>,
+    /// Matches ops only, never an activation point by its own key: the target search leaves an
+    /// op float this way while the value it writes stays int8 for the ops that read it (an op's
+    /// output key is also its readers' input key).
+    #[serde(skip)]
+    pub op_only: bool,
 }
 
 /// The document as written.
@@ -209,6 +214,8 @@ pub struct Resolved {
     pub method: Option<(String, Option<f64>)>,
     /// Why it is excluded when quantir's own override did it ([`Override::by`]).
     pub excluded_by: Option<String>,
+    /// What set `activations` when quantir's own override did ([`Override::by`]).
+    pub activations_by: Option<String>,
 }
 
 /// The names a recipe pattern can select op `op` by: its op name (`onnx.Conv`), `extra` (tensor
@@ -233,7 +240,15 @@ impl QuantConfig {
 
     /// The settings for something named by any of `names` (op name, tensor keys).
     pub fn resolve(&self, names: &[&str]) -> Resolved {
-        let hit = |p: &str| names.iter().any(|n| super::glob(p, n));
+        self.resolve_point(names, None)
+    }
+
+    /// The settings for an activation point with its own key `key`, of the op named by `names`:
+    /// as [`resolve`](Self::resolve) over both, except that an [`Override::op_only`] does not
+    /// match by `key`.
+    pub fn resolve_point(&self, names: &[&str], key: Option<&str>) -> Resolved {
+        let on_op = |p: &str| names.iter().any(|n| super::glob(p, n));
+        let hit = |p: &str| on_op(p) || key.is_some_and(|k| super::glob(p, k));
         let mut r = Resolved {
             exclude: self.exclude.iter().any(|p| hit(p)),
             weights: self.weights,
@@ -243,9 +258,14 @@ impl QuantConfig {
             reduce_range: self.reduce_range,
             method: None,
             excluded_by: None,
+            activations_by: None,
         };
         let by_user = r.exclude;
-        for o in self.overrides.iter().filter(|o| hit(&o.pattern)) {
+        for o in self
+            .overrides
+            .iter()
+            .filter(|o| if o.op_only { on_op(&o.pattern) } else { hit(&o.pattern) })
+        {
             r.exclude |= o.exclude;
             if o.exclude && !by_user && r.excluded_by.is_none() {
                 r.excluded_by = o.by.clone();
@@ -255,6 +275,7 @@ impl QuantConfig {
             }
             if let Some(a) = o.activations.as_deref().and_then(|a| parse_activations(a).ok()) {
                 r.activations = a;
+                r.activations_by = o.by.clone();
             }
             if let Some(s) = o.scheme {
                 r.scheme = s;

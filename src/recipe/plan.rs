@@ -398,9 +398,7 @@ pub fn plan<'c, 'a>(
                 return;
             }
             let k = key(v);
-            let mut all: Vec<&str> = names.to_vec();
-            all.push(&k);
-            let res: Resolved = config.resolve(&all);
+            let res: Resolved = config.resolve_point(names, Some(&k));
             let Some(dtype) = res.activations.filter(|_| !res.exclude) else {
                 return;
             };
@@ -610,6 +608,64 @@ func.func @main(%x: tensor<1x4x8x8xf32>) -> (tensor<1x4x8x8xf32>, tensor<1x4x8x8
         let p = keys.get(conv_p.result(0).unwrap().into()).unwrap();
         assert_eq!(added[0], p, "{plain:?} → {fused:?}");
         assert!(p_key.activations.iter().all(|a| a.key != p));
+    }
+
+    /// x → conv a → conv b → conv c: an override that matches an op's output key acts on the
+    /// op and on that value; `op_only` (the target leaving an op float) spares the value, which
+    /// conv c goes on reading as int8.
+    #[test]
+    fn an_op_only_override_leaves_the_op_float_and_its_output_a_point() {
+        let text = r#"
+func.func @main(%x: tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32> {
+  %w = "onnx.Constant"() {value = dense<0.5> : tensor<4x4x1x1xf32>} : () -> tensor<4x4x1x1xf32>
+  %b = "onnx.Constant"() {value = dense<0.1> : tensor<4xf32>} : () -> tensor<4xf32>
+  %0 = "onnx.Conv"(%x, %w, %b) {group = 1 : si64} : (tensor<1x4x8x8xf32>, tensor<4x4x1x1xf32>, tensor<4xf32>) -> tensor<1x4x8x8xf32>
+  %1 = "onnx.Conv"(%0, %w, %b) {group = 1 : si64} : (tensor<1x4x8x8xf32>, tensor<4x4x1x1xf32>, tensor<4xf32>) -> tensor<1x4x8x8xf32>
+  %2 = "onnx.Conv"(%1, %w, %b) {group = 1 : si64} : (tensor<1x4x8x8xf32>, tensor<4x4x1x1xf32>, tensor<4xf32>) -> tensor<1x4x8x8xf32>
+  return %2 : tensor<1x4x8x8xf32>
+}"#;
+        let ctx = crate::ir::new_context();
+        let module = crate::ir::io::load_bytes(&ctx, text.as_bytes(), std::path::Path::new("t.mlir")).unwrap();
+        let func = find_function(&module, None).unwrap();
+        let keys = TensorKeys::new(func);
+        let ops: Vec<_> = body_ops(func)
+            .into_iter()
+            .filter(|o| op_name(o) == "onnx.Conv")
+            .collect();
+        let key_of = |v: Value| keys.get(v).unwrap().to_string();
+        let (x, a, b) = (
+            key_of(ops[0].operand(0).unwrap()),
+            key_of(ops[0].result(0).unwrap().into()),
+            key_of(ops[1].result(0).unwrap().into()),
+        );
+        let points = |op_only| -> Vec<String> {
+            let config = QuantConfig {
+                scheme: Scheme::Onnx,
+                overrides: vec![super::super::Override {
+                    pattern: b.clone(),
+                    exclude: true,
+                    op_only,
+                    ..Default::default()
+                }],
+                ..QuantConfig::default()
+            };
+            let mut p: Vec<String> = plan(&module, None, &config)
+                .unwrap()
+                .activations
+                .into_iter()
+                .map(|p| p.key)
+                .collect();
+            p.sort();
+            p
+        };
+        let sorted = |mut v: Vec<String>| {
+            v.sort();
+            v
+        };
+        // conv b float either way; its output b, conv c's input, stays a point only when the
+        // override spares the value (a: conv a's output, read by a compute op)
+        assert_eq!(points(true), sorted(vec![x.clone(), a.clone(), b.clone()]));
+        assert_eq!(points(false), sorted(vec![x, a]));
     }
 
     #[test]
