@@ -234,9 +234,8 @@ fn an_op_without_a_bias_is_given_one_for_its_shift() {
     );
 }
 
-/// A target that only a wider input reaches: the input's int8 rounding has a mean the shift
-/// measured with it takes off, and that same shift would be wrong once the input is int16 or
-/// float.
+/// A target that only a float input reaches: the input's int8 rounding has a mean the shift
+/// measured with it takes off, and that same shift would be wrong once the input is float.
 #[test]
 fn an_input_a_target_raises_to_float_takes_its_weights_shift_alone() {
     let dir = tempfile::tempdir().unwrap();
@@ -260,18 +259,11 @@ fn an_input_a_target_raises_to_float_takes_its_weights_shift_alone() {
     let data = dir.path().join("x.npy");
     ndarray_npy::write_npy(&data, &x).unwrap();
     let q = dir.path().join("q.onnx");
-    // int8 leaves the rounding's spread (60 dB); int16 or float with the int8 input's shift a
-    // constant error of a tenth of a step (63.5 dB); int16 with the shift measured for a float
-    // input only int16's rounding (99.4 dB); float with it none (scored as 100 dB, the cap)
     let said = quantize_with(&m, &arg(&data), &q, &["--bias-correction", "--target-sqnr", "90"]);
+    // int8 leaves the rounding's spread (60 dB); int16 with the int8 input's shift, or float
+    // with it, a constant error of a tenth of a step (63.5 dB); float with the weights' shift
+    // alone none
     assert!(said.contains("all int8: 60.49 dB"), "{said}");
-    assert!(
-        said.contains("reached: 99.38 dB") && said.contains("1 of 1 activations raised (1 to int16, 0 to float)"),
-        "{said}"
-    );
-    let (max, _) = errors(&m, &q, &arg(&data));
-    assert!(max < 2e-5, "{max}");
-    let said = quantize_with(&m, &arg(&data), &q, &["--bias-correction", "--target-sqnr", "99.7"]);
     assert!(
         said.contains("1 of 1 activations raised (0 to int16, 1 to float)"),
         "{said}"

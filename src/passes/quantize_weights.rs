@@ -357,16 +357,9 @@ pub fn run_with_plan<'c, 'a>(
                 }
                 // the bias after this op, at input scale × weight scale
                 if let Some(bias) = bias_site(op, r, plan) {
-                    let (badd, bidx, bdef, mut bvals, s_in, in_bits) = bias;
-                    // bias correction's measured shift of this layer's output; a 16-bit input
-                    // (raised by a target from the int8 it was measured with) rounds 256×
-                    // finer, so its shift is the one measured with the input float
-                    let shift = match in_bits > 8 {
-                        true => config.bias_shifts_float_input.get(&out_key),
-                        false => None,
-                    }
-                    .or_else(|| config.bias_shifts.get(&out_key));
-                    if let Some(shift) = shift.filter(|s| s.len() == bvals.len()) {
+                    let (badd, bidx, bdef, mut bvals, s_in) = bias;
+                    // bias correction's measured shift of this layer's output
+                    if let Some(shift) = config.bias_shifts.get(&out_key).filter(|s| s.len() == bvals.len()) {
                         bvals.iter_mut().zip(shift).for_each(|(b, s)| *b -= s);
                     }
                     let q = quantize_bias(bvals.as_slice().unwrap_or(&[]), &s_in, &p.scale, config.bias_overflow)
@@ -650,16 +643,8 @@ pub const U8_WEIGHTS_ABOVE_DB: f64 = 0.5;
 
 /// A bias to quantize: the op that reads it, the operand index, the constant, its values and
 /// the scale of the compute op's quantized activation input: one, or one per output channel
-/// (a depthwise convolution's per-channel input, channel `o` reading input channel `o / m`),
-/// and the bits of that input's storage type.
-pub(crate) type BiasSite<'c, 'a> = (
-    OperationRef<'c, 'a>,
-    usize,
-    OperationRef<'c, 'a>,
-    ArrayD<f32>,
-    Vec<f64>,
-    u32,
-);
+/// (a depthwise convolution's per-channel input, channel `o` reading input channel `o / m`).
+pub(crate) type BiasSite<'c, 'a> = (OperationRef<'c, 'a>, usize, OperationRef<'c, 'a>, ArrayD<f32>, Vec<f64>);
 
 /// The bias to quantize with compute op `op`: its own bias operand when the table names one
 /// (ONNX Conv/Gemm input C), else the bias add right after it (its single use). The bias must
@@ -677,7 +662,7 @@ pub(crate) fn bias_site<'c, 'a>(
         _ if n <= c && c % n == 0 => (0..c).map(|o| s_in.scale[o / (c / n)]).collect(),
         _ => return None,
     };
-    Some((owner, idx, bdef, b, scales, s_in.dtype.bits()))
+    Some((owner, idx, bdef, b, scales))
 }
 
 /// The constant rank-1 f32 bias of compute op `op`, whatever its input's precision: the op
