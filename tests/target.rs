@@ -367,35 +367,18 @@ fn a_top1_target_holds_on_every_validation_sample() {
 fn a_target_on_equalized_layers_searches_the_calibrated_keys() {
     let dir = tempfile::tempdir().unwrap();
     let (model, calib) = (arg(&example("digits_cnn.mlir")), arg(&example("digits_calib.npz")));
-    let all_int8 = dir.path().join("int8.mlir");
-    let o = ok(quantir(&[
-        "quantize",
-        &model,
-        "--data",
-        &calib,
-        "--no-cache",
-        "--equalize-layers",
-        "-o",
-        &arg(&all_int8),
-    ]));
+    let quantize = |extra: &[&str], out: &str| {
+        let head = ["quantize", &model, "--data", &calib, "--no-cache", "--equalize-layers"];
+        ok(quantir(&[&head[..], extra, &["-o", out]].concat()))
+    };
+    let all_int8 = arg(&dir.path().join("int8.mlir"));
+    let o = quantize(&[], &all_int8);
     assert!(stderr(&o).contains("2 layer pairs"), "{}", stderr(&o));
-    let target = sqnr_on_first_16(&model, &arg(&all_int8), &calib) + 0.5;
-    let out = dir.path().join("t.mlir");
-    let o = ok(quantir(&[
-        "quantize",
-        &model,
-        "--data",
-        &calib,
-        "--no-cache",
-        "--equalize-layers",
-        "--target-sqnr",
-        &format!("{target:.2}"),
-        "--json",
-        "-o",
-        &arg(&out),
-    ]));
+    let target = format!("{:.2}", sqnr_on_first_16(&model, &all_int8, &calib) + 0.5);
+    let out = arg(&dir.path().join("t.mlir"));
+    let o = quantize(&["--target-sqnr", &target, "--json"], &out);
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(!doc["target"]["raised"].as_array().unwrap().is_empty(), "{doc:#}");
-    let got = sqnr_on_first_16(&model, &arg(&out), &calib);
-    assert!(got >= target, "{got} dB < target {target:.2}");
+    let got = sqnr_on_first_16(&model, &out, &calib);
+    assert!(got >= target.parse::<f64>().unwrap(), "{got} dB < target {target}");
 }
