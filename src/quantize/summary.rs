@@ -226,7 +226,7 @@ pub fn summarize(
                     .find_map(|k| config.resolve_point(&[], Some(k)).activations_by.map(|by| (k, by)));
                 entry.reason = Some(match by {
                     Some((k, by)) => format!(
-                        "{} weights, {} activations (input '{k}' raised by {by})",
+                        "{} weights, {} activations: input '{k}' raised by {by}",
                         entry.weights, entry.activations
                     ),
                     None => format!(
