@@ -116,6 +116,15 @@ impl Window2d {
     pub fn iw(&self, o: usize, k: usize) -> Option<usize> {
         (o * self.sw + k * self.dw).checked_sub(self.pw).filter(|&i| i < self.w)
     }
+    /// The output columns whose filter column `kx` reads inside the image (those `iw` gives a
+    /// column for), as one range.
+    #[inline]
+    pub fn cols_inside(&self, kx: usize) -> std::ops::Range<usize> {
+        let off = kx * self.dw;
+        let lo = self.pw.saturating_sub(off).div_ceil(self.sw);
+        let hi = ((self.w + self.pw).saturating_sub(off)).div_ceil(self.sw).min(self.ow);
+        lo..hi
+    }
 }
 
 /// The window of a rank-4 filter [KH, KW, C, X] over `x`, checking that `x` has C channels;
@@ -379,14 +388,8 @@ unsafe fn depthwise_loops(
     //
     // Output columns where every tap of the filter reads inside the image: the first and
     // past-the-last (the same for every row; empty where the filter is wider than the image).
-    let col_lo = (0..kw)
-        .map(|kx| g.pw.saturating_sub(kx * g.dw).div_ceil(g.sw))
-        .max()
-        .unwrap_or(0);
-    let col_hi = (0..kw)
-        .map(|kx| ((g.w + g.pw).saturating_sub(kx * g.dw)).div_ceil(g.sw).min(g.ow))
-        .min()
-        .unwrap_or(0);
+    let col_lo = (0..kw).map(|kx| g.cols_inside(kx).start).max().unwrap_or(0);
+    let col_hi = (0..kw).map(|kx| g.cols_inside(kx).end).min().unwrap_or(0);
     for b in 0..g.n {
         let img = &xs[b * g.h * g.w * c..(b + 1) * g.h * g.w * c];
         for oy in 0..g.oh {
@@ -418,8 +421,7 @@ unsafe fn depthwise_loops(
                     let w = &fs[(ky * kw + kx) * co..(ky * kw + kx + 1) * co];
                     // output columns whose input column is inside the image
                     let off = kx * g.dw;
-                    let lo = g.pw.saturating_sub(off).div_ceil(g.sw);
-                    let hi = ((g.w + g.pw).saturating_sub(off)).div_ceil(g.sw).min(g.ow);
+                    let std::ops::Range { start: lo, end: hi } = g.cols_inside(kx);
                     // (the inner columns are done)
                     for (lo, hi) in [(lo, hi.min(inner.start)), (lo.max(inner.end), hi)] {
                         if lo >= hi {
@@ -651,6 +653,10 @@ mod tests {
                 ((i[0] * 11 + i[1] * 3 + i[2] * 5 + i[3]) % 17) as f32 * 0.113 - 0.9
             });
             let g = Window2d::new(x.shape(), k, k, [s, s], [d, d], &pad).unwrap();
+            for kx in 0..k {
+                let inside: Vec<usize> = (0..g.ow).filter(|&o| g.iw(o, kx).is_some()).collect();
+                assert_eq!(g.cols_inside(kx).collect::<Vec<_>>(), inside, "kx {kx} {pad:?}");
+            }
             let y = depthwise_conv2d(&x, &f, [s, s], [d, d], &pad, None).unwrap();
             let want = conv_ref(&x, &f, &g, true);
             assert_eq!(y.shape(), want.shape());
