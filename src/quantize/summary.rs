@@ -216,14 +216,18 @@ pub fn summarize(
             weights,
             activations,
         };
+        // the activation inputs by their own keys: whether each is quantized, and the settings
+        // that key alone resolves to (an exclusion or a raise that named it)
+        let inputs = || {
+            r.activations.iter().zip(&acts).filter_map(|(&i, st)| {
+                let k = op.operand(i).ok().and_then(|v| key_before_qdq(&keys, v))?;
+                Some((k, st.is_some(), config.resolve_point(&[], Some(k))))
+            })
+        };
         if acts_ok && weight_ok {
             if !entry.is_w8a8() {
                 // an input a target raised says so; the rest is the recipe's
-                let by = r
-                    .activations
-                    .iter()
-                    .filter_map(|&i| op.operand(i).ok().and_then(|v| key_before_qdq(&keys, v)))
-                    .find_map(|k| config.resolve_point(&[], Some(k)).activations_by.map(|by| (k, by)));
+                let by = inputs().find_map(|(k, _, res)| res.activations_by.map(|by| (k, by)));
                 entry.reason = Some(match by {
                     Some((k, by)) => format!(
                         "{} weights, {} activations: input '{k}' raised by {by}",
@@ -240,15 +244,6 @@ pub fn summarize(
             continue;
         }
         let res = config.resolve_op(&op, &[]);
-        // an input whose own key an exclusion matches (often another op's output key)
-        let float_input = r
-            .activations
-            .iter()
-            .zip(&acts)
-            .filter(|(_, st)| st.is_none())
-            .filter_map(|(&i, _)| op.operand(i).ok().and_then(|v| key_before_qdq(&keys, v)))
-            .map(|k| (k, config.resolve_point(&[], Some(k))))
-            .find(|(_, r)| r.exclude);
         let reason = if let (true, Some(by)) = (res.exclude, &res.excluded_by) {
             format!("left float by {by}")
         } else if res.exclude {
@@ -259,7 +254,8 @@ pub fn summarize(
             "weight-only (activations none)".to_string()
         } else if r.weight.is_some() && !weight_ok {
             "weight is computed at run time, not a constant".to_string()
-        } else if let Some((k, r)) = float_input {
+        } else if let Some((k, _, r)) = inputs().find(|(_, quantized, r)| !quantized && r.exclude) {
+            // its own key an exclusion matched (often another op's output key)
             match r.excluded_by {
                 Some(by) => format!("its input '{k}' is left float by {by}"),
                 None => format!("its input '{k}' is excluded by --exclude / recipe"),
