@@ -1,7 +1,7 @@
 //! Layer patterns of real exports, quantized and run in the real onnxruntime (the models are
 //! made by tests/python/onnx_ref.py `layers`): a BatchNormalization after a Conv is folded
 //! into it, a depthwise Conv whose input channels differ 100× in range reads them at one scale
-//! per channel, a Conv output that only a float op (Sigmoid) reads stays float, and --exclude
+//! per channel (unless a channel's range is not expected to hold new samples), a Conv output that only a float op (Sigmoid) reads stays float, and --exclude
 //! takes node names.
 
 mod common;
@@ -134,6 +134,30 @@ fn a_depthwise_input_with_unequal_channels_is_quantized_per_channel() {
         (pc_default - pc_off).abs() < 0.5 && (pt_default - pt_off).abs() < 0.5,
         "{pc_default} / {pt_default}"
     );
+}
+
+#[test]
+fn a_depthwise_input_whose_small_channels_reach_their_range_in_one_sample_keeps_one_scale() {
+    let dir = layers();
+    // channels a third of the large one's range in every sample: one scale per channel
+    let q = quantize(dir.path(), "depthwise_input", "q.onnx", &[]);
+    assert!(qdq(&q).0.contains(&("x".to_string(), 8, Some(1))), "{:?}", qdq(&q).0);
+    // the same extremes, but the small channels reach them in one sample of 32 and stay near
+    // 0 in the others: their ranges are not expected to hold new samples (the two halves of
+    // the data disagree by as much as the range), so the input keeps one scale
+    let p = |s: &str| arg(&dir.path().join(s));
+    let o = p("o.onnx");
+    ok(quantir(&[
+        "quantize",
+        &p("depthwise_input.onnx"),
+        "--data",
+        &p("depthwise_input_outlier.npz"),
+        "--no-cache",
+        "-o",
+        &o,
+    ]));
+    let (qs, _) = qdq(Path::new(&o));
+    assert!(qs.contains(&("x".to_string(), 1, None)), "{qs:?}");
 }
 
 #[test]

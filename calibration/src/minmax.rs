@@ -201,6 +201,15 @@ impl MovingAverageMinMax {
 pub struct PerChannelMinMax {
     pub axis: usize,
     pub channels: Vec<MinMax>,
+    /// The same extremes over the even- and the odd-numbered samples apart (activations, which
+    /// are observed sample by sample): how far the two halves disagree is how far samples not
+    /// yet seen are expected to reach beyond `channels` ([`Self::reach`]).
+    #[serde(default, skip_serializing_if = "no_halves")]
+    pub halves: [Vec<MinMax>; 2],
+}
+
+fn no_halves(h: &[Vec<MinMax>; 2]) -> bool {
+    h.iter().all(Vec::is_empty)
 }
 
 impl PerChannelMinMax {
@@ -208,10 +217,12 @@ impl PerChannelMinMax {
         PerChannelMinMax {
             axis,
             channels: Vec::new(),
+            halves: [Vec::new(), Vec::new()],
         }
     }
 
-    pub fn observe(&mut self, x: &ArrayViewD<f32>) -> Result<usize, CalibError> {
+    /// Observes sample `sample` (its parity picks the half it counts in).
+    pub fn observe(&mut self, x: &ArrayViewD<f32>, sample: usize) -> Result<usize, CalibError> {
         if self.axis >= x.ndim() {
             return Err(CalibError::BadAxis {
                 axis: self.axis,
@@ -227,10 +238,22 @@ impl PerChannelMinMax {
                 self.channels.len()
             )));
         }
+        let half = &mut self.halves[sample % 2];
+        if half.is_empty() {
+            *half = vec![MinMax::default(); c];
+        }
         let mut bad = 0;
-        for (ch, lane) in self.channels.iter_mut().zip(x.axis_iter(Axis(self.axis))) {
+        for ((ch, h), lane) in self
+            .channels
+            .iter_mut()
+            .zip(half.iter_mut())
+            .zip(x.axis_iter(Axis(self.axis)))
+        {
             let lane = lane.as_standard_layout();
-            bad += ch.observe_slice(lane.as_slice().unwrap_or(&[]));
+            let mut m = MinMax::default();
+            bad += m.observe_slice(lane.as_slice().unwrap_or(&[]));
+            ch.merge(&m);
+            h.merge(&m);
         }
         Ok(bad)
     }
@@ -242,29 +265,50 @@ impl PerChannelMinMax {
                 self.axis, o.axis
             )));
         }
-        if self.channels.is_empty() {
-            self.channels = o.channels.clone();
-            return Ok(());
-        }
-        if o.channels.is_empty() {
-            return Ok(());
-        }
-        if self.channels.len() != o.channels.len() {
-            return Err(CalibError::Mismatch(format!(
-                "{} channels vs {}",
-                self.channels.len(),
-                o.channels.len()
-            )));
-        }
-        for (a, b) in self.channels.iter_mut().zip(&o.channels) {
-            a.merge(b);
-        }
-        Ok(())
+        let merge_into = |a: &mut Vec<MinMax>, b: &Vec<MinMax>| -> Result<(), CalibError> {
+            if a.is_empty() {
+                a.clone_from(b);
+            } else if !b.is_empty() {
+                if a.len() != b.len() {
+                    return Err(CalibError::Mismatch(format!("{} channels vs {}", a.len(), b.len())));
+                }
+                a.iter_mut().zip(b).for_each(|(a, b)| a.merge(b));
+            }
+            Ok(())
+        };
+        merge_into(&mut self.channels, &o.channels)?;
+        let [a0, a1] = &mut self.halves;
+        merge_into(a0, &o.halves[0])?;
+        merge_into(a1, &o.halves[1])
     }
 
     /// (mins, maxs) per channel; a channel that saw no finite value gets (0, 0).
     pub fn ranges(&self) -> (Vec<f32>, Vec<f32>) {
         self.channels.iter().map(|c| c.range().unwrap_or((0.0, 0.0))).unzip()
+    }
+
+    /// How far each channel is expected to reach on samples not yet seen: its extremes moved
+    /// out by how far its two halves' extremes differ, the classic estimate of an end point
+    /// from the largest observations (X₍ₙ₎ + (X₍ₙ₎ − X₍ₙ₋₁₎), on halves rather than single
+    /// values). A channel bounded by its function (a ReLU6, a saturated sigmoid) or reached
+    /// by many samples alike keeps its range; one whose extreme came from one sample does
+    /// not. Without both halves (one sample, or the statistics of a weight) the extremes.
+    pub fn reach(&self) -> (Vec<f32>, Vec<f32>) {
+        let (lo, hi) = self.ranges();
+        let [e, o] = &self.halves;
+        if e.len() != lo.len() || o.len() != lo.len() {
+            return (lo, hi);
+        }
+        let spread = |a: &MinMax, b: &MinMax| match (a.range(), b.range()) {
+            (Some(a), Some(b)) => ((a.0 - b.0).abs(), (a.1 - b.1).abs()),
+            _ => (0.0, 0.0),
+        };
+        (0..lo.len())
+            .map(|c| {
+                let (dl, dh) = spread(&e[c], &o[c]);
+                (lo[c] - dl, hi[c] + dh)
+            })
+            .unzip()
     }
 }
 
@@ -297,5 +341,33 @@ mod tests {
         e.observe_slice(&[0.0, 1.0]);
         assert_eq!(e.range(), Some((-1.0, 2.0)));
         assert!(e.clone().merge(&e).is_err());
+    }
+
+    /// Channel 0 reaches 1.0 on every sample, channel 1 reaches 3.0 on one sample of four:
+    /// channel 0's reach is its extremes, channel 1's goes as far again past its extreme as
+    /// its halves differ, and shards of the samples merge to the same state.
+    #[test]
+    fn per_channel_reach_widens_a_channel_by_its_halves_disagreement() {
+        let sample = |hi1: f32| ndarray::arr2(&[[0.0f32, 1.0], [-0.5, hi1]]).into_dyn();
+        let his = [1.0, 1.0, 1.0, 3.0];
+        let mut all = PerChannelMinMax::new(0);
+        for (i, &h) in his.iter().enumerate() {
+            all.observe(&sample(h).view(), i).unwrap();
+        }
+        assert_eq!(all.ranges(), (vec![0.0, -0.5], vec![1.0, 3.0]));
+        assert_eq!(all.reach(), (vec![0.0, -0.5], vec![1.0, 5.0]));
+        let (mut even, mut odd) = (PerChannelMinMax::new(0), PerChannelMinMax::new(0));
+        for (i, &h) in his.iter().enumerate() {
+            let shard = if i % 2 == 0 { &mut even } else { &mut odd };
+            shard.observe(&sample(h).view(), i).unwrap();
+        }
+        odd.merge(&even).unwrap();
+        assert_eq!(odd, all);
+        // one sample (or statistics written before the halves were kept): the extremes
+        let mut one = PerChannelMinMax::new(0);
+        one.observe(&sample(3.0).view(), 0).unwrap();
+        assert_eq!(one.reach(), one.ranges());
+        let old: PerChannelMinMax = serde_json::from_str(r#"{"axis":0,"channels":[]}"#).unwrap();
+        assert_eq!(old.reach(), (vec![], vec![]));
     }
 }

@@ -114,6 +114,12 @@ impl Observer {
     /// Observes one batch. With [`NonFinitePolicy::Error`] a batch holding NaN or ±Inf is
     /// rejected whole and the error says how many and where the first is.
     pub fn observe(&mut self, x: &ArrayViewD<f32>) -> Result<(), ObserveError> {
+        self.observe_sample(x, self.batches as usize)
+    }
+
+    /// [`Self::observe`] for the data's sample `sample` (a per-channel observer counts it in
+    /// the half its parity names, whatever order samples come in).
+    pub fn observe_sample(&mut self, x: &ArrayViewD<f32>, sample: usize) -> Result<(), ObserveError> {
         let x = x.as_standard_layout();
         let xs = x.as_slice().unwrap_or(&[]);
         if self.non_finite == NonFinitePolicy::Error {
@@ -129,7 +135,7 @@ impl Observer {
             State::MinMax(m) => m.observe_slice(xs),
             State::Moving(m) => m.observe_slice(xs),
             State::Histogram(h) => h.observe_slice(xs),
-            State::PerChannel(p) => p.observe(&x.view()).map_err(ObserveError::Other)?,
+            State::PerChannel(p) => p.observe(&x.view(), sample).map_err(ObserveError::Other)?,
         };
         self.skipped_non_finite += bad as u64;
         self.batches += 1;
@@ -201,12 +207,24 @@ impl Observer {
         }
     }
 
+    /// How far each channel is expected to reach on samples not yet seen
+    /// ([`PerChannelMinMax::reach`]), for a per-channel observer.
+    pub fn channel_reach(&self) -> Option<(Vec<f32>, Vec<f32>)> {
+        match &self.state {
+            State::PerChannel(p) => Some(p.reach()),
+            _ => None,
+        }
+    }
+
     /// Bytes of state (for checking that memory does not grow with the data).
     pub fn state_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
             + match &self.state {
                 State::Histogram(h) => h.state_bytes(),
-                State::PerChannel(p) => p.channels.capacity() * std::mem::size_of::<MinMax>(),
+                State::PerChannel(p) => {
+                    (p.channels.capacity() + p.halves.iter().map(Vec::capacity).sum::<usize>())
+                        * std::mem::size_of::<MinMax>()
+                }
                 _ => 0,
             }
     }

@@ -22,6 +22,10 @@ pub struct TensorStats {
     pub channel_min: Option<Vec<f32>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel_max: Option<Vec<f32>>,
+    /// Per-channel (min, max) that samples not yet seen are expected to reach
+    /// ([`crate::PerChannelMinMax::reach`]): what a per-channel range will clip is judged by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_reach: Option<(Vec<f32>, Vec<f32>)>,
     /// The observer's full state (histogram included), so that shards can be merged.
     pub observer: Observer,
 }
@@ -91,6 +95,7 @@ impl StatsFile {
                 range: (0.0, 0.0),
                 channel_min: None,
                 channel_max: None,
+                channel_reach: None,
                 observer,
             }
         })
@@ -106,7 +111,7 @@ impl StatsFile {
         per_channel_axis: Option<usize>,
     ) -> Result<(), CalibError> {
         let t = self.observer_for(key, per_channel_axis);
-        t.observer.observe(x).map_err(|e| match e {
+        t.observer.observe_sample(x, sample).map_err(|e| match e {
             ObserveError::NonFinite { count, first_index } => CalibError::NonFinite {
                 key: key.to_string(),
                 sample,
@@ -132,6 +137,7 @@ impl StatsFile {
                 t.channel_min = Some(lo);
                 t.channel_max = Some(hi);
             }
+            t.channel_reach = t.observer.channel_reach();
         }
         Ok(())
     }

@@ -300,6 +300,9 @@ pub fn calibrate_cached(
         });
     };
     let mut h = Fnv::default();
+    // what the statistics hold, so that entries of an older layout are recalibrated rather
+    // than read with a field missing (per-channel halves: 2)
+    h.field("stats layout 2");
     h.field(&obs.hash);
     for k in &obs.keys {
         h.field(k);

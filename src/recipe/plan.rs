@@ -6,7 +6,8 @@
 //!   constant bias, then Relu/Relu6) when each has a single use, is its *output point* when
 //!   an op reads it as int8 (or `float_read_outputs` asks for it regardless);
 //! - the 8-bit input of a depthwise convolution is observed per channel, and quantized so
-//!   where that cuts the rounding noise to a third or less (`per_channel_depthwise_inputs`);
+//!   where that cuts the rounding noise to a third or less, judged on the ranges new samples
+//!   are expected to reach (`per_channel_depthwise_inputs`, `TensorStats::channel_reach`);
 //!   a 16-bit one is not: its rounding noise is already 48 dB below 8 bits', and a channel's
 //!   own range would only clip inputs beyond its calibration maximum (fer at W8A16: 31.66 dB
 //!   per channel, 33.69 per tensor);
@@ -138,6 +139,9 @@ fn activation_range_options(config: &QuantConfig, scheme: Scheme) -> RangeOption
 /// (onnxruntime's QLinearConv, twice as fast there on MobileNet v2). Measured gains: 2–4 dB on
 /// MobileNet v2's batch-normed ReLU6 inputs and 3–5.6 dB on fer's, where per-channel scales
 /// changed SQNR by ±0.2 dB; 5.5–10 dB on ppocr_det's HardSwish + affine inputs, +5 dB there.
+/// The gain is taken at each channel's reach, not its extremes: fer's last depthwise input
+/// gains 5.6 dB at its extremes over 32 samples, which its 16 test samples exceed by up to
+/// 57 % in a channel, so that per channel it had 8 dB *more* noise there than one scale.
 pub const PER_CHANNEL_MIN_GAIN_DB: f64 = 4.771_212_547_196_624;
 
 /// How much less rounding noise per-channel parameters give than per-tensor ones, in dB:
@@ -522,7 +526,13 @@ pub fn plan<'c, 'a>(
                         (d, _) => d,
                     };
                     let per_channel = channel_params(config, p.scheme, dtype, lo, hi, axis).map_err(bad)?;
-                    if resolution_gain_db(&per_tensor, &per_channel) >= PER_CHANNEL_MIN_GAIN_DB {
+                    // judged on the ranges samples not yet seen are expected to reach: a
+                    // channel whose extreme came from one calibration sample is clipped on
+                    // new data, which the extremes alone do not show (the grid itself stays at
+                    // the extremes: widened, it cost ppocr_cls 4–5 dB)
+                    let (reach_lo, reach_hi) = t.channel_reach.as_ref().map_or((lo, hi), |(l, h)| (l, h));
+                    let reach = channel_params(config, p.scheme, dtype, reach_lo, reach_hi, axis).map_err(bad)?;
+                    if resolution_gain_db(&per_tensor, &reach) >= PER_CHANNEL_MIN_GAIN_DB {
                         p.dtype = dtype;
                         per_channel
                     } else {

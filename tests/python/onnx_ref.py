@@ -317,7 +317,30 @@ def layers(out_dir):
         },
         [1, 3, 6, 6],
     )
-    print(json.dumps({"models": ["conv_bn_relu", "depthwise_ranges", "conv_sigmoid_conv"]}))
+    # the model input read by a depthwise Conv alone, one channel 3× the others' range; in
+    # `_outlier.npz` the small channels are near 0 but in one sample, which alone sets their
+    # extremes (a third of the large channel's, as in the stable data)
+    save(
+        "depthwise_input",
+        [
+            helper.make_node("Conv", ["x", "wd", "bd"], ["d"], group=c, pads=[1, 1, 1, 1]),
+            helper.make_node("Conv", ["d", "w2"], ["y"]),
+        ],
+        {
+            "wd": rng.standard_normal((c, 1, 3, 3)) * 0.3,
+            "bd": rng.standard_normal(c) * 0.1,
+            "w2": rng.standard_normal((4, c, 1, 1)) * 0.3,
+        },
+        [1, c, 6, 6],
+    )
+    scale = np.array([2.0] + [0.01] * (c - 1), np.float32)[None, :, None, None]
+    x = rng.standard_normal((32, c, 6, 6)).astype(np.float32) * scale
+    x[0, 1:] *= 100.0
+    np.savez(os.path.join(out_dir, "depthwise_input_outlier.npz"), x=x)
+    x = rng.standard_normal((32, c, 6, 6)).astype(np.float32)
+    x[:, 1:] *= 0.3
+    np.savez(os.path.join(out_dir, "depthwise_input_calib.npz"), x=x)
+    print(json.dumps({"models": ["conv_bn_relu", "depthwise_ranges", "conv_sigmoid_conv", "depthwise_input"]}))
 
 
 def pairs(out_dir):
