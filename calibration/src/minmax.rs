@@ -241,6 +241,11 @@ impl PerChannelMinMax {
         let half = &mut self.halves[sample % 2];
         if half.is_empty() {
             *half = vec![MinMax::default(); c];
+        } else if half.len() != c {
+            return Err(CalibError::Mismatch(format!(
+                "{} channels in a half of the samples, {c} now",
+                half.len()
+            )));
         }
         let mut bad = 0;
         for ((ch, h), lane) in self
