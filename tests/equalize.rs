@@ -240,6 +240,7 @@ fn measured_activation_ranges_spread_less_after_equalization() {
             min: vec![0.0; 8],
             max: a.clone(),
             mean_square: a.iter().map(|v| v * v / 9.0).collect(),
+            ..Default::default()
         },
     );
     let r = run_pipeline(&m, &["equalize-layers".to_string()], &options).unwrap();
@@ -260,16 +261,21 @@ fn measured_activation_ranges_spread_less_after_equalization() {
 fn a_depthwise_input_quantized_per_channel_gains_nothing_from_a_scale() {
     // channels spanning 100× into a depthwise conv: quantized per channel there (the default),
     // both roundings are per channel and no scale lowers the noise, so the pair is left alone;
-    // with one scale per tensor at depthwise inputs, the same pair is rescaled
-    let moments = || {
+    // with one scale per tensor at depthwise inputs, the same pair is rescaled — as it is
+    // when the small channels are expected to reach as far as the largest on new samples (the
+    // plan then gives the input one scale)
+    let moments = |far_reach: bool| {
         let a: Vec<f32> = SPREAD.iter().map(|k| 4.0 * k).collect();
+        let top = a.iter().copied().fold(0.0f32, f32::max);
         quantir::calibration::ChannelMoments {
             min: vec![0.0; 8],
             max: a.clone(),
             mean_square: a.iter().map(|v| v * v / 9.0).collect(),
+            reach_min: vec![0.0; 8],
+            reach_max: if far_reach { vec![top; 8] } else { a.clone() },
         }
     };
-    for per_channel_inputs in [true, false] {
+    for (per_channel_inputs, far_reach) in [(true, false), (false, false), (true, true)] {
         let ctx = quantir::ir::new_context();
         let m = quantir::ir::load_bytes(&ctx, onnx_conv_depthwise_pair().as_bytes(), Path::new("dw.mlir")).unwrap();
         let x = weights(&[1, 3, 6, 6], 7, 0, &[1.0]);
@@ -277,16 +283,17 @@ fn a_depthwise_input_quantized_per_channel_gains_nothing_from_a_scale() {
         let hash = quantir::ir::identity::model_hash(&m);
         let mut options = PassOptions::default();
         options.config.per_channel_depthwise_inputs = per_channel_inputs;
-        options.config.equalize_ranges.insert("relu".into(), moments());
+        options.config.equalize_ranges.insert("relu".into(), moments(far_reach));
         let r = run_pipeline(&m, &["equalize-layers".to_string()], &options).unwrap();
         let rescaled = r[0].1.get(&Change::LayerPairsEqualized);
+        let per_channel = per_channel_inputs && !far_reach;
         assert_eq!(
             rescaled,
-            usize::from(!per_channel_inputs),
-            "per-channel depthwise inputs: {per_channel_inputs}"
+            usize::from(!per_channel),
+            "per-channel depthwise inputs: {per_channel_inputs}, far reach: {far_reach}"
         );
         assert_close(&before, &run_on(&m, &x));
-        assert_eq!(quantir::ir::identity::model_hash(&m) == hash, per_channel_inputs);
+        assert_eq!(quantir::ir::identity::model_hash(&m) == hash, per_channel);
     }
 }
 
@@ -345,13 +352,24 @@ fn quantize_with_equalization_needs_stats_of_the_equalized_model() {
             v["max"].as_array().unwrap(),
             v["mean_square"].as_array().unwrap(),
         );
+        let (rlo, rhi) = (v["reach_min"].as_array().unwrap(), v["reach_max"].as_array().unwrap());
         assert!(!hi.is_empty() && lo.len() == hi.len() && ms.len() == hi.len(), "{k}");
+        assert!(
+            rlo.len() == hi.len() && rhi.len() == hi.len(),
+            "{k}: the channels' reach"
+        );
         for ((l, h), q) in lo.iter().zip(hi).zip(ms) {
             let (l, h, q) = (l.as_f64().unwrap(), h.as_f64().unwrap(), q.as_f64().unwrap());
             assert!(
                 l <= 0.0 && h >= 0.0 && q >= 0.0 && q <= l.abs().max(h).powi(2) * 1.0001,
                 "{k}: {l} {h} {q}"
             );
+        }
+        // a channel reaches at least as far as its extremes (with 0 held, as `min`/`max` hold it)
+        for (((l, h), rl), rh) in lo.iter().zip(hi).zip(rlo).zip(rhi) {
+            let (l, h) = (l.as_f64().unwrap(), h.as_f64().unwrap());
+            let (rl, rh) = (rl.as_f64().unwrap().min(0.0), rh.as_f64().unwrap().max(0.0));
+            assert!(rl <= l && rh >= h, "{k}: reach {rl}..{rh}, extremes {l}..{h}");
         }
     }
     // data-free: equalized, with no ranges measured
@@ -456,6 +474,7 @@ fn norm_moments() -> quantir::calibration::ChannelMoments {
         min: hi.iter().map(|v| -v).collect(),
         max: hi.clone(),
         mean_square: hi.iter().map(|v| v * v / 9.0).collect(),
+        ..Default::default()
     }
 }
 

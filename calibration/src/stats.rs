@@ -63,6 +63,12 @@ pub struct ChannelMoments {
     pub min: Vec<f32>,
     pub max: Vec<f32>,
     pub mean_square: Vec<f32>,
+    /// How far each channel is expected to reach on samples not yet seen (min, max), as
+    /// [`crate::PerChannelMinMax::reach`] estimates it; empty in statistics that predate it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reach_min: Vec<f32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reach_max: Vec<f32>,
 }
 
 impl StatsFile {

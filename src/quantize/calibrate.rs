@@ -3,7 +3,7 @@
 
 use super::cache::{self, hash_data, Fnv};
 use super::{model_hash, plan, prepare_with, QuantConfig};
-use crate::calibration::{ChannelMoments, Method, NonFinitePolicy, StatsFile};
+use crate::calibration::{ChannelMoments, Method, NonFinitePolicy, PerChannelMinMax, StatsFile};
 use crate::formats::data::{Binding, DataError, Fingerprint};
 use crate::interp::Program;
 use crate::run::{run_feed, run_samples_fold, Feed, RunError};
@@ -156,8 +156,10 @@ fn equalize(
     let points: BTreeMap<String, usize> = crate::passes::equalize_layers::range_points(module)
         .into_iter()
         .collect();
-    // per key: the moments so far, the channel sums of squares and the elements per channel
-    let mut acc: BTreeMap<String, (ChannelMoments, Vec<f64>, f64)> = BTreeMap::new();
+    // per key: the moments so far, the channel sums of squares, the elements per channel and
+    // the channels' extremes over the even- and the odd-numbered samples (for their reach)
+    type Acc = (ChannelMoments, Vec<f64>, f64, PerChannelMinMax);
+    let mut acc: BTreeMap<String, Acc> = BTreeMap::new();
     if !points.is_empty() && opts.config.equalize_by == crate::recipe::EqualizeBy::Activations {
         let program = Program::compile(module, None)?;
         let keys: Vec<String> = points.keys().cloned().collect();
@@ -167,11 +169,14 @@ fn equalize(
             feed,
             opts.threads,
             &watch,
-            &mut |_, key, t| {
+            &mut |sample, key, t| {
                 let (Some(&axis), Tensor::F32(a)) = (points.get(key), t) else {
                     return Ok(());
                 };
-                let (r, sq, n) = acc.entry(key.to_string()).or_default();
+                let (r, sq, n, halves) = acc
+                    .entry(key.to_string())
+                    .or_insert_with(|| (ChannelMoments::default(), Vec::new(), 0.0, PerChannelMinMax::new(axis)));
+                halves.observe(&a.view(), sample).map_err(|e| e.to_string())?;
                 let c = a.shape()[axis];
                 if r.max.is_empty() {
                     (r.min, r.max, *sq) = (vec![0.0; c], vec![0.0; c], vec![0.0; c]);
@@ -191,8 +196,9 @@ fn equalize(
     }
     let ranges: BTreeMap<String, ChannelMoments> = acc
         .into_iter()
-        .map(|(k, (mut r, sq, n))| {
+        .map(|(k, (mut r, sq, n, halves))| {
             r.mean_square = sq.iter().map(|s| (s / n.max(1.0)) as f32).collect();
+            (r.reach_min, r.reach_max) = halves.reach();
             (k, r)
         })
         .collect();

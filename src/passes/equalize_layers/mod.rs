@@ -284,7 +284,8 @@ fn equalize_pair(layers: &mut [Layer], p: &mut Pair) -> f32 {
 /// noise(s) = Σ_o,i Δx_i(s)²/12 · Σ_taps (w_oi · s_i)²  +  Σ_o Δw_o(s)²/12 · Σ_i taps_oi · E[x_i²] / s_i²
 /// per tensor:  Δx_i(s) = (max(0, max_k hi_k/s_k) − min(0, min_k lo_k/s_k)) / levels
 /// per channel: Δx_i(s) = (max(0, hi_i) − min(0, lo_i)) / s_i / levels  (where the plan will
-///              choose it: a gain of PER_CHANNEL_MIN_GAIN_DB over per tensor at these ranges)
+///              choose it: a gain of PER_CHANNEL_MIN_GAIN_DB over per tensor at the
+///              channels' reach, ChannelMoments::reach_min/max)
 /// Δw_o(s) = max_i |w_oi| s_i / levels   (per tensor: the max over o too)
 /// ```
 ///
@@ -300,11 +301,15 @@ fn choose_scale(layers: &[Layer], p: &Pair, (act_levels, w_levels): (f32, f32), 
     let (w2, ia) = (&second.weight, second.in_axis);
     let reader = ReaderNoise::of(w2, second.out_axis, ia, c);
     let noise = |s: &[f32]| -> f64 {
-        let span = |i: usize| (m.max[i].max(0.0) - m.min[i].min(0.0)) as f64 / s[i] as f64;
+        let span = |lo: &[f32], hi: &[f32], i: usize| (hi[i].max(0.0) - lo[i].min(0.0)) as f64 / s[i] as f64;
         let whole = per_tensor_span(m, s);
-        let spans: Vec<f64> = (0..c).map(span).collect();
-        // as the plan will decide it on the ranges of the rescaled model
-        let per_channel = p.activation_per_channel && step_gain_db(whole, &spans) >= PER_CHANNEL_MIN_GAIN_DB;
+        let spans: Vec<f64> = (0..c).map(|i| span(&m.min, &m.max, i)).collect();
+        // as the plan will decide it on the rescaled model: at the channels' reach
+        let reach: Vec<f64> = match m.reach_max.len() == c && m.reach_min.len() == c {
+            true => (0..c).map(|i| span(&m.reach_min, &m.reach_max, i)).collect(),
+            false => spans.clone(),
+        };
+        let per_channel = p.activation_per_channel && step_gain_db(whole, &reach) >= PER_CHANNEL_MIN_GAIN_DB;
         let dx: Vec<f64> = match per_channel {
             true => spans.iter().map(|v| v / act_levels as f64).collect(),
             false => vec![whole / act_levels as f64; c],
