@@ -156,10 +156,9 @@ fn equalize(
     let points: BTreeMap<String, usize> = crate::passes::equalize_layers::range_points(module)
         .into_iter()
         .collect();
-    // per key: the moments so far, the channel sums of squares, the elements per channel and
-    // the channels' extremes over the even- and the odd-numbered samples (for their reach)
-    type Acc = (ChannelMoments, Vec<f64>, f64, PerChannelMinMax);
-    let mut acc: BTreeMap<String, Acc> = BTreeMap::new();
+    // per key: the channels' sums of squares, the elements per channel, and their extremes
+    // (over all samples, and over the even- and the odd-numbered ones for their reach)
+    let mut acc: BTreeMap<String, (Vec<f64>, f64, PerChannelMinMax)> = BTreeMap::new();
     if !points.is_empty() && opts.config.equalize_by == crate::recipe::EqualizeBy::Activations {
         let program = Program::compile(module, None)?;
         let keys: Vec<String> = points.keys().cloned().collect();
@@ -173,18 +172,16 @@ fn equalize(
                 let (Some(&axis), Tensor::F32(a)) = (points.get(key), t) else {
                     return Ok(());
                 };
-                let (r, sq, n, halves) = acc
+                let (sq, n, extremes) = acc
                     .entry(key.to_string())
-                    .or_insert_with(|| (ChannelMoments::default(), Vec::new(), 0.0, PerChannelMinMax::new(axis)));
-                halves.observe(&a.view(), sample).map_err(|e| e.to_string())?;
+                    .or_insert_with(|| (Vec::new(), 0.0, PerChannelMinMax::new(axis)));
+                extremes.observe(&a.view(), sample).map_err(|e| e.to_string())?;
                 let c = a.shape()[axis];
-                if r.max.is_empty() {
-                    (r.min, r.max, *sq) = (vec![0.0; c], vec![0.0; c], vec![0.0; c]);
+                if sq.is_empty() {
+                    *sq = vec![0.0; c];
                 }
                 for (c, lane) in a.axis_iter(ndarray::Axis(axis)).enumerate() {
                     for &v in lane.iter().filter(|v| v.is_finite()) {
-                        r.min[c] = r.min[c].min(v);
-                        r.max[c] = r.max[c].max(v);
                         sq[c] += v as f64 * v as f64;
                     }
                 }
@@ -196,10 +193,18 @@ fn equalize(
     }
     let ranges: BTreeMap<String, ChannelMoments> = acc
         .into_iter()
-        .map(|(k, (mut r, sq, n, halves))| {
-            r.mean_square = sq.iter().map(|s| (s / n.max(1.0)) as f32).collect();
-            (r.reach_min, r.reach_max) = halves.reach();
-            (k, r)
+        .map(|(k, (sq, n, extremes))| {
+            // the extremes with 0 held, as the ranges quantization derives from them hold it
+            let (lo, hi) = extremes.ranges();
+            let (reach_min, reach_max) = extremes.reach();
+            let moments = ChannelMoments {
+                min: lo.iter().map(|v| v.min(0.0)).collect(),
+                max: hi.iter().map(|v| v.max(0.0)).collect(),
+                mean_square: sq.iter().map(|s| (s / n.max(1.0)) as f32).collect(),
+                reach_min,
+                reach_max,
+            };
+            (k, moments)
         })
         .collect();
     let config = crate::recipe::QuantConfig {
