@@ -6,7 +6,10 @@ mod common;
 use criterion::{criterion_group, criterion_main, Criterion};
 use ndarray::{ArrayD, Dimension, IxDyn};
 use quantir::interp::kernels::conv::{conv2d, depthwise_conv2d, Padding};
-use quantir::interp::kernels::matmul::{batch_matmul, matmul};
+use quantir::interp::kernels::elementwise::UnOp;
+use quantir::interp::kernels::epilogue::Epilogue;
+use quantir::interp::kernels::matmul::{batch_matmul, gemm_strided, matmul};
+use quantir::interp::kernels::packed_gemm::{gemm_packed, PackedMatrix, Strides};
 use quantir::interp::Program;
 use quantir::tensor::Tensor;
 use std::hint::black_box;
@@ -74,6 +77,45 @@ fn bench(c: &mut Criterion) {
     g.bench_function("batch_matmul_8x12x128x64_x_64x128", |b| {
         b.iter(|| batch_matmul(&s, &v, false, false).unwrap())
     });
+    g.finish();
+
+    // The 1×1 convolutions' GEMM with its bias + ReLU6 epilogue: B packed once and the epilogue
+    // applied in registers, against the gemm crate (which packs B each call) and a separate
+    // epilogue pass. MobileNet v2 0.35's shapes (pixels × ci × co), its first conv's im2col,
+    // and its classifier.
+    let mut g = c.benchmark_group("pointwise_gemm");
+    for (m, k, n) in [
+        (12544, 16, 8),
+        (3136, 8, 48),
+        (196, 144, 24),
+        (49, 112, 1280),
+        (12544, 27, 16),
+        (1, 1280, 1000),
+    ] {
+        let (a, bm) = (arr(&[m, k]), arr(&[k, n]));
+        let (a, bm) = (a.as_slice().unwrap(), bm.as_slice().unwrap());
+        let bias = vec![0.25f32; n];
+        let ep = Epilogue {
+            scale: None,
+            bias: Some(&bias),
+            act: Some(UnOp::Relu6),
+        };
+        let packed = PackedMatrix::new(bm, k, n).unwrap();
+        let mut out = vec![0f32; m * n];
+        g.bench_function(format!("packed_{m}x{k}x{n}"), |b| {
+            b.iter(|| {
+                let (sa, sc) = (Strides { rs: k as isize, cs: 1 }, Strides { rs: n as isize, cs: 1 });
+                // SAFETY: A is m × k, C is m × n, both row-major inside their buffers
+                unsafe { gemm_packed(m, a.as_ptr(), sa, &packed, out.as_mut_ptr(), sc, Some(&ep)).unwrap() }
+            })
+        });
+        g.bench_function(format!("gemm_crate_{m}x{k}x{n}"), |b| {
+            b.iter(|| {
+                gemm_strided(m, n, k, a, k as isize, 1, bm, n as isize, 1, &mut out);
+                ep.apply(&mut out, n);
+            })
+        });
+    }
     g.finish();
 }
 

@@ -2,7 +2,7 @@
 //! kernel. Grouped by family; supporting a new op is one entry here plus, at most, one kernel.
 
 use super::desc::OpDesc;
-use super::kernels::conv::{conv2d, conv_result_shape, depthwise_conv2d, Padding};
+use super::kernels::conv::{conv2d_packed, conv_result_shape, depthwise_conv2d, pack_filter, Padding};
 use super::kernels::elementwise::{arith, compare, logical, select, BinOp, BinaryKernel, CmpOp, UnOp, UnaryKernel};
 use super::kernels::join;
 use super::kernels::layout::{self, StridedMasks};
@@ -12,6 +12,7 @@ use super::kernels::pool::pool2d;
 use super::kernels::reduce::{reduce, reduce_bool, Reduce};
 use super::kernels::{einsum::einsum, f32_arg, int_arg, ints_of, one, FnKernel, Kernel, KernelResult};
 use crate::interp::kernels::epilogue::Epilogue;
+use crate::interp::kernels::packed_gemm::PackOnce;
 use crate::tensor::{DType, Tensor};
 
 pub type Builder = fn(&OpDesc) -> Result<Box<dyn Kernel>, String>;
@@ -390,6 +391,9 @@ struct ConvKernel {
     dilations: [usize; 2],
     padding: Padding,
     depthwise: bool,
+    /// For a Conv2D whose filter is a constant: that filter packed for the GEMM on first use
+    /// ([`pack_filter`]).
+    packed: Option<PackOnce>,
 }
 
 impl ConvKernel {
@@ -399,7 +403,15 @@ impl ConvKernel {
         Ok(vec![Tensor::F32(if self.depthwise {
             depthwise_conv2d(a, f, s, d, p, ep)?
         } else {
-            conv2d(a, f, s, d, p, ep)?
+            conv2d_packed(
+                a,
+                f,
+                self.packed.as_ref().and_then(|once| once.get(|| pack_filter(f))),
+                s,
+                d,
+                p,
+                ep,
+            )?
         })])
     }
 }
@@ -437,6 +449,10 @@ fn conv_kernel(d: &OpDesc, depthwise: bool) -> Result<Box<dyn Kernel>, String> {
         dilations: hw(d, "dilations")?,
         padding: padding(d)?,
         depthwise,
+        packed: match d.consts.get(1).and_then(Option::as_deref) {
+            Some(Tensor::F32(_)) if !depthwise => Some(PackOnce::default()),
+            _ => None,
+        },
     }))
 }
 
@@ -450,12 +466,18 @@ fn depthwise(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
 
 fn mat_mul(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     let (ta, tb) = (d.bool_attr("transpose_a", false), d.bool_attr("transpose_b", false));
-    Ok(Box::new(MatMulKernel(Product::Batched { ta, tb, rank2: true })))
+    Ok(Box::new(MatMulKernel::new(
+        Product::Batched { ta, tb, rank2: true },
+        d.consts.get(1).and_then(Option::as_deref),
+    )))
 }
 
 fn batch_mat_mul(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     let (ta, tb) = (d.bool_attr("adj_x", false), d.bool_attr("adj_y", false));
-    Ok(Box::new(MatMulKernel(Product::Batched { ta, tb, rank2: false })))
+    Ok(Box::new(MatMulKernel::new(
+        Product::Batched { ta, tb, rank2: false },
+        d.consts.get(1).and_then(Option::as_deref),
+    )))
 }
 
 fn einsum_op(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {

@@ -2,7 +2,8 @@
 //! a GEMM on the input itself — and depthwise convolution as its own direct kernel.
 
 use super::epilogue::{Epilogue, TiledEpilogue};
-use super::matmul::{gemm_strided_add, gemm_strided_into};
+use super::matmul::gemm_strided_add;
+use super::packed_gemm::{gemm_packed, PackedMatrix, Strides};
 use super::{from_vec, KernelResult};
 use ndarray::ArrayD;
 
@@ -183,6 +184,30 @@ pub fn conv2d(
     pad: &Padding,
     ep: Option<&Epilogue>,
 ) -> KernelResult<ArrayD<f32>> {
+    conv2d_packed(x, f, None, strides, dilations, pad, ep)
+}
+
+/// The filter of [`conv2d`] as the GEMM's packed right-hand matrix ([kh·kw·ci, co]), for a
+/// convolution whose filter is a constant to pack once ([`PackOnce`]); `None` for anything but
+/// a 4-D filter.
+pub fn pack_filter(f: &ArrayD<f32>) -> Option<PackedMatrix> {
+    let &[kh, kw, ci, co] = f.shape() else { return None };
+    let f = f.as_standard_layout();
+    PackedMatrix::new(f.as_slice()?, kh * kw * ci, co)
+}
+
+/// [`conv2d`] with the filter already packed by [`pack_filter`] (packed here when `None` or
+/// when it is not the filter's shape), so a constant filter is packed once, not per sample.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_packed(
+    x: &ArrayD<f32>,
+    f: &ArrayD<f32>,
+    packed: Option<&PackedMatrix>,
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    pad: &Padding,
+    ep: Option<&Epilogue>,
+) -> KernelResult<ArrayD<f32>> {
     let (g, [kh, kw, ci, co]) = filter_window(x.shape(), f.shape(), CONV_FILTER, strides, dilations, pad)?;
     let x = x.as_standard_layout();
     let f = f.as_standard_layout();
@@ -194,23 +219,37 @@ pub fn conv2d(
             "a convolution window of {kh}x{kw} over {ci} channels holds no values"
         ));
     }
+    if let Some(e) = ep {
+        e.check(co)?;
+    }
     let total = g.n * pixels * co;
     let direct = kh == 1 && kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 && g.oh == g.h && g.ow == g.w;
     if !direct && g.dw == 1 && co <= ROW_GEMM_MAX_CO && kw * ci >= ROW_GEMM_MIN_RUN {
         return row_gemms(xs, fs, &g, [kh, kw, ci, co], ep);
     }
+    let owned;
+    let packed = match packed {
+        Some(p) if (p.rows(), p.cols()) == (kdim, co) => p,
+        _ => {
+            owned = PackedMatrix::new(fs, kdim, co).ok_or("filter layout")?;
+            &owned
+        }
+    };
     // every output value is written by a GEMM before anything reads it: no zero-fill
     let mut out: Vec<f32> = Vec::with_capacity(total);
     let base = out.as_mut_ptr();
-    let block = block_pixels(kdim, co).min(pixels.max(1));
+    // the input is the GEMM's A as it is when direct: one product per image
+    let block = if direct {
+        pixels.max(1)
+    } else {
+        block_pixels(kdim, co).min(pixels.max(1))
+    };
     let mut patches = if direct { Vec::new() } else { vec![0f32; block * kdim] };
-    let ep = ep.and_then(|e| e.tiled(co));
     for b in 0..g.n {
         let img = &xs[b * g.h * g.w * ci..(b + 1) * g.h * g.w * ci];
         for p0 in (0..pixels).step_by(block) {
             let p1 = (p0 + block).min(pixels);
             let at = (b * pixels + p0) * co;
-            let len = (p1 - p0) * co;
             let a = if direct {
                 &img[p0 * kdim..p1 * kdim]
             } else {
@@ -246,14 +285,16 @@ pub fn conv2d(
                 }
                 &patches[..(p1 - p0) * kdim]
             };
-            // SAFETY: [at, at + len) lies inside the capacity of `out` (at + len ≤ total) and
-            // is written whole by the GEMM before the slice over it is made
-            let dst = unsafe {
-                gemm_strided_into(p1 - p0, co, kdim, a, kdim as isize, 1, fs, co as isize, 1, base.add(at));
-                std::slice::from_raw_parts_mut(base.add(at), len)
-            };
-            if let Some(ep) = &ep {
-                ep.apply(dst);
+            // SAFETY: A's p1 − p0 rows of kdim values lie inside `a`; C's rows of co values
+            // from `at` lie inside the capacity of `out` (at + (p1 − p0)·co ≤ total), written
+            // whole by the GEMM
+            unsafe {
+                let rows = Strides {
+                    rs: kdim as isize,
+                    cs: 1,
+                };
+                let dst = Strides { rs: co as isize, cs: 1 };
+                gemm_packed(p1 - p0, a.as_ptr(), rows, packed, base.add(at), dst, ep)?;
             }
         }
     }

@@ -2,8 +2,9 @@
 //! a constant OIHW filter is brought to HWIO once, and groups run as depthwise (one input
 //! channel per group) or as one convolution per group.
 
-use super::conv::{conv2d, conv_result_shape, depthwise_conv2d, Padding};
+use super::conv::{conv2d, conv2d_packed, conv_result_shape, depthwise_conv2d, pack_filter, Padding};
 use super::epilogue::Epilogue;
+use super::packed_gemm::{gemm_packed, PackOnce, PackedMatrix, Strides};
 use super::permute::permute;
 use super::{f32_arg, ChannelsLast, Kernel, KernelResult};
 use crate::tensor::{DType, Tensor};
@@ -76,6 +77,9 @@ pub struct OnnxConv {
     pub group: usize,
     /// The filter in HWIO when it is a constant (shared with the conv's padded form).
     pub filter: Option<Arc<ArrayD<f32>>>,
+    /// That filter packed for the GEMM ([`pack_filter`]) on first use when the conv has one
+    /// group (shared with the padded form).
+    pub packed: Arc<PackOnce>,
 }
 
 impl Kernel for OnnxConv {
@@ -125,6 +129,7 @@ impl Kernel for OnnxConv {
         Some(Box::new(OnnxConv {
             pads: Pads::Explicit([sum(p[0], extra[0]), sum(p[1], extra[1])]),
             filter: Some(Arc::clone(f)),
+            packed: Arc::clone(&self.packed),
             ..*self
         }))
     }
@@ -224,7 +229,11 @@ impl OnnxConv {
             e.check(co)?;
         }
         let ep = ep.as_ref();
-        if let Some(y) = pointwise(input, f, self, ep, layout) {
+        let packed = match (&self.filter, g) {
+            (Some(f), 1) => self.packed.get(|| pack_filter(f)),
+            _ => None,
+        };
+        if let Some(y) = pointwise(input, f, packed, self, ep, layout) {
             return Ok(vec![Tensor::F32(y?)]);
         }
         let xs = match layout.input {
@@ -235,7 +244,7 @@ impl OnnxConv {
             .pads
             .resolve([xs.shape()[1], xs.shape()[2]], [kh, kw], self.strides, self.dilations);
         let y = if g == 1 {
-            conv2d(&xs, f, self.strides, self.dilations, &pad, ep)?
+            conv2d_packed(&xs, f, packed, self.strides, self.dilations, &pad, ep)?
         } else if ci == 1 {
             // depthwise: output channel c·M + m reads input channel c
             let m = co / g;
@@ -272,13 +281,15 @@ impl OnnxConv {
 
 /// A 1×1 convolution at stride 1 without padding or groups, as one product per image in
 /// whichever layout its input and result are in, so that neither is transposed (most
-/// convolutions of MobileNet-style models are of this kind): with X the image as `[ci, H·W]`
-/// (NCHW) or `[H·W, ci]` (NHWC) and F the filter `[ci, co]`, the result is `Fᵀ·X` as
-/// `[co, H·W]` for NCHW and `Xᵀ·F` (or `X·F`) as `[H·W, co]` for NHWC; the GEMM reads either
-/// operand through its strides. `None` for any other convolution.
+/// convolutions of MobileNet-style models are of this kind): with X the image as `[H·W, ci]`
+/// (read through its strides: pixels 1 apart and channels H·W apart in NCHW, the other way
+/// round in NHWC) and F the filter `[ci, co]`, the result X·F is written as `[H·W, co]` for
+/// NHWC or through transposed strides as `[co, H·W]` for NCHW. `None` for any other
+/// convolution.
 fn pointwise(
     x: &ArrayD<f32>,
     f: &ArrayD<f32>,
+    packed: Option<&PackedMatrix>,
     conv: &OnnxConv,
     ep: Option<&Epilogue>,
     layout: ChannelsLast,
@@ -299,40 +310,35 @@ fn pointwise(
     }
     let (xs, fs) = (x.as_slice()?, f.as_slice()?);
     let hw = h * w;
-    // X[channel, pixel] as (row stride, column stride) of the image's slice
-    let (x_cs, x_ps) = if layout.input {
-        (1, ci as isize)
-    } else {
-        (hw as isize, 1)
-    };
     if ci * hw == 0 || co == 0 || xs.len() != n * ci * hw {
         return None;
     }
+    let owned;
+    let packed = match packed {
+        Some(p) if (p.rows(), p.cols()) == (ci, co) => p,
+        _ => {
+            owned = PackedMatrix::new(fs, ci, co)?;
+            &owned
+        }
+    };
+    // X[pixel, channel] and Y[pixel, channel] as strides of one image
+    let x_at = match layout.input {
+        true => Strides { rs: ci as isize, cs: 1 },
+        false => Strides { rs: 1, cs: hw as isize },
+    };
+    let y_at = match layout.output {
+        true => Strides { rs: co as isize, cs: 1 },
+        false => Strides { rs: 1, cs: hw as isize },
+    };
     // the GEMMs write every value: no zero-fill first (it was 3 % of MobileNet's run)
     let total = n * co * hw;
     let mut y: Vec<f32> = Vec::with_capacity(total);
     let base = y.as_mut_ptr();
     for (i, img) in xs.chunks_exact(ci * hw).enumerate() {
-        let at = i * co * hw;
-        // SAFETY: [at, at + co·hw) lies inside the capacity of `y` (i < n) and is written whole
-        // by the GEMM before the slice over it is made; the strides stay inside `img` and `fs`
-        let out = unsafe {
-            if layout.output {
-                // Y[pixel, co] = X[pixel, ci] · F[ci, co]
-                super::matmul::gemm_strided_into(hw, co, ci, img, x_ps, x_cs, fs, co as isize, 1, base.add(at));
-            } else {
-                // Y[co, pixel] = F[ci, co]ᵀ · X[ci, pixel]: the filter read with row stride 1,
-                // column stride co
-                super::matmul::gemm_strided_into(co, hw, ci, fs, 1, co as isize, img, x_cs, x_ps, base.add(at));
-            }
-            std::slice::from_raw_parts_mut(base.add(at), co * hw)
-        };
-        if let Some(e) = ep {
-            match layout.output {
-                true => e.apply(out, co),
-                // channel oc is the plane oc
-                false => e.apply_planes(out, co, hw),
-            }
+        // SAFETY: the strides reach hw pixels × ci channels inside `img` and hw × co values
+        // inside image i's part of `y`'s capacity (i < n), each written once
+        if let Err(e) = unsafe { gemm_packed(hw, img.as_ptr(), x_at, packed, base.add(i * co * hw), y_at, ep) } {
+            return Some(Err(e));
         }
     }
     // SAFETY: the n images' blocks cover all `total` values, each written by its GEMM
@@ -409,6 +415,7 @@ mod tests {
                     pads: pads.clone(),
                     group,
                     filter: constant.then(|| Arc::new(oihw_to_hwio(w.as_f32().unwrap()).unwrap())),
+                    packed: Arc::default(),
                 };
                 let args = [&x, &w, &b];
                 let y = conv.run(&args).unwrap();
@@ -437,6 +444,7 @@ mod tests {
                 pads: Pads::Explicit([(0, 0); 2]),
                 group,
                 filter: None,
+                packed: Arc::default(),
             };
             let (w, b) = (Tensor::F32(ramp(ws)), Tensor::F32(ramp(&[bias])));
             let args = [&x, &w, &b];

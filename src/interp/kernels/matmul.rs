@@ -3,6 +3,7 @@
 //! on the thread count.
 
 use super::elementwise::broadcast_shape;
+use super::packed_gemm::{gemm_packed, row_block, PackOnce, PackedMatrix, Strides};
 use super::{from_vec, KernelResult};
 use crate::tensor::{DType, Tensor};
 use ndarray::Axis;
@@ -243,14 +244,26 @@ mod tests {
             (&[2, 4, 3], &[3, 3, 2]),
             (&[3], &[2, 3, 4]),
         ];
-        let batched: [(&[usize], &[usize], bool, bool); 4] = [
+        let batched: [(&[usize], &[usize], bool, bool); 5] = [
             (&[4, 3], &[3, 2], false, false),
+            (&[4, 3], &[2, 3], false, true),
             (&[3, 4], &[2, 3], true, true),
             (&[2, 1, 3, 4], &[5, 3, 6], true, false),
             (&[4, 3], &[4, 3], false, false),
         ];
-        let check = |k: MatMulKernel, a: &[usize], b: &[usize]| {
+        let check = |p: Product, a: &[usize], b: &[usize]| {
             let (a, b) = (filled(a), filled(b));
+            // with operand 1 a constant (packed when rank 2): the same values
+            let (k, packed) = (MatMulKernel::new(p, None), MatMulKernel::new(p, Some(&b)));
+            if let (Ok(y), Ok(z)) = (k.run(&[&a, &b]), packed.run(&[&a, &b])) {
+                assert_eq!(
+                    y[0].as_f32().unwrap(),
+                    z[0].as_f32().unwrap(),
+                    "{:?} · {:?} packed",
+                    a.shape(),
+                    b.shape()
+                );
+            }
             let run = k.run(&[&a, &b]).map(|r| vec![(DType::F32, r[0].shape().to_vec())]);
             assert_eq!(
                 k.result_shapes(&[&a, &b]).unwrap(),
@@ -261,14 +274,14 @@ mod tests {
             );
         };
         for (a, b) in numpy {
-            check(MatMulKernel(Product::Numpy), a, b);
+            check(Product::Numpy, a, b);
         }
         for (a, b, ta, tb) in batched {
             for rank2 in [false, true] {
                 if rank2 && (a.len() != 2 || b.len() != 2) {
                     continue;
                 }
-                check(MatMulKernel(Product::Batched { ta, tb, rank2 }), a, b);
+                check(Product::Batched { ta, tb, rank2 }, a, b);
             }
         }
     }
@@ -391,12 +404,103 @@ pub enum Product {
 
 /// A matrix product whose result shape is known without computing it
 /// ([`Kernel::result_shapes`](super::Kernel::result_shapes)), for type inference.
-pub struct MatMulKernel(pub Product);
+pub struct MatMulKernel {
+    product: Product,
+    /// For a constant rank-2 right operand: its shape, and it packed on first use (as the
+    /// product reads it, transposed if `tb`). A classifier's [1, k] · [k, n] would otherwise
+    /// pack all of B for one row of A.
+    packed: Option<(Vec<usize>, PackOnce)>,
+}
+
+/// Most bytes of packed B for which [`MatMulKernel`] takes the packed GEMM whatever the rows
+/// of A: B then stays in L2 while every block of A's rows passes over it. Beyond that it is
+/// taken only for as many rows as one block of [`gemm_packed`] holds (B is then read once).
+const PACKED_B_CACHED_BYTES: usize = 256 * 1024;
+
+impl MatMulKernel {
+    /// The product `product` computes, with operand 1 the constant `b` where it is one.
+    pub fn new(product: Product, b: Option<&Tensor>) -> MatMulKernel {
+        let packed = match b {
+            Some(Tensor::F32(b)) if b.ndim() == 2 => Some((b.shape().to_vec(), PackOnce::default())),
+            _ => None,
+        };
+        MatMulKernel { product, packed }
+    }
+
+    /// The constant B of `product` as [k, n] rows, packed.
+    fn pack(b: &ArrayD<f32>, product: Product) -> Option<PackedMatrix> {
+        let rows = match product {
+            Product::Batched { tb: true, .. } => b.t().as_standard_layout().into_owned(),
+            _ => b.as_standard_layout().into_owned(),
+        };
+        PackedMatrix::new(rows.as_slice()?, rows.shape()[0], rows.shape()[1])
+    }
+
+    /// A · B through the packed B: every row of A (all batch dims and m, A untransposed and in
+    /// C order) against it; `None` where the packed path does not apply.
+    fn packed_product(&self, x: &[&Tensor]) -> Option<KernelResult<Tensor>> {
+        let (shape, once) = self.packed.as_ref()?;
+        let (Some(Tensor::F32(a)), Some(Tensor::F32(b))) = (x.first(), x.get(1)) else {
+            return None;
+        };
+        // the shapes the unpacked path takes with a rank-2 B (it gives the errors otherwise)
+        let fits = match self.product {
+            Product::Numpy => a.ndim() >= 1,
+            Product::Batched {
+                ta: false, rank2: true, ..
+            } => a.ndim() == 2,
+            Product::Batched {
+                ta: false,
+                rank2: false,
+                ..
+            } => a.ndim() >= 2,
+            Product::Batched { ta: true, .. } => false,
+        };
+        if !fits || b.shape() != shape.as_slice() {
+            return None;
+        }
+        let tb = matches!(self.product, Product::Batched { tb: true, .. });
+        let (k, n) = if tb { (shape[1], shape[0]) } else { (shape[0], shape[1]) };
+        let &last = a.shape().last()?;
+        let rows = a.len() / k.max(1);
+        let cached = k * n.next_multiple_of(16) * 4 <= PACKED_B_CACHED_BYTES;
+        if last != k || k == 0 || !(cached || rows <= row_block(k)) {
+            return None;
+        }
+        let packed = once.get(|| Self::pack(b, self.product))?;
+        let a = a.as_standard_layout();
+        let av = a.as_slice()?;
+        let mut out: Vec<f32> = Vec::with_capacity(rows * n);
+        // SAFETY: A is rows × k in C order inside `av`; C is rows × n inside `out`'s capacity,
+        // written whole before its length is set
+        let done = unsafe {
+            let r = gemm_packed(
+                rows,
+                av.as_ptr(),
+                Strides { rs: k as isize, cs: 1 },
+                packed,
+                out.as_mut_ptr(),
+                Strides { rs: n as isize, cs: 1 },
+                None,
+            );
+            if r.is_ok() {
+                out.set_len(rows * n);
+            }
+            r
+        };
+        let mut dims = a.shape()[..a.ndim() - 1].to_vec();
+        dims.push(n);
+        Some(done.and_then(|()| from_vec(&dims, out)).map(Tensor::F32))
+    }
+}
 
 impl super::Kernel for MatMulKernel {
     fn run(&self, x: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        if let Some(y) = self.packed_product(x) {
+            return Ok(vec![y?]);
+        }
         let operand = |i: usize| x.get(i).copied().ok_or_else(|| format!("missing operand #{i}"));
-        Ok(vec![match self.0 {
+        Ok(vec![match self.product {
             Product::Numpy => numpy_matmul(operand(0)?, operand(1)?)?,
             Product::Batched { ta, tb, rank2 } => {
                 let (a, b) = (super::f32_arg(x, 0)?, super::f32_arg(x, 1)?);
@@ -412,7 +516,7 @@ impl super::Kernel for MatMulKernel {
         let (Ok(a), Ok(b)) = (super::f32_arg(x, 0), super::f32_arg(x, 1)) else {
             return None;
         };
-        let shape = match self.0 {
+        let shape = match self.product {
             Product::Numpy => numpy_matmul_shape(a.shape(), b.shape()),
             Product::Batched { rank2: true, .. } if a.ndim() != 2 || b.ndim() != 2 => return None,
             Product::Batched { ta, tb, .. } => {

@@ -14,6 +14,7 @@ pub mod join;
 pub mod layout;
 pub mod matmul;
 pub mod norm;
+pub mod packed_gemm;
 pub mod permute;
 pub mod pool;
 pub mod quant;

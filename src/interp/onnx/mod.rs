@@ -40,7 +40,12 @@ pub const TABLE: &[(&str, Builder)] = &[
     ("onnx.Conv", |d| spatial(d, conv)),
     ("onnx.ConvTranspose", |d| spatial(d, conv_transpose)),
     ("onnx.Gemm", gemm),
-    ("onnx.MatMul", |_| Ok(Box::new(MatMulKernel(Product::Numpy)))),
+    ("onnx.MatMul", |d| {
+        Ok(Box::new(MatMulKernel::new(
+            Product::Numpy,
+            d.consts.get(1).and_then(Option::as_deref),
+        )))
+    }),
     ("onnx.MaxPool", |d| pool(d, true)),
     ("onnx.AveragePool", |d| pool(d, false)),
     ("onnx.GlobalAveragePool", |_| {

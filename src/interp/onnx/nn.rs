@@ -51,6 +51,7 @@ pub(super) fn conv(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
         pads: pads_of(d)?,
         group: group as usize,
         filter,
+        packed: Default::default(),
     }))
 }
 

@@ -1,0 +1,564 @@
+//! Products against a constant right-hand matrix packed once, with the epilogue applied in
+//! registers: C = ep(A·B) for B [k × n] stored as panels of 16 columns (8 for a last run of
+//! at most 8), each k rows deep, so the micro-kernel reads B contiguously, nothing is packed
+//! per call, and each tile of C is scaled, biased, activated and stored once.
+//!
+//! A convolution's filter is such a matrix (HWIO is [kh·kw·ci, co] row-major), and so is a
+//! MatMul's constant weight: the kernel packs it on its first run ([`PackOnce`]) and every
+//! sample reuses it.
+//!
+//! Every result is Σₖ a[i,k]·b[k,j] accumulated in k order by fused multiply-adds from +0, on
+//! every path (AVX2 + FMA, or portable `mul_add`): results depend neither on the CPU, nor on
+//! blocking, nor on where a tile falls.
+
+use super::elementwise::{relu, relu6, unary_fn, UnOp};
+use super::epilogue::Epilogue;
+
+/// Rows of A (and of C) one micro-kernel call computes against a 16-wide panel: 6 × 2
+/// accumulators of 8 columns.
+const MR: usize = 6;
+/// Rows against an 8-wide panel: 12 × 1 accumulators, as many independent add chains.
+const MR_NARROW: usize = 12;
+/// Widest panel: two AVX vectors.
+const NR: usize = 16;
+
+/// B [k × n] in panels of [`NR`] columns, the last one 8 wide when at most 8 columns are left;
+/// columns past n are zeros.
+#[derive(Debug, Clone)]
+pub struct PackedMatrix {
+    k: usize,
+    n: usize,
+    data: Vec<f32>,
+}
+
+impl PackedMatrix {
+    /// Packs the row-major `b` of `k` rows and `n` columns; `None` when `b` does not hold
+    /// k·n values.
+    pub fn new(b: &[f32], k: usize, n: usize) -> Option<Self> {
+        if b.len() != k.checked_mul(n)? {
+            return None;
+        }
+        let mut data = Vec::with_capacity(k * n.next_multiple_of(8));
+        for (j0, w) in panels(n) {
+            for row in b.chunks_exact(n.max(1)).take(k) {
+                let valid = w.min(n - j0);
+                data.extend_from_slice(&row[j0..j0 + valid]);
+                data.extend(std::iter::repeat_n(0.0, w - valid));
+            }
+        }
+        Some(PackedMatrix { k, n, data })
+    }
+
+    pub fn rows(&self) -> usize {
+        self.k
+    }
+
+    pub fn cols(&self) -> usize {
+        self.n
+    }
+}
+
+/// A constant matrix packed on first use, once for every sample and thread: type inference
+/// compiles programs whose products never run, and a product the packed GEMM does not take
+/// (a large B against many rows) should not hold a second copy of its weights.
+#[derive(Debug, Default)]
+pub struct PackOnce(std::sync::OnceLock<Option<PackedMatrix>>);
+
+impl PackOnce {
+    /// The packed matrix, made by `pack` on the first call (`None` stays `None`).
+    pub fn get(&self, pack: impl FnOnce() -> Option<PackedMatrix>) -> Option<&PackedMatrix> {
+        self.0.get_or_init(pack).as_ref()
+    }
+}
+
+/// (first column, width) of each panel of a matrix of `n` columns.
+fn panels(n: usize) -> impl Iterator<Item = (usize, usize)> {
+    let mut j0 = 0;
+    std::iter::from_fn(move || {
+        (j0 < n).then(|| {
+            let w = if n - j0 > 8 { NR } else { 8 };
+            j0 += w;
+            (j0 - w, w)
+        })
+    })
+}
+
+/// Rows of A per outer block: that block (m·k values) stays in L2 while every panel of B
+/// passes over it.
+pub(super) fn row_block(k: usize) -> usize {
+    (16 * 1024 / k.max(1)).clamp(MR_NARROW, 50 * MR_NARROW) / MR_NARROW * MR_NARROW
+}
+
+/// Where A and C lie: element (i, j) of a matrix at `base + i·rs + j·cs`.
+#[derive(Debug, Clone, Copy)]
+pub struct Strides {
+    pub rs: isize,
+    pub cs: isize,
+}
+
+/// The epilogue spread over the padded columns of the panels, with neutral values past `n`.
+struct Columns {
+    scale: Option<Vec<f32>>,
+    bias: Option<Vec<f32>>,
+    act: Option<UnOp>,
+}
+
+/// Whether the kernels apply `act` to a tile in registers; any other activation is applied to
+/// each block of rows once its tiles are stored.
+fn in_tile(act: Option<UnOp>) -> bool {
+    matches!(act, None | Some(UnOp::Relu | UnOp::Relu6))
+}
+
+impl Columns {
+    fn new(ep: Option<&Epilogue>, n: usize) -> Columns {
+        let padded = n.next_multiple_of(NR) + NR;
+        let spread = |v: Option<&[f32]>, neutral: f32| {
+            v.map(|v| {
+                let mut p = vec![neutral; padded];
+                p[..n].copy_from_slice(v);
+                p
+            })
+        };
+        Columns {
+            scale: spread(ep.and_then(|e| e.scale), 1.0),
+            bias: spread(ep.and_then(|e| e.bias), 0.0),
+            act: ep.and_then(|e| e.act),
+        }
+    }
+
+    /// The epilogue on one value of column `j`, in the order of the separate ops: · scale,
+    /// + bias, activation.
+    #[inline(always)]
+    fn one(&self, v: f32, j: usize) -> f32 {
+        let mut v = v;
+        if let Some(s) = &self.scale {
+            v *= s[j];
+        }
+        if let Some(b) = &self.bias {
+            v += b[j];
+        }
+        match self.act {
+            Some(UnOp::Relu) => relu(v),
+            Some(UnOp::Relu6) => relu6(v),
+            // the rest after the tile, as in the vector path
+            _ => v,
+        }
+    }
+}
+
+/// C[m × n] = ep(A[m × k] · B), A and C through their strides; every value of C is written,
+/// none read. An error when the epilogue does not have one value per column.
+///
+/// # Safety
+/// For every i < m, j < n, k' < k: `a + i·a.rs + k'·a.cs` is readable and `c + i·c.rs + j·c.cs`
+/// writable, and the C positions are distinct and do not overlap A.
+pub unsafe fn gemm_packed(
+    m: usize,
+    a: *const f32,
+    a_strides: Strides,
+    b: &PackedMatrix,
+    c: *mut f32,
+    c_strides: Strides,
+    ep: Option<&Epilogue>,
+) -> Result<(), String> {
+    if let Some(e) = ep {
+        e.check(b.n)?;
+    }
+    if m == 0 || b.n == 0 {
+        return Ok(());
+    }
+    let cols = Columns::new(ep, b.n);
+    #[cfg(target_arch = "x86_64")]
+    let fast = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+    #[cfg(not(target_arch = "x86_64"))]
+    let fast = false;
+    let block = row_block(b.k);
+    // A whose rows are not contiguous (an NCHW image: a pixel's channels H·W apart) is copied
+    // a block at a time into rows of k, so that the kernel's loads walk along its rows; read
+    // through its strides, every k would touch another cache line (and page)
+    let mut rows_of_a = if a_strides.cs == 1 {
+        Vec::new()
+    } else {
+        vec![0f32; block.min(m) * b.k]
+    };
+    for i0 in (0..m).step_by(block) {
+        let i1 = (i0 + block).min(m);
+        // row i0 of A and the distance between rows, columns next to each other
+        let (a_block, a_rs) = if a_strides.cs == 1 {
+            (a.offset(i0 as isize * a_strides.rs), a_strides.rs)
+        } else {
+            for kk in 0..b.k {
+                let src = a.offset(i0 as isize * a_strides.rs + kk as isize * a_strides.cs);
+                for i in 0..i1 - i0 {
+                    rows_of_a[i * b.k + kk] = *src.offset(i as isize * a_strides.rs);
+                }
+            }
+            (rows_of_a.as_ptr(), b.k as isize)
+        };
+        let mut offset = 0;
+        for (j0, w) in panels(b.n) {
+            let panel = &b.data[offset..offset + b.k * w];
+            offset += b.k * w;
+            let mr = if w == NR { MR } else { MR_NARROW };
+            for i in (i0..i1).step_by(mr) {
+                let t = Tile {
+                    rows: (i1 - i).min(mr),
+                    j0,
+                    width: w.min(b.n - j0),
+                    a: a_block.offset((i - i0) as isize * a_rs),
+                    a_rs,
+                    c: c.offset(i as isize * c_strides.rs + j0 as isize * c_strides.cs),
+                    c_strides,
+                };
+                #[cfg(target_arch = "x86_64")]
+                if fast {
+                    // a tile of fewer rows (the last of a block, or an A of one row) runs a
+                    // kernel of that many rows: the full one would multiply the last row again
+                    // for each missing one
+                    match (w, t.rows) {
+                        (NR, 1) => avx2::tile::<1, 2>(&t, b.k, panel, &cols),
+                        (NR, 2) => avx2::tile::<2, 2>(&t, b.k, panel, &cols),
+                        (NR, 3) => avx2::tile::<3, 2>(&t, b.k, panel, &cols),
+                        (NR, 4) => avx2::tile::<4, 2>(&t, b.k, panel, &cols),
+                        (NR, _) => avx2::tile::<MR, 2>(&t, b.k, panel, &cols),
+                        (_, 1) => avx2::tile::<1, 1>(&t, b.k, panel, &cols),
+                        (_, 2) => avx2::tile::<2, 1>(&t, b.k, panel, &cols),
+                        (_, 3) => avx2::tile::<3, 1>(&t, b.k, panel, &cols),
+                        (_, 4) => avx2::tile::<4, 1>(&t, b.k, panel, &cols),
+                        _ => avx2::tile::<MR_NARROW, 1>(&t, b.k, panel, &cols),
+                    }
+                    continue;
+                }
+                let _ = fast;
+                portable_tile(&t, b.k, w, panel, &cols);
+            }
+        }
+        if let Some(op) = cols.act.filter(|&op| !in_tile(Some(op))) {
+            let f = unary_fn(op);
+            for i in i0..i1 {
+                for j in 0..b.n {
+                    let y = c.offset(i as isize * c_strides.rs + j as isize * c_strides.cs);
+                    *y = f(*y);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One micro-kernel call: `rows` ≤ [`MR`] (or [`MR_NARROW`]) rows of A from `a`, one panel
+/// of `width` valid columns from column `j0`, into C at `c`.
+struct Tile {
+    rows: usize,
+    j0: usize,
+    width: usize,
+    /// Row 0 of A's rows, each `a_rs` apart and contiguous.
+    a: *const f32,
+    a_rs: isize,
+    c: *mut f32,
+    c_strides: Strides,
+}
+
+/// [`Tile`] without SIMD: the same fused multiply-adds in the same order.
+unsafe fn portable_tile(t: &Tile, k: usize, w: usize, panel: &[f32], cols: &Columns) {
+    for r in 0..t.rows {
+        let row = t.a.offset(r as isize * t.a_rs);
+        for j in 0..t.width {
+            let mut acc = 0f32;
+            for kk in 0..k {
+                acc = (*row.add(kk)).mul_add(panel[kk * w + j], acc);
+            }
+            *t.c.offset(r as isize * t.c_strides.rs + j as isize * t.c_strides.cs) = cols.one(acc, t.j0 + j);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{Columns, Tile, UnOp};
+    use std::arch::x86_64::*;
+
+    /// `R` rows × `NV` vectors of 8 columns: R·NV accumulators in registers, B's panel row
+    /// loaded once per k and each A value broadcast once per k. Rows past `t.rows` re-read
+    /// the last row and are not stored. (Loops, not closures: a closure would not inherit
+    /// the target features, and each intrinsic in it would become a call.)
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::needless_range_loop)]
+    pub(super) unsafe fn tile<const R: usize, const NV: usize>(t: &Tile, k: usize, panel: &[f32], cols: &Columns) {
+        let mut acc = [[_mm256_setzero_ps(); R]; NV];
+        let mut rows = [t.a; R];
+        for (r, p) in rows.iter_mut().enumerate() {
+            *p = t.a.offset(r.min(t.rows - 1) as isize * t.a_rs);
+        }
+        let mut bp = panel.as_ptr();
+        for kk in 0..k as isize {
+            let mut bv = [_mm256_setzero_ps(); NV];
+            for (v, b) in bv.iter_mut().enumerate() {
+                *b = _mm256_loadu_ps(bp.add(8 * v));
+            }
+            bp = bp.add(8 * NV);
+            for r in 0..R {
+                let av = _mm256_broadcast_ss(&*rows[r].offset(kk));
+                for v in 0..NV {
+                    acc[v][r] = _mm256_fmadd_ps(av, bv[v], acc[v][r]);
+                }
+            }
+        }
+        // constant trip counts with the bounds as conditions inside: indexed by a run-time
+        // count, the accumulators would live in memory, stored on every k
+        for v in 0..NV {
+            let j = 8 * v;
+            if j >= t.width {
+                continue;
+            }
+            let y = finish(acc[v], cols, t.j0 + j);
+            let whole = t.width - j >= 8 && t.c_strides.cs == 1;
+            for r in 0..R {
+                if r >= t.rows {
+                    continue;
+                }
+                let dst = t.c.offset(r as isize * t.c_strides.rs + j as isize);
+                if whole {
+                    _mm256_storeu_ps(dst, y[r]);
+                } else {
+                    store_lanes(
+                        y[r],
+                        t.c.offset(r as isize * t.c_strides.rs + j as isize * t.c_strides.cs),
+                        t.c_strides.cs,
+                        t.width - j,
+                    );
+                }
+            }
+        }
+    }
+
+    /// The first `n` lanes of `y` to `dst`, `cs` apart (a partial panel, or C transposed).
+    #[inline(never)]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn store_lanes(y: __m256, dst: *mut f32, cs: isize, n: usize) {
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), y);
+        for (l, &x) in lanes.iter().enumerate().take(n) {
+            *dst.offset(l as isize * cs) = x;
+        }
+    }
+
+    /// The epilogue on one vector of 8 columns from `j` for each row, as [`Columns::one`]
+    /// computes it value by value (relu: +0 below 0, NaN kept; relu6: −0 kept, as the scalar).
+    #[inline(always)]
+    unsafe fn finish<const R: usize>(mut y: [__m256; R], cols: &Columns, j: usize) -> [__m256; R] {
+        if let Some(s) = &cols.scale {
+            let s = _mm256_loadu_ps(s.as_ptr().add(j));
+            for v in y.iter_mut() {
+                *v = _mm256_mul_ps(*v, s);
+            }
+        }
+        if let Some(b) = &cols.bias {
+            let b = _mm256_loadu_ps(b.as_ptr().add(j));
+            for v in y.iter_mut() {
+                *v = _mm256_add_ps(*v, b);
+            }
+        }
+        let zero = _mm256_setzero_ps();
+        let six = _mm256_set1_ps(6.0);
+        match cols.act {
+            None => {}
+            // maxps returns its second operand unless the first is greater: max(0, v) keeps
+            // NaN and −0, and + 0 then turns −0 into +0 (and nothing else), as relu does
+            Some(UnOp::Relu) => {
+                for v in y.iter_mut() {
+                    *v = _mm256_add_ps(_mm256_max_ps(zero, *v), zero);
+                }
+            }
+            // relu6 keeps −0 and NaN: max(0, v), then min(6, ·) (minps likewise returns its
+            // second operand unless the first is less)
+            Some(UnOp::Relu6) => {
+                for v in y.iter_mut() {
+                    *v = _mm256_min_ps(six, _mm256_max_ps(zero, *v));
+                }
+            }
+            // other activations are applied after the tile ([`gemm_packed`])
+            Some(_) => {}
+        }
+        y
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+        let mut c = vec![0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = 0f32;
+                for kk in 0..k {
+                    acc = a[i * k + kk].mul_add(b[kk * n + j], acc);
+                }
+                c[i * n + j] = acc;
+            }
+        }
+        c
+    }
+
+    fn values(len: usize, seed: u32) -> Vec<f32> {
+        (0..len)
+            .map(|i| ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 1000) as f32 / 250.0 - 2.0)
+            .collect()
+    }
+
+    /// Every shape class (row tails, 8- and 16-wide panels, partial panels, k = 1, blocks of
+    /// rows past one outer block): bit-identical to k-ordered fused multiply-adds, row-major
+    /// and transposed C, unit and strided A.
+    #[test]
+    fn products_are_k_ordered_fused_sums_for_every_shape() {
+        for (m, k, n) in [
+            (1, 1, 1),
+            (7, 3, 8),
+            (13, 27, 16),
+            (6, 5, 24),
+            (11, 40, 21),
+            (700, 30, 3),
+            (5, 336, 56),
+        ] {
+            let (a, b) = (values(m * k, 1), values(k * n, 7));
+            let want = reference(&a, &b, m, k, n);
+            let p = PackedMatrix::new(&b, k, n).unwrap();
+            let mut c = vec![f32::NAN; m * n];
+            unsafe {
+                let s = Strides { rs: k as isize, cs: 1 };
+                gemm_packed(
+                    m,
+                    a.as_ptr(),
+                    s,
+                    &p,
+                    c.as_mut_ptr(),
+                    Strides { rs: n as isize, cs: 1 },
+                    None,
+                )
+                .unwrap();
+            }
+            assert_eq!(c, want, "{m}×{k}×{n}");
+            // A column-major (as an NCHW image) and C transposed
+            let at: Vec<f32> = (0..m * k).map(|x| a[(x % m) * k + x / m]).collect();
+            let mut ct = vec![f32::NAN; m * n];
+            unsafe {
+                let s = Strides { rs: 1, cs: m as isize };
+                gemm_packed(
+                    m,
+                    at.as_ptr(),
+                    s,
+                    &p,
+                    ct.as_mut_ptr(),
+                    Strides { rs: 1, cs: m as isize },
+                    None,
+                )
+                .unwrap();
+            }
+            let back: Vec<f32> = (0..m * n).map(|x| ct[(x % n) * m + x / n]).collect();
+            assert_eq!(back, want, "{m}×{k}×{n} transposed");
+            let mut cp = vec![f32::NAN; m * n];
+            let t = Tile {
+                rows: 0,
+                j0: 0,
+                width: 0,
+                a: a.as_ptr(),
+                a_rs: k as isize,
+                c: cp.as_mut_ptr(),
+                c_strides: Strides { rs: n as isize, cs: 1 },
+            };
+            // the portable path, tile by tile, gives the same bits
+            let cols = Columns::new(None, n);
+            let mut offset = 0;
+            for (j0, w) in panels(n) {
+                for i in (0..m).step_by(MR) {
+                    let tile = Tile {
+                        rows: (m - i).min(MR),
+                        j0,
+                        width: w.min(n - j0),
+                        a: unsafe { t.a.add(i * k) },
+                        c: unsafe { t.c.add(i * n + j0) },
+                        ..t
+                    };
+                    unsafe { portable_tile(&tile, k, w, &p.data[offset..offset + k * w], &cols) };
+                }
+                offset += k * w;
+            }
+            assert_eq!(cp, want, "{m}×{k}×{n} portable");
+        }
+    }
+
+    /// The epilogue gives what the separate ops give, value for value: −0 and NaN through relu
+    /// and relu6, a scale, a bias, and an activation the vector path has no form for.
+    #[test]
+    fn the_epilogue_is_the_separate_ops_bit_for_bit() {
+        let (m, k, n) = (9, 2, 11);
+        let mut a = values(m * k, 3);
+        a[0] = f32::NAN;
+        a[2] = -0.0;
+        a[3] = 0.0;
+        let b = values(k * n, 5);
+        let p = PackedMatrix::new(&b, k, n).unwrap();
+        let plain = reference(&a, &b, m, k, n);
+        let (scale, bias) = (values(n, 11), values(n, 13));
+        for act in [None, Some(UnOp::Relu), Some(UnOp::Relu6), Some(UnOp::Elu)] {
+            for (s, bb) in [
+                (Some(&scale[..]), Some(&bias[..])),
+                (None, None),
+                (Some(&scale[..]), None),
+            ] {
+                let ep = Epilogue {
+                    scale: s,
+                    bias: bb,
+                    act,
+                };
+                let mut c = vec![f32::NAN; m * n];
+                unsafe {
+                    let sa = Strides { rs: k as isize, cs: 1 };
+                    gemm_packed(
+                        m,
+                        a.as_ptr(),
+                        sa,
+                        &p,
+                        c.as_mut_ptr(),
+                        Strides { rs: n as isize, cs: 1 },
+                        Some(&ep),
+                    )
+                    .unwrap();
+                }
+                let mut want = plain.clone();
+                ep.apply(&mut want, n);
+                if let Some(op) = act.filter(|o| !matches!(o, UnOp::Relu | UnOp::Relu6)) {
+                    want.iter_mut().for_each(|v| *v = unary_fn(op)(*v));
+                }
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&c),
+                    bits(&want),
+                    "{act:?} scale {} bias {}",
+                    s.is_some(),
+                    bb.is_some()
+                );
+            }
+        }
+        let short = Epilogue {
+            scale: Some(&scale[..3]),
+            ..Default::default()
+        };
+        let mut c = vec![0f32; m * n];
+        let r = unsafe {
+            gemm_packed(
+                m,
+                a.as_ptr(),
+                Strides { rs: k as isize, cs: 1 },
+                &p,
+                c.as_mut_ptr(),
+                Strides { rs: n as isize, cs: 1 },
+                Some(&short),
+            )
+        };
+        assert!(r.is_err());
+        assert!(PackedMatrix::new(&b, k, n + 1).is_none());
+    }
+}
