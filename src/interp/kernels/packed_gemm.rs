@@ -69,6 +69,11 @@ impl PackOnce {
     pub fn get(&self, pack: impl FnOnce() -> Option<PackedMatrix>) -> Option<&PackedMatrix> {
         self.0.get_or_init(pack).as_ref()
     }
+
+    /// Whether a matrix has been packed (tests check which path a product took).
+    pub fn is_packed(&self) -> bool {
+        matches!(self.0.get(), Some(Some(_)))
+    }
 }
 
 /// (first column, width) of each panel of a matrix of `n` columns.
