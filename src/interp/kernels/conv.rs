@@ -227,14 +227,7 @@ pub fn conv2d_packed(
     if !direct && g.dw == 1 && co <= ROW_GEMM_MAX_CO && kw * ci >= ROW_GEMM_MIN_RUN {
         return row_gemms(xs, fs, &g, [kh, kw, ci, co], ep);
     }
-    let owned;
-    let packed = match packed {
-        Some(p) if (p.rows(), p.cols()) == (kdim, co) => p,
-        _ => {
-            owned = PackedMatrix::new(fs, kdim, co).ok_or("filter layout")?;
-            &owned
-        }
-    };
+    let packed = PackedMatrix::given_or_packed(packed, fs, kdim, co).ok_or("filter layout")?;
     // every output value is written by a GEMM before anything reads it: no zero-fill
     let mut out: Vec<f32> = Vec::with_capacity(total);
     let base = out.as_mut_ptr();
@@ -294,7 +287,7 @@ pub fn conv2d_packed(
                     cs: 1,
                 };
                 let dst = Strides { rs: co as isize, cs: 1 };
-                gemm_packed(p1 - p0, a.as_ptr(), rows, packed, base.add(at), dst, ep)?;
+                gemm_packed(p1 - p0, a.as_ptr(), rows, &packed, base.add(at), dst, ep)?;
             }
         }
     }

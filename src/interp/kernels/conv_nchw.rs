@@ -313,14 +313,7 @@ fn pointwise(
     if ci * hw == 0 || co == 0 || xs.len() != n * ci * hw {
         return None;
     }
-    let owned;
-    let packed = match packed {
-        Some(p) if (p.rows(), p.cols()) == (ci, co) => p,
-        _ => {
-            owned = PackedMatrix::new(fs, ci, co)?;
-            &owned
-        }
-    };
+    let packed = PackedMatrix::given_or_packed(packed, fs, ci, co)?;
     // X[pixel, channel] and Y[pixel, channel] as strides of one image
     let x_at = match layout.input {
         true => Strides { rs: ci as isize, cs: 1 },
@@ -337,7 +330,7 @@ fn pointwise(
     for (i, img) in xs.chunks_exact(ci * hw).enumerate() {
         // SAFETY: the strides reach hw pixels × ci channels inside `img` and hw × co values
         // inside image i's part of `y`'s capacity (i < n), each written once
-        if let Err(e) = unsafe { gemm_packed(hw, img.as_ptr(), x_at, packed, base.add(i * co * hw), y_at, ep) } {
+        if let Err(e) = unsafe { gemm_packed(hw, img.as_ptr(), x_at, &packed, base.add(i * co * hw), y_at, ep) } {
             return Some(Err(e));
         }
     }

@@ -13,6 +13,7 @@
 
 use super::elementwise::{relu, relu6, unary_fn, UnOp};
 use super::epilogue::Epilogue;
+use std::borrow::Cow;
 
 /// Rows of A (and of C) one micro-kernel call computes against a 16-wide panel: 6 × 2
 /// accumulators of 8 columns.
@@ -47,6 +48,20 @@ impl PackedMatrix {
             }
         }
         Some(PackedMatrix { k, n, data })
+    }
+
+    /// `given` when it is a packing of k × n (a constant's, made once), else `b` packed now
+    /// (a filter that is a run-time operand); `None` when `b` does not hold k·n values.
+    pub fn given_or_packed<'a>(
+        given: Option<&'a PackedMatrix>,
+        b: &[f32],
+        k: usize,
+        n: usize,
+    ) -> Option<Cow<'a, PackedMatrix>> {
+        match given {
+            Some(p) if (p.k, p.n) == (k, n) => Some(Cow::Borrowed(p)),
+            _ => PackedMatrix::new(b, k, n).map(Cow::Owned),
+        }
     }
 
     pub fn rows(&self) -> usize {
