@@ -5,7 +5,8 @@ mod common;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use ndarray::{ArrayD, Dimension, IxDyn};
-use quantir::interp::kernels::conv::{conv2d, depthwise_conv2d, Padding};
+use quantir::interp::kernels::conv::{conv2d, Padding};
+use quantir::interp::kernels::depthwise::depthwise_conv2d;
 use quantir::interp::kernels::elementwise::UnOp;
 use quantir::interp::kernels::epilogue::Epilogue;
 use quantir::interp::kernels::matmul::{batch_matmul, gemm_strided, matmul};

@@ -2,7 +2,8 @@
 //! kernel. Grouped by family; supporting a new op is one entry here plus, at most, one kernel.
 
 use super::desc::OpDesc;
-use super::kernels::conv::{conv2d_packed, conv_result_shape, depthwise_conv2d, pack_filter, Padding};
+use super::kernels::conv::{conv2d_packed, conv_result_shape, pack_filter, Padding};
+use super::kernels::depthwise::depthwise_conv2d;
 use super::kernels::elementwise::{arith, compare, logical, select, BinOp, BinaryKernel, CmpOp, UnOp, UnaryKernel};
 use super::kernels::join;
 use super::kernels::layout::{self, StridedMasks};

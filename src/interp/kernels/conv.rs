@@ -1,7 +1,8 @@
 //! 2-D convolution (NHWC input, HWIO filter) by im2col + GEMM — a 1×1 stride-1 convolution is
-//! a GEMM on the input itself — and depthwise convolution as its own direct kernel.
+//! a GEMM on the input itself — and the window geometry that depthwise convolution
+//! (`depthwise.rs`) and pooling share.
 
-use super::epilogue::{Epilogue, TiledEpilogue};
+use super::epilogue::Epilogue;
 use super::matmul::gemm_strided_add;
 use super::packed_gemm::{gemm_packed, PackedMatrix, Strides};
 use super::{from_vec, KernelResult};
@@ -130,7 +131,7 @@ impl Window2d {
 
 /// The window of a rank-4 filter [KH, KW, C, X] over `x`, checking that `x` has C channels;
 /// `expect` describes the filter layout for the error.
-fn filter_window(
+pub(super) fn filter_window(
     x: &[usize],
     f: &[usize],
     expect: &str,
@@ -149,9 +150,9 @@ fn filter_window(
 }
 
 const CONV_FILTER: &str = "Conv2D filter must be HWIO rank 4";
-const DEPTHWISE_FILTER: &str = "depthwise filter must be [KH,KW,C,M]";
+pub(super) const DEPTHWISE_FILTER: &str = "depthwise filter must be [KH,KW,C,M]";
 
-/// The NHWC result shape of [`conv2d`] (filter HWIO) or, `depthwise`, of [`depthwise_conv2d`]
+/// The NHWC result shape of [`conv2d`] (filter HWIO) or, `depthwise`, of [`super::depthwise::depthwise_conv2d`]
 /// (filter `[KH,KW,C,M]`, C·M channels out) for an input and filter of these shapes, without
 /// computing it; the same error as the kernel's when they do not fit.
 pub fn conv_result_shape(
@@ -355,253 +356,9 @@ fn row_gemms(
     from_vec(&[g.n, g.oh, g.ow, co], out)
 }
 
-/// DepthwiseConv2dNative: x [N,H,W,C], filter [KH,KW,C,M], result [N,OH,OW,C·M].
-///
-/// Row by row: for each output row and each filter tap, the valid output columns are
-/// computed once and the tap is accumulated into the whole row, channel-contiguous, so the
-/// inner loop has no bounds decisions.
-pub fn depthwise_conv2d(
-    x: &ArrayD<f32>,
-    f: &ArrayD<f32>,
-    strides: [usize; 2],
-    dilations: [usize; 2],
-    pad: &Padding,
-    ep: Option<&Epilogue>,
-) -> KernelResult<ArrayD<f32>> {
-    let (g, [kh, kw, c, m]) = filter_window(x.shape(), f.shape(), DEPTHWISE_FILTER, strides, dilations, pad)?;
-    let x = x.as_standard_layout();
-    let f = f.as_standard_layout();
-    let (xs, fs) = (x.as_slice().ok_or("layout")?, f.as_slice().ok_or("layout")?);
-    let co = c * m;
-    let total = g.n * g.oh * g.ow * co;
-    // each output row is zeroed just before its taps accumulate into it (while it is in
-    // cache), not the whole buffer up front
-    let mut out: Vec<f32> = Vec::with_capacity(total);
-    let ep = ep.and_then(|e| e.tiled(co));
-    let ep = ep.as_ref();
-    // the same loops compiled for AVX2 where the CPU has it (multiplies and adds stay
-    // separate, so results are identical to the portable path)
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn avx2(g: &Window2d, dims: [usize; 4], xs: &[f32], fs: &[f32], out: *mut f32, ep: Option<&TiledEpilogue>) {
-        // SAFETY: forwarded from the caller
-        unsafe { depthwise_loops(g, dims, xs, fs, out, ep) }
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2 (checked above)
-        // and `out` has capacity for every output row, each written whole
-        unsafe {
-            avx2(&g, [kh, kw, c, m], xs, fs, out.as_mut_ptr(), ep);
-            out.set_len(total);
-        }
-        return from_vec(&[g.n, g.oh, g.ow, co], out);
-    }
-    // SAFETY: `out` has capacity for every output row, and each is written whole
-    unsafe {
-        depthwise_loops(&g, [kh, kw, c, m], xs, fs, out.as_mut_ptr(), ep);
-        out.set_len(total);
-    }
-    from_vec(&[g.n, g.oh, g.ow, co], out)
-}
-
-/// # Safety
-/// `out` must be valid for writes of N·OH·OW·C·M values; every row is zeroed, then written.
-#[inline(always)]
-unsafe fn depthwise_loops(
-    g: &Window2d,
-    [kh, kw, c, m]: [usize; 4],
-    xs: &[f32],
-    fs: &[f32],
-    out: *mut f32,
-    ep: Option<&TiledEpilogue>,
-) {
-    let co = c * m;
-    // output channel o = ch·M + j reads input channel ch: expand the input row view per tap
-    // through a weight vector laid out [KH, KW, C·M] (the filter's own layout)
-    //
-    // Output columns where every tap of the filter reads inside the image: the first and
-    // past-the-last (the same for every row; empty where the filter is wider than the image).
-    let col_lo = (0..kw).map(|kx| g.cols_inside(kx).start).max().unwrap_or(0);
-    let col_hi = (0..kw).map(|kx| g.cols_inside(kx).end).min().unwrap_or(0);
-    for b in 0..g.n {
-        let img = &xs[b * g.h * g.w * c..(b + 1) * g.h * g.w * c];
-        for oy in 0..g.oh {
-            let len = g.ow * co;
-            // a row whose every tap row is inside the image, one input channel per output:
-            // its inner columns sum all taps in registers ([`depthwise_inner`]), the rest tap
-            // by tap
-            let inner = if m == 1 && col_lo < col_hi && (0..kh).all(|ky| g.ih(oy, ky).is_some()) {
-                col_lo..col_hi
-            } else {
-                0..0
-            };
-            // SAFETY: row (b, oy) lies inside the N·OH·OW·C·M values the caller provides; the
-            // columns the taps below add to are zeroed before the slice over it is made, the
-            // inner ones written whole
-            let row = unsafe {
-                let at = out.add((b * g.oh + oy) * len);
-                std::ptr::write_bytes(at, 0, inner.start * co);
-                std::ptr::write_bytes(at.add(inner.end * co), 0, len - inner.end * co);
-                std::slice::from_raw_parts_mut(at, len)
-            };
-            if !inner.is_empty() {
-                depthwise_inner(g, [kh, kw, c], img, fs, oy, inner.clone(), row);
-            }
-            for ky in 0..kh {
-                let Some(iy) = g.ih(oy, ky) else { continue };
-                let src_row = &img[iy * g.w * c..(iy + 1) * g.w * c];
-                for kx in 0..kw {
-                    let w = &fs[(ky * kw + kx) * co..(ky * kw + kx + 1) * co];
-                    // output columns whose input column is inside the image
-                    let off = kx * g.dw;
-                    let std::ops::Range { start: lo, end: hi } = g.cols_inside(kx);
-                    // (the inner columns are done)
-                    for (lo, hi) in [(lo, hi.min(inner.start)), (lo.max(inner.end), hi)] {
-                        if lo >= hi {
-                            continue;
-                        }
-                        depthwise_tap(g, [c, m], src_row, w, off, lo..hi, row);
-                    }
-                }
-            }
-            // the row is complete and still in cache
-            if let Some(ep) = ep {
-                ep.apply(row);
-            }
-        }
-    }
-}
-
-/// Adds one filter tap (weights `w`, column offset `off` = kx·dilation) to output columns
-/// `cols` of `row`, whose input columns are all inside `src_row`.
-#[inline(always)]
-fn depthwise_tap(
-    g: &Window2d,
-    [c, m]: [usize; 2],
-    src_row: &[f32],
-    w: &[f32],
-    off: usize,
-    cols: std::ops::Range<usize>,
-    row: &mut [f32],
-) {
-    let co = c * m;
-    let (lo, hi) = (cols.start, cols.end);
-    if m == 1 && g.sw == 1 {
-        // stride 1: the taps of consecutive output columns are consecutive input pixels, so
-        // the whole run is one contiguous multiply-add
-        let ix0 = lo + off - g.pw;
-        let src = &src_row[ix0 * c..(ix0 + hi - lo) * c];
-        let dst = &mut row[lo * co..hi * co];
-        for (dc, sc) in dst.chunks_exact_mut(c).zip(src.chunks_exact(c)) {
-            for ((d, &s), &wv) in dc.iter_mut().zip(sc).zip(w) {
-                *d += s * wv;
-            }
-        }
-        return;
-    }
-    for ox in lo..hi {
-        let ix = ox * g.sw + off - g.pw;
-        let src = &src_row[ix * c..(ix + 1) * c];
-        let dst = &mut row[ox * co..(ox + 1) * co];
-        if m == 1 {
-            for ((d, &s), &wv) in dst.iter_mut().zip(src).zip(w) {
-                *d += s * wv;
-            }
-        } else {
-            for (o, d) in dst.iter_mut().enumerate() {
-                *d += src[o / m] * w[o];
-            }
-        }
-    }
-}
-
-/// Channels held in registers across the taps in [`depthwise_inner`]: one AVX2 register.
-const LANES: usize = 8;
-/// Pixels summed side by side in [`depthwise_inner`]: independent add chains, so that the
-/// adds' latency is hidden, and each weight load serves them all.
-const PIXELS: usize = 4;
-
-/// Output columns `cols` of row `oy` (one input channel per output channel), where every tap
-/// reads inside the image: [`PIXELS`] pixels at a time, blocks of [`LANES`] channels sum every
-/// tap in registers and are stored once, instead of each tap loading and storing the row
-/// again. The taps are added in the same order, from zero, as the tap-by-tap loop adds them
-/// (multiplies and adds separate), so the sums are identical.
-#[inline(always)]
-fn depthwise_inner(
-    g: &Window2d,
-    [kh, kw, c]: [usize; 3],
-    img: &[f32],
-    fs: &[f32],
-    oy: usize,
-    cols: std::ops::Range<usize>,
-    row: &mut [f32],
-) {
-    let blocks = c / LANES * LANES;
-    // where tap (ky, kx) of output column ox reads, as an offset into the image
-    let at = |ox: usize, ky: usize, kx: usize| {
-        let iy = oy * g.sh + ky * g.dh - g.ph;
-        let ix = ox * g.sw + kx * g.dw - g.pw;
-        (iy * g.w + ix) * c
-    };
-    let mut ox = cols.start;
-    while ox < cols.end {
-        let p = if cols.end - ox >= PIXELS { PIXELS } else { 1 };
-        match p {
-            PIXELS => depthwise_pixels::<PIXELS>(g, [kh, kw, c], img, fs, ox, &at, row),
-            _ => depthwise_pixels::<1>(g, [kh, kw, c], img, fs, ox, &at, row),
-        }
-        // channels past the last block
-        for o in ox..ox + p {
-            for ch in blocks..c {
-                let mut acc = 0f32;
-                for ky in 0..kh {
-                    for kx in 0..kw {
-                        acc += img[at(o, ky, kx) + ch] * fs[(ky * kw + kx) * c + ch];
-                    }
-                }
-                row[o * c + ch] = acc;
-            }
-        }
-        ox += p;
-    }
-}
-
-/// The channel blocks of `P` consecutive output columns from `ox` ([`depthwise_inner`]).
-#[inline(always)]
-fn depthwise_pixels<const P: usize>(
-    g: &Window2d,
-    [kh, kw, c]: [usize; 3],
-    img: &[f32],
-    fs: &[f32],
-    ox: usize,
-    at: &impl Fn(usize, usize, usize) -> usize,
-    row: &mut [f32],
-) {
-    let step = g.sw * c;
-    for cb in (0..c / LANES * LANES).step_by(LANES) {
-        let mut acc = [[0f32; LANES]; P];
-        for ky in 0..kh {
-            for kx in 0..kw {
-                let w: &[f32; LANES] = fs[(ky * kw + kx) * c + cb..][..LANES].try_into().unwrap();
-                let s0 = at(ox, ky, kx) + cb;
-                let s: &[f32] = &img[s0..s0 + (P - 1) * step + LANES];
-                for (q, a) in acc.iter_mut().enumerate() {
-                    let x: &[f32; LANES] = s[q * step..q * step + LANES].try_into().unwrap();
-                    for l in 0..LANES {
-                        a[l] += x[l] * w[l];
-                    }
-                }
-            }
-        }
-        for (q, a) in acc.iter().enumerate() {
-            row[(ox + q) * c + cb..][..LANES].copy_from_slice(a);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::depthwise::depthwise_conv2d;
     use super::*;
     use ndarray::IxDyn;
 
@@ -664,39 +421,6 @@ mod tests {
             out_dim(0, 3, 1, 1, &Padding::Same, 0).is_err(),
             "an empty input is an error, not an underflow"
         );
-    }
-
-    /// The inner columns' register sums add the taps in the definition's order from zero, as
-    /// the tap-by-tap loop does: the results are the definition's bit for bit, for channel
-    /// counts below, at and past a block of lanes, any stride, dilation and padding.
-    #[test]
-    fn depthwise_sums_the_taps_in_the_definitions_order() {
-        for (c, m, k, s, d, pad) in [
-            (3, 1, 3, 1, 1, Padding::Same),
-            (8, 1, 3, 1, 1, Padding::Same),
-            (20, 1, 3, 2, 1, Padding::Same),
-            (17, 1, 5, 1, 2, Padding::Explicit([(2, 1), (3, 0)])),
-            (16, 1, 3, 2, 1, Padding::Valid),
-            (9, 2, 3, 1, 1, Padding::Same),
-            (24, 1, 9, 1, 1, Padding::Same),
-        ] {
-            let x = ArrayD::from_shape_fn(IxDyn(&[2, 9, 11, c]), |i| {
-                ((i[1] * 31 + i[2] * 7 + i[3] * 13 + i[0] * 5) % 23) as f32 * 0.37 - 3.1
-            });
-            let f = ArrayD::from_shape_fn(IxDyn(&[k, k, c, m]), |i| {
-                ((i[0] * 11 + i[1] * 3 + i[2] * 5 + i[3]) % 17) as f32 * 0.113 - 0.9
-            });
-            let g = Window2d::new(x.shape(), k, k, [s, s], [d, d], &pad).unwrap();
-            for kx in 0..k {
-                let inside: Vec<usize> = (0..g.ow).filter(|&o| g.iw(o, kx).is_some()).collect();
-                assert_eq!(g.cols_inside(kx).collect::<Vec<_>>(), inside, "kx {kx} {pad:?}");
-            }
-            let y = depthwise_conv2d(&x, &f, [s, s], [d, d], &pad, None).unwrap();
-            let want = conv_ref(&x, &f, &g, true);
-            assert_eq!(y.shape(), want.shape());
-            let differ = y.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-            assert_eq!(differ, 0, "c {c} m {m} k {k} s {s} d {d} {pad:?}");
-        }
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! a constant OIHW filter is brought to HWIO once, and groups run as depthwise (one input
 //! channel per group) or as one convolution per group.
 
-use super::conv::{conv2d, conv2d_packed, conv_result_shape, depthwise_conv2d, pack_filter, Padding};
+use super::conv::{conv2d, conv2d_packed, conv_result_shape, pack_filter, Padding};
+use super::depthwise::depthwise_conv2d;
 use super::epilogue::Epilogue;
 use super::packed_gemm::{gemm_packed, PackOnce, PackedMatrix, Strides};
 use super::permute::permute;

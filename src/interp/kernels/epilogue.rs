@@ -181,6 +181,113 @@ impl TiledEpilogue {
     }
 }
 
+/// An [`Epilogue`] for kernels that apply it in registers, 8 channels at a time, before their
+/// one store: scale and bias padded with neutral values (1, 0) to whole 16-channel panels and
+/// one more, so a vector load from any channel below `n` stays inside.
+pub(super) struct Columns {
+    scale: Option<Vec<f32>>,
+    bias: Option<Vec<f32>>,
+    pub(super) act: Option<UnOp>,
+}
+
+/// Whether kernels apply `act` in registers ([`avx2::finish`]); any other activation is
+/// applied to the stored values afterwards ([`Columns::act_after`]).
+pub(super) fn in_tile(act: Option<UnOp>) -> bool {
+    matches!(act, None | Some(UnOp::Relu | UnOp::Relu6))
+}
+
+impl Columns {
+    /// `ep` for `n` channels (its lengths are checked by the caller).
+    pub(super) fn new(ep: Option<&Epilogue>, n: usize) -> Columns {
+        let padded = n.next_multiple_of(16) + 16;
+        let spread = |v: Option<&[f32]>, neutral: f32| {
+            v.map(|v| {
+                let mut p = vec![neutral; padded];
+                p[..n].copy_from_slice(v);
+                p
+            })
+        };
+        Columns {
+            scale: spread(ep.and_then(|e| e.scale), 1.0),
+            bias: spread(ep.and_then(|e| e.bias), 0.0),
+            act: ep.and_then(|e| e.act),
+        }
+    }
+
+    /// The epilogue on one value of channel `j`, in the order of the separate ops: · scale,
+    /// + bias, activation (only one [`in_tile`] applies: the rest come after).
+    #[inline(always)]
+    pub(super) fn one(&self, v: f32, j: usize) -> f32 {
+        let mut v = v;
+        if let Some(s) = &self.scale {
+            v *= s[j];
+        }
+        if let Some(b) = &self.bias {
+            v += b[j];
+        }
+        match self.act {
+            Some(UnOp::Relu) => relu(v),
+            Some(UnOp::Relu6) => relu6(v),
+            _ => v,
+        }
+    }
+
+    /// The activation left for a pass over the stored values: one that is not [`in_tile`].
+    pub(super) fn act_after(&self) -> Option<UnOp> {
+        self.act.filter(|&op| !in_tile(Some(op)))
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) mod avx2 {
+    use super::{Columns, UnOp};
+    use std::arch::x86_64::*;
+
+    /// The epilogue on one vector of 8 channels from `j` for each of `R` registers, as
+    /// [`Columns::one`] computes it value by value (relu: +0 below 0, NaN kept; relu6: −0
+    /// kept, as the scalar). Inlined into the caller's AVX2 code.
+    ///
+    /// # Safety
+    /// AVX2 must be available and `j < n` of [`Columns::new`].
+    #[inline(always)]
+    pub unsafe fn finish<const R: usize>(mut y: [__m256; R], cols: &Columns, j: usize) -> [__m256; R] {
+        if let Some(s) = &cols.scale {
+            let s = _mm256_loadu_ps(s.as_ptr().add(j));
+            for v in y.iter_mut() {
+                *v = _mm256_mul_ps(*v, s);
+            }
+        }
+        if let Some(b) = &cols.bias {
+            let b = _mm256_loadu_ps(b.as_ptr().add(j));
+            for v in y.iter_mut() {
+                *v = _mm256_add_ps(*v, b);
+            }
+        }
+        let zero = _mm256_setzero_ps();
+        let six = _mm256_set1_ps(6.0);
+        match cols.act {
+            None => {}
+            // maxps returns its second operand unless the first is greater: max(0, v) keeps
+            // NaN and −0, and + 0 then turns −0 into +0 (and nothing else), as relu does
+            Some(UnOp::Relu) => {
+                for v in y.iter_mut() {
+                    *v = _mm256_add_ps(_mm256_max_ps(zero, *v), zero);
+                }
+            }
+            // relu6 keeps −0 and NaN: max(0, v), then min(6, ·) (minps likewise returns its
+            // second operand unless the first is less)
+            Some(UnOp::Relu6) => {
+                for v in y.iter_mut() {
+                    *v = _mm256_min_ps(six, _mm256_max_ps(zero, *v));
+                }
+            }
+            // other activations are applied after the store ([`Columns::act_after`])
+            Some(_) => {}
+        }
+        y
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@
 pub mod conv;
 pub mod conv_nchw;
 pub mod conv_transpose;
+pub mod depthwise;
 pub mod dot;
 pub mod einsum;
 pub mod elementwise;

@@ -11,8 +11,8 @@
 //! every path (AVX2 + FMA, or portable `mul_add`): results depend neither on the CPU, nor on
 //! blocking, nor on where a tile falls.
 
-use super::elementwise::{relu, relu6, unary_fn, UnOp};
-use super::epilogue::Epilogue;
+use super::elementwise::unary_fn;
+use super::epilogue::{Columns, Epilogue};
 use std::borrow::Cow;
 
 /// Rows of A (and of C) one micro-kernel call computes against a 16-wide panel: 6 × 2
@@ -116,56 +116,6 @@ pub struct Strides {
     pub cs: isize,
 }
 
-/// The epilogue spread over the padded columns of the panels, with neutral values past `n`.
-struct Columns {
-    scale: Option<Vec<f32>>,
-    bias: Option<Vec<f32>>,
-    act: Option<UnOp>,
-}
-
-/// Whether the kernels apply `act` to a tile in registers; any other activation is applied to
-/// each block of rows once its tiles are stored.
-fn in_tile(act: Option<UnOp>) -> bool {
-    matches!(act, None | Some(UnOp::Relu | UnOp::Relu6))
-}
-
-impl Columns {
-    fn new(ep: Option<&Epilogue>, n: usize) -> Columns {
-        let padded = n.next_multiple_of(NR) + NR;
-        let spread = |v: Option<&[f32]>, neutral: f32| {
-            v.map(|v| {
-                let mut p = vec![neutral; padded];
-                p[..n].copy_from_slice(v);
-                p
-            })
-        };
-        Columns {
-            scale: spread(ep.and_then(|e| e.scale), 1.0),
-            bias: spread(ep.and_then(|e| e.bias), 0.0),
-            act: ep.and_then(|e| e.act),
-        }
-    }
-
-    /// The epilogue on one value of column `j`, in the order of the separate ops: · scale,
-    /// + bias, activation.
-    #[inline(always)]
-    fn one(&self, v: f32, j: usize) -> f32 {
-        let mut v = v;
-        if let Some(s) = &self.scale {
-            v *= s[j];
-        }
-        if let Some(b) = &self.bias {
-            v += b[j];
-        }
-        match self.act {
-            Some(UnOp::Relu) => relu(v),
-            Some(UnOp::Relu6) => relu6(v),
-            // the rest after the tile, as in the vector path
-            _ => v,
-        }
-    }
-}
-
 /// C[m × n] = ep(A[m × k] · B), A and C through their strides; every value of C is written,
 /// none read. An error when the epilogue does not have one value per column.
 ///
@@ -253,7 +203,7 @@ pub unsafe fn gemm_packed(
                 portable_tile(&t, b.k, w, panel, &cols);
             }
         }
-        if let Some(op) = cols.act.filter(|&op| !in_tile(Some(op))) {
+        if let Some(op) = cols.act_after() {
             let f = unary_fn(op);
             for i in i0..i1 {
                 for j in 0..b.n {
@@ -295,7 +245,8 @@ unsafe fn portable_tile(t: &Tile, k: usize, w: usize, panel: &[f32], cols: &Colu
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{Columns, Tile, UnOp};
+    use super::super::epilogue::avx2::finish;
+    use super::{Columns, Tile};
     use std::arch::x86_64::*;
 
     /// `R` rows × `NV` vectors of 8 columns: R·NV accumulators in registers, B's panel row
@@ -362,51 +313,12 @@ mod avx2 {
             *dst.offset(l as isize * cs) = x;
         }
     }
-
-    /// The epilogue on one vector of 8 columns from `j` for each row, as [`Columns::one`]
-    /// computes it value by value (relu: +0 below 0, NaN kept; relu6: −0 kept, as the scalar).
-    #[inline(always)]
-    unsafe fn finish<const R: usize>(mut y: [__m256; R], cols: &Columns, j: usize) -> [__m256; R] {
-        if let Some(s) = &cols.scale {
-            let s = _mm256_loadu_ps(s.as_ptr().add(j));
-            for v in y.iter_mut() {
-                *v = _mm256_mul_ps(*v, s);
-            }
-        }
-        if let Some(b) = &cols.bias {
-            let b = _mm256_loadu_ps(b.as_ptr().add(j));
-            for v in y.iter_mut() {
-                *v = _mm256_add_ps(*v, b);
-            }
-        }
-        let zero = _mm256_setzero_ps();
-        let six = _mm256_set1_ps(6.0);
-        match cols.act {
-            None => {}
-            // maxps returns its second operand unless the first is greater: max(0, v) keeps
-            // NaN and −0, and + 0 then turns −0 into +0 (and nothing else), as relu does
-            Some(UnOp::Relu) => {
-                for v in y.iter_mut() {
-                    *v = _mm256_add_ps(_mm256_max_ps(zero, *v), zero);
-                }
-            }
-            // relu6 keeps −0 and NaN: max(0, v), then min(6, ·) (minps likewise returns its
-            // second operand unless the first is less)
-            Some(UnOp::Relu6) => {
-                for v in y.iter_mut() {
-                    *v = _mm256_min_ps(six, _mm256_max_ps(zero, *v));
-                }
-            }
-            // other activations are applied after the tile ([`gemm_packed`])
-            Some(_) => {}
-        }
-        y
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::interp::kernels::elementwise::UnOp;
 
     fn reference(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
         let mut c = vec![0f32; m * n];

@@ -1,0 +1,447 @@
+//! Depthwise convolution (NHWC input, filter `[KH, KW, C, M]`) as a direct kernel: each output
+//! channel reads one input channel, so there is no product to hand to a GEMM.
+//!
+//! One output row at a time. For each run of output pixels the filter taps that read inside
+//! the image are listed once (as input and weight offsets), and a block of pixels × 8 channels
+//! sums every listed tap in registers before one store. Columns where the whole filter row
+//! fits take blocks of 8 or 4 pixels; border columns take one pixel with fewer taps. Taps
+//! outside the image are skipped, not multiplied by a padding zero, and each sum is the taps'
+//! products (multiplied and added separately, not fused) added in filter order from +0 — the
+//! definition's order on every path, the portable one included.
+
+use super::conv::{filter_window, Padding, Window2d, DEPTHWISE_FILTER};
+use super::elementwise::unary_fn;
+use super::epilogue::{Columns, Epilogue};
+use super::{from_vec, KernelResult};
+use ndarray::ArrayD;
+use std::mem::MaybeUninit;
+
+/// DepthwiseConv2dNative: x [N,H,W,C], filter [KH,KW,C,M], result [N,OH,OW,C·M], with an
+/// optional fused epilogue applied to each output row while it is in cache.
+pub fn depthwise_conv2d(
+    x: &ArrayD<f32>,
+    f: &ArrayD<f32>,
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    pad: &Padding,
+    ep: Option<&Epilogue>,
+) -> KernelResult<ArrayD<f32>> {
+    depthwise_with(x, f, strides, dilations, pad, ep, simd_available())
+}
+
+fn simd_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::is_x86_feature_detected!("avx2");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// [`depthwise_conv2d`], on the AVX2 path only when `simd` (tests run both paths).
+fn depthwise_with(
+    x: &ArrayD<f32>,
+    f: &ArrayD<f32>,
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    pad: &Padding,
+    ep: Option<&Epilogue>,
+    simd: bool,
+) -> KernelResult<ArrayD<f32>> {
+    let (g, [kh, kw, c, m]) = filter_window(x.shape(), f.shape(), DEPTHWISE_FILTER, strides, dilations, pad)?;
+    let co = c * m;
+    if let Some(e) = ep {
+        e.check(co)?;
+    }
+    let cols = Columns::new(ep, co);
+    let x = x.as_standard_layout();
+    let f = f.as_standard_layout();
+    let (xs, fs) = (x.as_slice().ok_or("layout")?, f.as_slice().ok_or("layout")?);
+    let total = g.n * g.oh * g.ow * co;
+    // every value is written once, by its sum or as +0 where no tap reads the image, so the
+    // buffer is not zeroed first
+    let mut out: Vec<f32> = Vec::with_capacity(total);
+    if co > 0 {
+        let after = cols.act_after().map(unary_fn);
+        for (r, row) in out.spare_capacity_mut()[..total]
+            .chunks_exact_mut(g.ow * co)
+            .enumerate()
+        {
+            let (b, oy) = (r / g.oh, r % g.oh);
+            let img = &xs[b * g.h * g.w * c..(b + 1) * g.h * g.w * c];
+            if m == 1 {
+                one_per_channel_row(&g, [kh, kw, c], img, fs, oy, row, &cols, simd);
+            } else {
+                multiplier_row(&g, [kh, kw, c, m], img, fs, oy, row, &cols);
+            }
+            if let Some(f) = &after {
+                for v in row.iter_mut() {
+                    // SAFETY: the row was written whole above
+                    let y = unsafe { v.assume_init() };
+                    v.write(f(y));
+                }
+            }
+        }
+    }
+    // SAFETY: every row was written whole (its sums, or +0)
+    unsafe { out.set_len(total) };
+    from_vec(&[g.n, g.oh, g.ow, co], out)
+}
+
+/// The filter taps of one output pixel that read inside the image, in filter order, as
+/// `(input offset, weight offset)`: the input offset from the pixel's first such tap, the
+/// weight offset into the `[KH, KW, C]` filter.
+#[derive(Default)]
+struct Taps {
+    list: Vec<(usize, usize)>,
+    /// Image offset (row · W + column) · C of the first listed tap.
+    first: usize,
+}
+
+impl Taps {
+    /// Taps `ky_range × kx_range` for output column `ox` of row `oy` (both ranges inside).
+    fn fill(
+        &mut self,
+        g: &Window2d,
+        c: usize,
+        oy: usize,
+        ox: usize,
+        ky: std::ops::Range<usize>,
+        kx: std::ops::Range<usize>,
+    ) {
+        self.list.clear();
+        let (iy0, ix0) = (oy * g.sh + ky.start * g.dh - g.ph, ox * g.sw + kx.start * g.dw - g.pw);
+        self.first = (iy0 * g.w + ix0) * c;
+        for y in ky.clone() {
+            for x in kx.clone() {
+                let at = ((y - ky.start) * g.dh * g.w + (x - kx.start) * g.dw) * c;
+                self.list.push((at, (y * g.kw + x) * c));
+            }
+        }
+    }
+}
+
+/// The filter rows (or columns) whose input row (column) is inside the image for output
+/// position `o`: one range, as the input index grows with the tap index.
+fn inside(o: usize, k: usize, at: impl Fn(usize, usize) -> Option<usize>) -> std::ops::Range<usize> {
+    let lo = (0..k).find(|&t| at(o, t).is_some()).unwrap_or(k);
+    let hi = (lo..k).find(|&t| at(o, t).is_none()).unwrap_or(k);
+    lo..hi
+}
+
+/// Output row `oy` of a depthwise convolution with one output channel per input channel.
+///
+/// The columns where every filter column reads inside the image share one tap list (each
+/// pixel's taps start `step` input values after the previous pixel's), made once per row;
+/// each border column gets its own.
+#[allow(clippy::too_many_arguments)]
+fn one_per_channel_row(
+    g: &Window2d,
+    [kh, kw, c]: [usize; 3],
+    img: &[f32],
+    fs: &[f32],
+    oy: usize,
+    row: &mut [MaybeUninit<f32>],
+    cols: &Columns,
+    simd: bool,
+) {
+    let ky = inside(oy, kh, |o, t| g.ih(o, t));
+    if ky.is_empty() {
+        row.fill(MaybeUninit::new(0.0)); // no tap reads the image
+        return;
+    }
+    // columns where every filter column reads inside the image (empty where the filter is
+    // wider than the image)
+    let lo = (0..kw).map(|kx| g.cols_inside(kx).start).max().unwrap_or(0);
+    let hi = (0..kw).map(|kx| g.cols_inside(kx).end).min().unwrap_or(0).max(lo);
+    let step = g.sw * c;
+    let mut inner = Taps::default();
+    if lo < hi {
+        inner.fill(g, c, oy, lo, ky.clone(), 0..kw);
+    }
+    let mut border = Taps::default();
+    let mut ox = 0;
+    while ox < g.ow {
+        let (taps, first, p) = if (lo..hi).contains(&ox) {
+            let p = match hi - ox {
+                8.. => 8,
+                4.. => 4,
+                _ => 1,
+            };
+            (&inner, inner.first + (ox - lo) * step, p)
+        } else {
+            let kx = inside(ox, kw, |o, t| g.iw(o, t));
+            if kx.is_empty() {
+                row[ox * c..(ox + 1) * c].fill(MaybeUninit::new(0.0)); // no tap reads the image
+                ox += 1;
+                continue;
+            }
+            border.fill(g, c, oy, ox, ky.clone(), kx);
+            (&border, border.first, 1)
+        };
+        sum_taps(
+            &taps.list,
+            img,
+            first,
+            fs,
+            p,
+            step,
+            c,
+            &mut row[ox * c..(ox + p) * c],
+            cols,
+            simd,
+        );
+        ox += p;
+    }
+}
+
+/// `p` consecutive output pixels (`step` input values apart, the first one's taps from `first`)
+/// over all `c` channels, with the epilogue, into `dst` (written whole).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn sum_taps(
+    taps: &[(usize, usize)],
+    img: &[f32],
+    first: usize,
+    fs: &[f32],
+    p: usize,
+    step: usize,
+    c: usize,
+    dst: &mut [MaybeUninit<f32>],
+    cols: &Columns,
+    simd: bool,
+) {
+    // the last pixel's last tap reads `c` values from `first + (p-1)·step + last.0`; taps are
+    // listed in growing order of both offsets
+    let Some(&(last_x, last_w)) = taps.last() else { return };
+    assert!(first + (p - 1) * step + last_x + c <= img.len() && last_w + c <= fs.len() && dst.len() == p * c);
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        // SAFETY: AVX2 is available (`simd` is only set when it is); the reads are within
+        // `img` and `fs` and the writes within `dst` (asserted above)
+        unsafe {
+            let (x, w, out) = (img.as_ptr().add(first), fs.as_ptr(), dst.as_mut_ptr().cast::<f32>());
+            match p {
+                8 => avx2::pixels::<8>(taps, x, w, step, c, out, cols),
+                4 => avx2::pixels::<4>(taps, x, w, step, c, out, cols),
+                _ => avx2::pixels::<1>(taps, x, w, step, c, out, cols),
+            }
+        }
+        return;
+    }
+    let _ = simd;
+    portable_pixels(taps, img, first, fs, p, step, c, dst, cols);
+}
+
+/// [`avx2::pixels`] without SIMD: the same sums in the same order.
+#[allow(clippy::too_many_arguments)]
+fn portable_pixels(
+    taps: &[(usize, usize)],
+    img: &[f32],
+    first: usize,
+    fs: &[f32],
+    p: usize,
+    step: usize,
+    c: usize,
+    dst: &mut [MaybeUninit<f32>],
+    cols: &Columns,
+) {
+    for q in 0..p {
+        for ch in 0..c {
+            let mut acc = 0f32;
+            for &(xo, wo) in taps {
+                let prod = img[first + q * step + xo + ch] * fs[wo + ch];
+                acc += prod;
+            }
+            dst[q * c + ch].write(cols.one(acc, ch));
+        }
+    }
+}
+
+/// Output row `oy` with M > 1 output channels per input channel (channel `ch·M + j` reads input
+/// channel `ch`): per pixel and channel, the taps inside the image in filter order.
+fn multiplier_row(
+    g: &Window2d,
+    [kh, kw, c, m]: [usize; 4],
+    img: &[f32],
+    fs: &[f32],
+    oy: usize,
+    row: &mut [MaybeUninit<f32>],
+    cols: &Columns,
+) {
+    let co = c * m;
+    let ky = inside(oy, kh, |o, t| g.ih(o, t));
+    for ox in 0..g.ow {
+        let kx = inside(ox, kw, |o, t| g.iw(o, t));
+        for o in 0..co {
+            let mut acc = 0f32;
+            for y in ky.clone() {
+                let iy = oy * g.sh + y * g.dh - g.ph;
+                for x in kx.clone() {
+                    let ix = ox * g.sw + x * g.dw - g.pw;
+                    let prod = img[(iy * g.w + ix) * c + o / m] * fs[(y * kw + x) * co + o];
+                    acc += prod;
+                }
+            }
+            row[ox * co + o].write(cols.one(acc, o));
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::super::epilogue::avx2::finish;
+    use super::Columns;
+    use std::arch::x86_64::*;
+
+    /// `P` consecutive output pixels, `step` input values apart, over all `c` channels: for
+    /// each block of 8 channels (the last one masked), every tap of `taps` multiplied and
+    /// added in order into one register per pixel from +0, then the epilogue applied
+    /// ([`finish`]) and stored once to `out` (`P · c` values, pixel-major).
+    ///
+    /// # Safety
+    /// AVX2 must be available; for every tap `(xo, wo)`, `x + q·step + xo .. + c` (q < P) and
+    /// `w + wo .. + c` must be readable, and `out .. + P·c` writable.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn pixels<const P: usize>(
+        taps: &[(usize, usize)],
+        x: *const f32,
+        w: *const f32,
+        step: usize,
+        c: usize,
+        out: *mut f32,
+        cols: &Columns,
+    ) {
+        let mut cb = 0;
+        while cb + 8 <= c {
+            let mut acc = [_mm256_setzero_ps(); P];
+            for &(xo, wo) in taps {
+                let wv = _mm256_loadu_ps(w.add(wo + cb));
+                let src = x.add(xo + cb);
+                for (q, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(_mm256_loadu_ps(src.add(q * step)), wv));
+                }
+            }
+            for (q, a) in finish(acc, cols, cb).iter().enumerate() {
+                _mm256_storeu_ps(out.add(q * c + cb), *a);
+            }
+            cb += 8;
+        }
+        if cb < c {
+            // the last channels: lanes past `c` are neither read nor written
+            let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((c - cb) as i32), lane);
+            let mut acc = [_mm256_setzero_ps(); P];
+            for &(xo, wo) in taps {
+                let wv = _mm256_maskload_ps(w.add(wo + cb), mask);
+                let src = x.add(xo + cb);
+                for (q, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(_mm256_maskload_ps(src.add(q * step), mask), wv));
+                }
+            }
+            for (q, a) in finish(acc, cols, cb).iter().enumerate() {
+                _mm256_maskstore_ps(out.add(q * c + cb), mask, *a);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::IxDyn;
+
+    /// The definition, loop by loop: taps inside the image, in filter order, from +0.
+    fn reference(x: &ArrayD<f32>, f: &ArrayD<f32>, g: &Window2d) -> ArrayD<f32> {
+        let (kh, kw, m) = (f.shape()[0], f.shape()[1], f.shape()[3]);
+        let co = f.shape()[2] * m;
+        ArrayD::from_shape_fn(IxDyn(&[g.n, g.oh, g.ow, co]), |i| {
+            let (b, oy, ox, o) = (i[0], i[1], i[2], i[3]);
+            let mut s = 0f32;
+            for ky in 0..kh {
+                for kx in 0..kw {
+                    if let (Some(iy), Some(ix)) = (g.ih(oy, ky), g.iw(ox, kx)) {
+                        let prod = x[[b, iy, ix, o / m]] * f[[ky, kx, o / m, o % m]];
+                        s += prod;
+                    }
+                }
+            }
+            s
+        })
+    }
+
+    /// Every path — blocks of 8 and 4 pixels, single border pixels, masked channel tails, a
+    /// depth multiplier, a filter wider than the image, rows with no tap inside — gives the
+    /// definition's sums bit for bit, with and without SIMD.
+    #[test]
+    fn depthwise_sums_the_taps_in_the_definitions_order() {
+        for (w, c, m, k, s, d, pad) in [
+            (11, 3, 1, 3, 1, 1, Padding::Same),
+            (11, 8, 1, 3, 1, 1, Padding::Same),
+            (23, 16, 1, 3, 1, 1, Padding::Same),
+            (23, 20, 1, 3, 2, 1, Padding::Same),
+            (11, 17, 1, 5, 1, 2, Padding::Explicit([(2, 1), (3, 0)])),
+            (11, 16, 1, 3, 2, 1, Padding::Valid),
+            (11, 9, 2, 3, 1, 1, Padding::Same),
+            (11, 24, 1, 9, 1, 1, Padding::Same),
+            (4, 12, 1, 7, 1, 1, Padding::Same),
+            (11, 8, 1, 3, 1, 3, Padding::Explicit([(4, 4), (1, 1)])),
+        ] {
+            let x = ArrayD::from_shape_fn(IxDyn(&[2, 9, w, c]), |i| {
+                ((i[1] * 31 + i[2] * 7 + i[3] * 13 + i[0] * 5) % 23) as f32 * 0.37 - 3.1
+            });
+            let f = ArrayD::from_shape_fn(IxDyn(&[k, k, c, m]), |i| {
+                ((i[0] * 11 + i[1] * 3 + i[2] * 5 + i[3]) % 17) as f32 * 0.113 - 0.9
+            });
+            let g = Window2d::new(x.shape(), k, k, [s, s], [d, d], &pad).unwrap();
+            let want = reference(&x, &f, &g);
+            for simd in [false, simd_available()] {
+                let y = depthwise_with(&x, &f, [s, s], [d, d], &pad, None, simd).unwrap();
+                assert_eq!(y.shape(), want.shape());
+                let differ = y.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+                assert_eq!(differ, 0, "w {w} c {c} m {m} k {k} s {s} d {d} {pad:?} simd {simd}");
+            }
+        }
+    }
+
+    /// The fused epilogue — scale, bias, ReLU or ReLU6 in registers, any other activation
+    /// after the row — is the separate ops bit for bit, on both paths, with one and two
+    /// output channels per input channel; a bias of the wrong length is an error, not skipped.
+    #[test]
+    fn depthwise_epilogue_is_the_separate_ops() {
+        use crate::interp::kernels::elementwise::{unary_fn, UnOp};
+        for m in [1, 2] {
+            let c = 11;
+            let co = c * m;
+            let x = ArrayD::from_shape_fn(IxDyn(&[1, 6, 13, c]), |i| {
+                (i[1] * 7 + i[2] * 3 + i[3]) as f32 * 0.21 - 4.0
+            });
+            let f = ArrayD::from_shape_fn(IxDyn(&[3, 3, c, m]), |i| {
+                (i[0] * 3 + i[1] + i[2] + i[3]) as f32 * 0.05 - 0.3
+            });
+            let scale: Vec<f32> = (0..co).map(|i| 1.5 - i as f32 * 0.125).collect();
+            let bias: Vec<f32> = (0..co).map(|i| i as f32 * 0.5 - 2.0).collect();
+            for act in [None, Some(UnOp::Relu), Some(UnOp::Relu6), Some(UnOp::Sigmoid)] {
+                let ep = Epilogue {
+                    scale: Some(&scale),
+                    bias: Some(&bias),
+                    act,
+                };
+                let mut want = depthwise_conv2d(&x, &f, [1, 1], [1, 1], &Padding::Same, None).unwrap();
+                let affine = Epilogue { act: None, ..ep };
+                affine.apply_on_axis(&mut want, 3).unwrap();
+                if let Some(op) = act {
+                    want.mapv_inplace(unary_fn(op));
+                }
+                for simd in [false, simd_available()] {
+                    let fused = depthwise_with(&x, &f, [1, 1], [1, 1], &Padding::Same, Some(&ep), simd).unwrap();
+                    let same = fused.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "m {m} {act:?} simd {simd}");
+                }
+            }
+            let bad = Epilogue {
+                bias: Some(&bias[..5]),
+                ..Default::default()
+            };
+            assert!(depthwise_conv2d(&x, &f, [1, 1], [1, 1], &Padding::Same, Some(&bad)).is_err());
+        }
+    }
+}
