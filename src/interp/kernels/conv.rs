@@ -4,7 +4,7 @@
 
 use super::epilogue::Epilogue;
 use super::matmul::gemm_strided_add;
-use super::packed_gemm::{gemm_packed, PackedMatrix, Strides};
+use super::packed_gemm::{gemm_packed, gemm_packed_runs, PackedMatrix, Runs, Strides};
 use super::{from_vec, KernelResult};
 use ndarray::ArrayD;
 
@@ -229,6 +229,9 @@ pub fn conv2d_packed(
         return row_gemms(xs, fs, &g, [kh, kw, ci, co], ep);
     }
     let packed = PackedMatrix::given_or_packed(packed, fs, kdim, co).ok_or("filter layout")?;
+    if !direct && g.dw == 1 && g.ow >= WINDOW_MIN_COLS {
+        return windows_in_place(xs, &g, [kh, kw, ci, co], &packed, ep);
+    }
     // every output value is written by a GEMM before anything reads it: no zero-fill
     let mut out: Vec<f32> = Vec::with_capacity(total);
     let base = out.as_mut_ptr();
@@ -248,34 +251,7 @@ pub fn conv2d_packed(
                 &img[p0 * kdim..p1 * kdim]
             } else {
                 for (p, row) in (p0..p1).zip(patches.chunks_exact_mut(kdim)) {
-                    let (oy, ox) = (p / g.ow, p % g.ow);
-                    for (ky, taps) in row.chunks_exact_mut(kw * ci).enumerate() {
-                        let Some(iy) = g.ih(oy, ky) else {
-                            taps.fill(0.0);
-                            continue;
-                        };
-                        let line = &img[iy * g.w * ci..(iy + 1) * g.w * ci];
-                        if g.dw == 1 {
-                            // undilated: the taps inside the row are one run of the input
-                            // (one copy, not kw of ci values each: conv1d has ci = 1)
-                            let start = ox * g.sw;
-                            let k0 = g.pw.saturating_sub(start).min(kw);
-                            let k1 = (g.w + g.pw).saturating_sub(start).clamp(k0, kw);
-                            taps[..k0 * ci].fill(0.0);
-                            if k1 > k0 {
-                                let ix0 = start + k0 - g.pw;
-                                taps[k0 * ci..k1 * ci].copy_from_slice(&line[ix0 * ci..(ix0 + k1 - k0) * ci]);
-                            }
-                            taps[k1 * ci..].fill(0.0);
-                            continue;
-                        }
-                        for (kx, seg) in taps.chunks_exact_mut(ci).enumerate() {
-                            match g.iw(ox, kx) {
-                                Some(ix) => seg.copy_from_slice(&line[ix * ci..(ix + 1) * ci]),
-                                None => seg.fill(0.0),
-                            }
-                        }
-                    }
+                    fill_patch(img, &g, [kw, ci], p / g.ow, p % g.ow, row);
                 }
                 &patches[..(p1 - p0) * kdim]
             };
@@ -295,6 +271,131 @@ pub fn conv2d_packed(
     // SAFETY: the blocks cover every pixel of every image, so all `total` values are written
     unsafe { out.set_len(total) };
     from_vec(&[g.n, g.oh, g.ow, co], out)
+}
+
+/// Narrowest output rows [`windows_in_place`] takes: on narrower ones the border pixels, one
+/// or two GEMM rows each, are most of the row, and blocks of patches over many rows are faster.
+const WINDOW_MIN_COLS: usize = 16;
+
+/// [`conv2d_packed`] undilated along W, without patches where the window lies inside the
+/// image: in NHWC, filter row ky of pixel ox's window is one run of `kw · ci` values of input
+/// row iy + ky·dh, so the inside pixels of an output row are one GEMM whose rows of A are their
+/// windows read in place ([`Runs`], rows `sw · ci` apart). Pixels whose window crosses the
+/// border take patches with zeros ([`fill_patch`]). The sums are those of the patches': the
+/// same k order, and a padding zero adds nothing to a fused multiply-add.
+///
+/// ```text
+/// output row oy:  | border | inside: A rows = windows in the image | border |
+///                   patches      gemm_packed_runs                    patches
+/// ```
+fn windows_in_place(
+    xs: &[f32],
+    g: &Window2d,
+    [kh, kw, ci, co]: [usize; 4],
+    packed: &PackedMatrix,
+    ep: Option<&Epilogue>,
+) -> KernelResult<ArrayD<f32>> {
+    let pixels = g.oh * g.ow;
+    let kdim = kh * kw * ci;
+    let total = g.n * pixels * co;
+    // columns where every filter column reads inside the image
+    let lo = (0..kw).map(|kx| g.cols_inside(kx).start).max().unwrap_or(0);
+    let hi = (0..kw).map(|kx| g.cols_inside(kx).end).min().unwrap_or(0).max(lo);
+    let runs = Runs {
+        count: kh,
+        len: kw * ci,
+        stride: (g.dh * g.w * ci) as isize,
+    };
+    let c_rows = Strides { rs: co as isize, cs: 1 };
+    let mut patches = vec![0f32; g.ow * kdim];
+    // every output value is written by a GEMM before anything reads it: no zero-fill
+    let mut out: Vec<f32> = Vec::with_capacity(total);
+    let base = out.as_mut_ptr();
+    for b in 0..g.n {
+        let img = &xs[b * g.h * g.w * ci..(b + 1) * g.h * g.w * ci];
+        for oy in 0..g.oh {
+            let row_at = b * pixels + oy * g.ow;
+            let (l, h) = match g.ih(oy, 0) {
+                Some(iy0) if (0..kh).all(|ky| g.ih(oy, ky).is_some()) && lo < hi => {
+                    let a = &img[(iy0 * g.w + lo * g.sw - g.pw) * ci..];
+                    // the last window's last run ends inside the image
+                    let last_iy = iy0 + (kh - 1) * g.dh;
+                    let end = (last_iy * g.w + (hi - 1) * g.sw - g.pw + kw) * ci;
+                    assert!(end <= img.len());
+                    // SAFETY: A's windows lie inside `img` (checked just above: the last
+                    // window's last run ends at `end`); C's rows lo..hi of row oy lie inside
+                    // the capacity of `out`, written whole
+                    unsafe {
+                        let c = base.add((row_at + lo) * co);
+                        gemm_packed_runs(hi - lo, a.as_ptr(), (g.sw * ci) as isize, runs, packed, c, c_rows, ep)?;
+                    }
+                    (lo, hi)
+                }
+                _ => (g.ow, g.ow),
+            };
+            for (c0, c1) in [(0, l), (h, g.ow)] {
+                if c0 >= c1 {
+                    continue;
+                }
+                for (ox, row) in (c0..c1).zip(patches.chunks_exact_mut(kdim)) {
+                    fill_patch(img, g, [kw, ci], oy, ox, row);
+                }
+                let rows = Strides {
+                    rs: kdim as isize,
+                    cs: 1,
+                };
+                // SAFETY: the patches hold c1 − c0 rows of kdim values; C's rows c0..c1 of
+                // row oy lie inside the capacity of `out`, written whole
+                unsafe {
+                    gemm_packed(
+                        c1 - c0,
+                        patches.as_ptr(),
+                        rows,
+                        packed,
+                        base.add((row_at + c0) * co),
+                        c_rows,
+                        ep,
+                    )?
+                };
+            }
+        }
+    }
+    // SAFETY: each output row's inside and border columns cover it, so all `total` values are
+    // written
+    unsafe { out.set_len(total) };
+    from_vec(&[g.n, g.oh, g.ow, co], out)
+}
+
+/// The patch of output pixel (oy, ox): its window's kh · kw · ci values in filter order, zeros
+/// where the window lies outside the image.
+fn fill_patch(img: &[f32], g: &Window2d, [kw, ci]: [usize; 2], oy: usize, ox: usize, row: &mut [f32]) {
+    for (ky, taps) in row.chunks_exact_mut(kw * ci).enumerate() {
+        let Some(iy) = g.ih(oy, ky) else {
+            taps.fill(0.0);
+            continue;
+        };
+        let line = &img[iy * g.w * ci..(iy + 1) * g.w * ci];
+        if g.dw == 1 {
+            // undilated: the taps inside the row are one run of the input
+            // (one copy, not kw of ci values each: conv1d has ci = 1)
+            let start = ox * g.sw;
+            let k0 = g.pw.saturating_sub(start).min(kw);
+            let k1 = (g.w + g.pw).saturating_sub(start).clamp(k0, kw);
+            taps[..k0 * ci].fill(0.0);
+            if k1 > k0 {
+                let ix0 = start + k0 - g.pw;
+                taps[k0 * ci..k1 * ci].copy_from_slice(&line[ix0 * ci..(ix0 + k1 - k0) * ci]);
+            }
+            taps[k1 * ci..].fill(0.0);
+            continue;
+        }
+        for (kx, seg) in taps.chunks_exact_mut(ci).enumerate() {
+            match g.iw(ox, kx) {
+                Some(ix) => seg.copy_from_slice(&line[ix * ci..(ix + 1) * ci]),
+                None => seg.fill(0.0),
+            }
+        }
+    }
 }
 
 /// Most output channels [`row_gemms`] takes: with few, im2col copies far more values than the
@@ -489,6 +590,78 @@ mod tests {
             conv_result_shape(x.shape(), f.shape(), [1, 1], [1, 1], &Padding::Same, false).unwrap(),
             [2, 7, 6, 5]
         );
+    }
+
+    /// Convolutions over output rows of at least [`WINDOW_MIN_COLS`] columns read the inside
+    /// windows in place ([`windows_in_place`]): every value is the patch's sum bit for bit
+    /// (im2col, then the same packed GEMM), with padding on every side, strides, a dilated H,
+    /// rows with no window inside, and a fused epilogue.
+    #[test]
+    fn windows_read_in_place_give_the_patches_sums() {
+        use crate::interp::kernels::elementwise::UnOp;
+        for (h, w, ci, co, kh, kw, s, d, pad) in [
+            (9, 40, 3, 16, 3, 3, [2, 2], [1, 1], Padding::Same),
+            (7, 17, 5, 8, 3, 3, [1, 1], [1, 1], Padding::Explicit([(1, 1), (2, 1)])),
+            (8, 33, 2, 24, 5, 3, [1, 2], [2, 1], Padding::Same),
+            (6, 19, 4, 3, 2, 4, [1, 1], [1, 1], Padding::Valid),
+            (3, 20, 3, 5, 3, 3, [1, 1], [2, 1], Padding::Explicit([(3, 3), (1, 1)])),
+        ] {
+            let x = ArrayD::from_shape_fn(IxDyn(&[2, h, w, ci]), |i| {
+                ((i[0] * 31 + i[1] * 7 + i[2] * 3 + i[3]) % 13) as f32 * 0.37 - 2.0
+            });
+            let f = ArrayD::from_shape_fn(IxDyn(&[kh, kw, ci, co]), |i| {
+                ((i[0] * 5 + i[1] * 3 + i[2] * 2 + i[3]) % 7) as f32 * 0.21 - 0.6
+            });
+            let bias: Vec<f32> = (0..co).map(|j| j as f32 * 0.3 - 1.0).collect();
+            let ep = Epilogue {
+                bias: Some(&bias),
+                act: Some(UnOp::Relu6),
+                ..Default::default()
+            };
+            let g = Window2d::new(x.shape(), kh, kw, s, d, &pad).unwrap();
+            assert!(g.ow >= WINDOW_MIN_COLS);
+            let kdim = kh * kw * ci;
+            let packed = PackedMatrix::new(f.as_slice().unwrap(), kdim, co).unwrap();
+            for ep in [None, Some(&ep)] {
+                let y = conv2d(&x, &f, s, d, &pad, ep).unwrap();
+                let pixels = g.oh * g.ow;
+                let mut patches = vec![0f32; g.n * pixels * kdim];
+                let xs = x.as_slice().unwrap();
+                for (p, row) in patches.chunks_exact_mut(kdim).enumerate() {
+                    let (b, at) = (p / pixels, p % pixels);
+                    let img = &xs[b * h * w * ci..(b + 1) * h * w * ci];
+                    fill_patch(img, &g, [kw, ci], at / g.ow, at % g.ow, row);
+                }
+                let mut want = vec![f32::NAN; g.n * pixels * co];
+                let (a_rows, c_rows) = (
+                    Strides {
+                        rs: kdim as isize,
+                        cs: 1,
+                    },
+                    Strides { rs: co as isize, cs: 1 },
+                );
+                unsafe {
+                    gemm_packed(
+                        g.n * pixels,
+                        patches.as_ptr(),
+                        a_rows,
+                        &packed,
+                        want.as_mut_ptr(),
+                        c_rows,
+                        ep,
+                    )
+                }
+                .unwrap();
+                let y = y.as_slice().unwrap();
+                let differ = y.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+                assert_eq!(
+                    differ,
+                    0,
+                    "{h}×{w}×{ci} → {co}, {kh}×{kw} s {s:?} d {d:?} {pad:?} ep {}",
+                    ep.is_some()
+                );
+            }
+        }
     }
 
     #[test]

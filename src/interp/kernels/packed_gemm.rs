@@ -116,6 +116,40 @@ pub struct Strides {
     pub cs: isize,
 }
 
+/// How one row of A lies: `count` runs of `len` contiguous values, run r from `r · stride`
+/// after the row's start (count · len = k). A convolution's windows over an NHWC image are
+/// such rows, read in place: one run per filter row, `kw · ci` values each, `dh · W · ci`
+/// apart; a plain matrix row is one run of k.
+///
+/// ```text
+/// image rows iy, iy+1, iy+2 (W·ci values each); pixel ox's window (kw = 3, ci = 3):
+///   row(ox) = [x(iy, ox..ox+3, :) | x(iy+1, ox..ox+3, :) | x(iy+2, ox..ox+3, :)]   (k = 27)
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Runs {
+    pub count: usize,
+    pub len: usize,
+    pub stride: isize,
+}
+
+impl Runs {
+    /// The offset of each of the k values from the row's start, in k order.
+    fn offsets(&self) -> Vec<isize> {
+        (0..self.count as isize)
+            .flat_map(|r| (0..self.len as isize).map(move |l| r * self.stride + l))
+            .collect()
+    }
+
+    /// A row of `k` contiguous values.
+    pub fn whole(k: usize) -> Runs {
+        Runs {
+            count: 1,
+            len: k,
+            stride: 0,
+        }
+    }
+}
+
 /// C[m × n] = ep(A[m × k] · B), A and C through their strides; every value of C is written,
 /// none read. An error when the epilogue does not have one value per column.
 ///
@@ -131,6 +165,51 @@ pub unsafe fn gemm_packed(
     c_strides: Strides,
     ep: Option<&Epilogue>,
 ) -> Result<(), String> {
+    gemm_blocks(m, a, a_strides, Runs::whole(b.k), b, c, c_strides, ep)
+}
+
+/// [`gemm_packed`] with each row of A in `runs` (`a_rs` apart): the same sums in the same
+/// k order as over the rows laid out whole, without copying them. An error when the runs do
+/// not hold k values or the epilogue does not have one value per column.
+///
+/// # Safety
+/// For every i < m, r < runs.count, l < runs.len, j < n: `a + i·a_rs + r·runs.stride + l` is
+/// readable and `c + i·c.rs + j·c.cs` writable, and the C positions are distinct and do not
+/// overlap A.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_packed_runs(
+    m: usize,
+    a: *const f32,
+    a_rs: isize,
+    runs: Runs,
+    b: &PackedMatrix,
+    c: *mut f32,
+    c_strides: Strides,
+    ep: Option<&Epilogue>,
+) -> Result<(), String> {
+    if runs.count * runs.len != b.k {
+        return Err(format!(
+            "{} runs of {} values for a product over {}",
+            runs.count, runs.len, b.k
+        ));
+    }
+    gemm_blocks(m, a, Strides { rs: a_rs, cs: 1 }, runs, b, c, c_strides, ep)
+}
+
+/// The blocked product of [`gemm_packed`] and [`gemm_packed_runs`]; `runs` is
+/// [`Runs::whole`] unless A's columns are next to each other (`cs` = 1).
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_blocks(
+    m: usize,
+    a: *const f32,
+    a_strides: Strides,
+    runs: Runs,
+    b: &PackedMatrix,
+    c: *mut f32,
+    c_strides: Strides,
+    ep: Option<&Epilogue>,
+) -> Result<(), String> {
+    debug_assert!(a_strides.cs == 1 || runs == Runs::whole(b.k));
     if let Some(e) = ep {
         e.check(b.n)?;
     }
@@ -138,6 +217,7 @@ pub unsafe fn gemm_packed(
         return Ok(());
     }
     let cols = Columns::new(ep, b.n);
+    let offsets = (runs != Runs::whole(b.k)).then(|| runs.offsets());
     #[cfg(target_arch = "x86_64")]
     let fast = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
     #[cfg(not(target_arch = "x86_64"))]
@@ -172,6 +252,7 @@ pub unsafe fn gemm_packed(
             let mr = if w == NR { MR } else { MR_NARROW };
             for i in (i0..i1).step_by(mr) {
                 let t = Tile {
+                    offsets: offsets.as_deref(),
                     rows: (i1 - i).min(mr),
                     j0,
                     width: w.min(b.n - j0),
@@ -185,17 +266,31 @@ pub unsafe fn gemm_packed(
                     // a tile of fewer rows (the last of a block, or an A of one row) runs a
                     // kernel of that many rows: the full one would multiply the last row again
                     // for each missing one
-                    match (w, t.rows) {
-                        (NR, 1) => avx2::tile::<1, 2>(&t, b.k, panel, &cols),
-                        (NR, 2) => avx2::tile::<2, 2>(&t, b.k, panel, &cols),
-                        (NR, 3) => avx2::tile::<3, 2>(&t, b.k, panel, &cols),
-                        (NR, 4) => avx2::tile::<4, 2>(&t, b.k, panel, &cols),
-                        (NR, _) => avx2::tile::<MR, 2>(&t, b.k, panel, &cols),
-                        (_, 1) => avx2::tile::<1, 1>(&t, b.k, panel, &cols),
-                        (_, 2) => avx2::tile::<2, 1>(&t, b.k, panel, &cols),
-                        (_, 3) => avx2::tile::<3, 1>(&t, b.k, panel, &cols),
-                        (_, 4) => avx2::tile::<4, 1>(&t, b.k, panel, &cols),
-                        _ => avx2::tile::<MR_NARROW, 1>(&t, b.k, panel, &cols),
+                    // and rows in runs take their own copies of the kernels: one loop over
+                    // k either way (nested loops over runs split the accumulators' live
+                    // ranges: stored and reloaded at each run), and the contiguous loop keeps
+                    // its plain addressing (reading offsets from a table cost it up to 45 %)
+                    match (t.offsets.is_some(), w, t.rows) {
+                        (false, NR, 1) => avx2::tile::<1, 2, false>(&t, b.k, panel, &cols),
+                        (false, NR, 2) => avx2::tile::<2, 2, false>(&t, b.k, panel, &cols),
+                        (false, NR, 3) => avx2::tile::<3, 2, false>(&t, b.k, panel, &cols),
+                        (false, NR, 4) => avx2::tile::<4, 2, false>(&t, b.k, panel, &cols),
+                        (false, NR, _) => avx2::tile::<MR, 2, false>(&t, b.k, panel, &cols),
+                        (false, _, 1) => avx2::tile::<1, 1, false>(&t, b.k, panel, &cols),
+                        (false, _, 2) => avx2::tile::<2, 1, false>(&t, b.k, panel, &cols),
+                        (false, _, 3) => avx2::tile::<3, 1, false>(&t, b.k, panel, &cols),
+                        (false, _, 4) => avx2::tile::<4, 1, false>(&t, b.k, panel, &cols),
+                        (false, _, _) => avx2::tile::<MR_NARROW, 1, false>(&t, b.k, panel, &cols),
+                        (true, NR, 1) => avx2::tile::<1, 2, true>(&t, b.k, panel, &cols),
+                        (true, NR, 2) => avx2::tile::<2, 2, true>(&t, b.k, panel, &cols),
+                        (true, NR, 3) => avx2::tile::<3, 2, true>(&t, b.k, panel, &cols),
+                        (true, NR, 4) => avx2::tile::<4, 2, true>(&t, b.k, panel, &cols),
+                        (true, NR, _) => avx2::tile::<MR, 2, true>(&t, b.k, panel, &cols),
+                        (true, _, 1) => avx2::tile::<1, 1, true>(&t, b.k, panel, &cols),
+                        (true, _, 2) => avx2::tile::<2, 1, true>(&t, b.k, panel, &cols),
+                        (true, _, 3) => avx2::tile::<3, 1, true>(&t, b.k, panel, &cols),
+                        (true, _, 4) => avx2::tile::<4, 1, true>(&t, b.k, panel, &cols),
+                        (true, _, _) => avx2::tile::<MR_NARROW, 1, true>(&t, b.k, panel, &cols),
                     }
                     continue;
                 }
@@ -218,7 +313,10 @@ pub unsafe fn gemm_packed(
 
 /// One micro-kernel call: `rows` ≤ [`MR`] (or [`MR_NARROW`]) rows of A from `a`, one panel
 /// of `width` valid columns from column `j0`, into C at `c`.
-struct Tile {
+struct Tile<'o> {
+    /// Where A's k values lie from the start of each row ([`Runs::offsets`]); `None` for
+    /// contiguous rows.
+    offsets: Option<&'o [isize]>,
     rows: usize,
     j0: usize,
     width: usize,
@@ -230,13 +328,14 @@ struct Tile {
 }
 
 /// [`Tile`] without SIMD: the same fused multiply-adds in the same order.
-unsafe fn portable_tile(t: &Tile, k: usize, w: usize, panel: &[f32], cols: &Columns) {
+unsafe fn portable_tile(t: &Tile<'_>, k: usize, w: usize, panel: &[f32], cols: &Columns) {
     for r in 0..t.rows {
         let row = t.a.offset(r as isize * t.a_rs);
         for j in 0..t.width {
             let mut acc = 0f32;
             for kk in 0..k {
-                acc = (*row.add(kk)).mul_add(panel[kk * w + j], acc);
+                let at = t.offsets.map_or(kk as isize, |o| o[kk]);
+                acc = (*row.offset(at)).mul_add(panel[kk * w + j], acc);
             }
             *t.c.offset(r as isize * t.c_strides.rs + j as isize * t.c_strides.cs) = cols.one(acc, t.j0 + j);
         }
@@ -255,23 +354,46 @@ mod avx2 {
     /// the target features, and each intrinsic in it would become a call.)
     #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::needless_range_loop)]
-    pub(super) unsafe fn tile<const R: usize, const NV: usize>(t: &Tile, k: usize, panel: &[f32], cols: &Columns) {
+    pub(super) unsafe fn tile<const R: usize, const NV: usize, const RUNS: bool>(
+        t: &Tile<'_>,
+        k: usize,
+        panel: &[f32],
+        cols: &Columns,
+    ) {
         let mut acc = [[_mm256_setzero_ps(); R]; NV];
         let mut rows = [t.a; R];
         for (r, p) in rows.iter_mut().enumerate() {
             *p = t.a.offset(r.min(t.rows - 1) as isize * t.a_rs);
         }
         let mut bp = panel.as_ptr();
-        for kk in 0..k as isize {
-            let mut bv = [_mm256_setzero_ps(); NV];
-            for (v, b) in bv.iter_mut().enumerate() {
-                *b = _mm256_loadu_ps(bp.add(8 * v));
+        // one step of k: A's values at offset `$at` of each row (a macro, not a closure, for
+        // the target features)
+        macro_rules! step {
+            ($at:expr) => {{
+                let at = $at;
+                let mut bv = [_mm256_setzero_ps(); NV];
+                for (v, b) in bv.iter_mut().enumerate() {
+                    *b = _mm256_loadu_ps(bp.add(8 * v));
+                }
+                bp = bp.add(8 * NV);
+                for r in 0..R {
+                    let av = _mm256_broadcast_ss(&*rows[r].offset(at));
+                    for v in 0..NV {
+                        acc[v][r] = _mm256_fmadd_ps(av, bv[v], acc[v][r]);
+                    }
+                }
+            }};
+        }
+        match (RUNS, t.offsets) {
+            (true, Some(offsets)) => {
+                debug_assert_eq!(offsets.len(), k);
+                for &at in offsets {
+                    step!(at);
+                }
             }
-            bp = bp.add(8 * NV);
-            for r in 0..R {
-                let av = _mm256_broadcast_ss(&*rows[r].offset(kk));
-                for v in 0..NV {
-                    acc[v][r] = _mm256_fmadd_ps(av, bv[v], acc[v][r]);
+            _ => {
+                for kk in 0..k as isize {
+                    step!(kk);
                 }
             }
         }
@@ -390,8 +512,79 @@ mod tests {
             }
             let back: Vec<f32> = (0..m * n).map(|x| ct[(x % n) * m + x / n]).collect();
             assert_eq!(back, want, "{m}×{k}×{n} transposed");
+            // rows of A in runs with gaps of NaN between them (read, they would show), on both
+            // paths: the same bits
+            let count = [3, 4, 2].into_iter().find(|d| k % d == 0).unwrap_or(1);
+            let runs = Runs {
+                count,
+                len: k / count,
+                stride: (k / count + 5) as isize,
+            };
+            let a_rs = count * (k / count + 5) + 3;
+            let mut spread = vec![f32::NAN; m * a_rs];
+            for i in 0..m {
+                for (kk, at) in runs.offsets().into_iter().enumerate() {
+                    spread[i * a_rs + at as usize] = a[i * k + kk];
+                }
+            }
+            let mut cr = vec![f32::NAN; m * n];
+            let c_rows = Strides { rs: n as isize, cs: 1 };
+            unsafe {
+                gemm_packed_runs(
+                    m,
+                    spread.as_ptr(),
+                    a_rs as isize,
+                    runs,
+                    &p,
+                    cr.as_mut_ptr(),
+                    c_rows,
+                    None,
+                )
+            }
+            .unwrap();
+            assert_eq!(cr, want, "{m}×{k}×{n} in {count} runs");
+            let offsets = runs.offsets();
+            let mut crp = vec![f32::NAN; m * n];
+            let cols = Columns::new(None, n);
+            let mut offset = 0;
+            for (j0, w) in panels(n) {
+                for i in (0..m).step_by(MR) {
+                    let tile = Tile {
+                        offsets: Some(&offsets),
+                        rows: (m - i).min(MR),
+                        j0,
+                        width: w.min(n - j0),
+                        a: unsafe { spread.as_ptr().add(i * a_rs) },
+                        a_rs: a_rs as isize,
+                        c: unsafe { crp.as_mut_ptr().add(i * n + j0) },
+                        c_strides: c_rows,
+                    };
+                    unsafe { portable_tile(&tile, k, w, &p.data[offset..offset + k * w], &cols) };
+                }
+                offset += k * w;
+            }
+            assert_eq!(crp, want, "{m}×{k}×{n} in {count} runs, portable");
+            let bad = Runs {
+                count: 2,
+                len: k,
+                stride: 0,
+            };
+            let refused = unsafe {
+                gemm_packed_runs(
+                    m,
+                    spread.as_ptr(),
+                    a_rs as isize,
+                    bad,
+                    &p,
+                    cr.as_mut_ptr(),
+                    c_rows,
+                    None,
+                )
+            };
+            assert!(refused.is_err(), "runs that do not hold k values");
             let mut cp = vec![f32::NAN; m * n];
             let t = Tile {
+                offsets: None,
                 rows: 0,
                 j0: 0,
                 width: 0,
