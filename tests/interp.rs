@@ -629,6 +629,59 @@ fn zero_pads_taken_into_the_conv_after_them_change_no_bit() {
     assert_hand_offs_change_no_bit(&p, &[x]);
 }
 
+/// TensorFlow's zero Pad before a VALID convolution (Keras' ZeroPadding2D before a stride-2
+/// conv) is taken into the conv's padding as ONNX's is: a stride-2 Conv2D and a depthwise conv
+/// take theirs; PadV2 of a non-zero value, a Pad of the batch axis and a SAME conv run as they
+/// are. The results have the bits of the run that watches every value.
+#[test]
+fn tf_zero_pads_taken_into_the_conv_after_them_change_no_bit() {
+    let consts = |name: &str, dims: [usize; 4], seed: f32| {
+        let n: usize = dims.iter().product();
+        let v: Vec<String> = (0..n)
+            .map(|i| format!("{:.4}", (i as f32 * 0.37 + seed).sin()))
+            .collect();
+        let t = format!("tensor<{}x{}x{}x{}xf32>", dims[0], dims[1], dims[2], dims[3]);
+        format!(
+            "    %{name} = \"tf.Const\"() {{value = dense<[{}]> : tensor<{n}xf32>}} : () -> tensor<{n}xf32>\n    %{name}s = \"tf.Const\"() {{value = dense<[{}, {}, {}, {}]> : tensor<4xi64>}} : () -> tensor<4xi64>\n    %{name}r = \"tf.Reshape\"(%{name}, %{name}s) : (tensor<{n}xf32>, tensor<4xi64>) -> {t}\n",
+            v.join(", "),
+            dims[0],
+            dims[1],
+            dims[2],
+            dims[3]
+        )
+    };
+    let src = format!(
+        r#"module {{
+  func.func @main(%x: tensor<1x9x7x4xf32>) -> (tensor<1x5x3x4xf32>, tensor<1x5x4x4xf32>, tensor<1x11x9x4xf32>, tensor<1x11x9x4xf32>, tensor<3x9x7x4xf32>) {{
+{k}{d}    %p = "tf.Const"() {{value = dense<[[0, 0], [1, 1], [0, 1], [0, 0]]> : tensor<4x2xi32>}} : () -> tensor<4x2xi32>
+    %q = "tf.Const"() {{value = dense<[[0, 0], [1, 1], [1, 1], [0, 0]]> : tensor<4x2xi32>}} : () -> tensor<4x2xi32>
+    %b = "tf.Const"() {{value = dense<[[1, 1], [1, 1], [1, 1], [0, 0]]> : tensor<4x2xi32>}} : () -> tensor<4x2xi32>
+    %half = "tf.Const"() {{value = dense<0.5> : tensor<f32>}} : () -> tensor<f32>
+    %1 = "tf.Pad"(%x, %p) : (tensor<1x9x7x4xf32>, tensor<4x2xi32>) -> tensor<1x11x8x4xf32>
+    %2 = "tf.Conv2D"(%1, %kr) {{data_format = "NHWC", dilations = [1, 1, 1, 1], padding = "VALID", strides = [1, 2, 2, 1]}} : (tensor<1x11x8x4xf32>, tensor<3x3x4x4xf32>) -> tensor<1x5x3x4xf32>
+    %3 = "tf.Pad"(%x, %q) : (tensor<1x9x7x4xf32>, tensor<4x2xi32>) -> tensor<1x11x9x4xf32>
+    %4 = "tf.DepthwiseConv2dNative"(%3, %dr) {{data_format = "NHWC", dilations = [1, 1, 1, 1], padding = "VALID", strides = [1, 2, 2, 1]}} : (tensor<1x11x9x4xf32>, tensor<3x3x4x1xf32>) -> tensor<1x5x4x4xf32>
+    %5 = "tf.PadV2"(%x, %q, %half) : (tensor<1x9x7x4xf32>, tensor<4x2xi32>, tensor<f32>) -> tensor<1x11x9x4xf32>
+    %6 = "tf.Conv2D"(%5, %kr) {{data_format = "NHWC", dilations = [1, 1, 1, 1], padding = "SAME", strides = [1, 1, 1, 1]}} : (tensor<1x11x9x4xf32>, tensor<3x3x4x4xf32>) -> tensor<1x11x9x4xf32>
+    %7 = "tf.Pad"(%x, %q) : (tensor<1x9x7x4xf32>, tensor<4x2xi32>) -> tensor<1x11x9x4xf32>
+    %8 = "tf.Conv2D"(%7, %kr) {{data_format = "NHWC", dilations = [1, 1, 1, 1], padding = "SAME", strides = [1, 1, 1, 1]}} : (tensor<1x11x9x4xf32>, tensor<3x3x4x4xf32>) -> tensor<1x11x9x4xf32>
+    %9 = "tf.Pad"(%x, %b) : (tensor<1x9x7x4xf32>, tensor<4x2xi32>) -> tensor<3x11x9x4xf32>
+    %10 = "tf.DepthwiseConv2dNative"(%9, %dr) {{data_format = "NHWC", dilations = [1, 1, 1, 1], padding = "VALID", strides = [1, 1, 1, 1]}} : (tensor<3x11x9x4xf32>, tensor<3x3x4x1xf32>) -> tensor<3x9x7x4xf32>
+    return %2, %4, %6, %8, %10 : tensor<1x5x3x4xf32>, tensor<1x5x4x4xf32>, tensor<1x11x9x4xf32>, tensor<1x11x9x4xf32>, tensor<3x9x7x4xf32>
+  }}
+}}"#,
+        k = consts("k", [3, 3, 4, 4], 0.1),
+        d = consts("d", [3, 3, 4, 1], 1.3),
+    );
+    let p = compile_src(&src).unwrap();
+    assert_eq!(p.pads_taken(), 2);
+    let x = f32t(
+        &[1, 9, 7, 4],
+        (0..252).map(|i| ((i * 7919 % 251) as f32 - 125.0) / 50.0).collect(),
+    );
+    assert_hand_offs_change_no_bit(&p, &[x]);
+}
+
 /// Type inference's shapes-only run (a program compiled for shapes: large weights as zeros,
 /// convolutions and matrix products hand over zeros of their result shape instead of
 /// computing) sees every value with the dtype and shape a full run computes: ONNX and

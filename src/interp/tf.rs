@@ -15,6 +15,7 @@ use super::kernels::{einsum::einsum, f32_arg, int_arg, ints_of, one, FnKernel, K
 use crate::interp::kernels::epilogue::Epilogue;
 use crate::interp::kernels::packed_gemm::PackOnce;
 use crate::tensor::{DType, Tensor};
+use std::sync::Arc;
 
 pub type Builder = fn(&OpDesc) -> Result<Box<dyn Kernel>, String>;
 
@@ -186,10 +187,8 @@ pub const TABLE: &[(&str, Builder)] = &[
         Ok(one(|x| layout::slice(x[0], &int_arg(x, 1)?, &int_arg(x, 2)?)))
     }),
     ("tf.StridedSlice", strided_slice_op),
-    ("tf.Pad", |_| Ok(one(|x| layout::pad(x[0], &int_arg(x, 1)?, 0.0)))),
-    ("tf.PadV2", |_| {
-        Ok(one(|x| layout::pad(x[0], &int_arg(x, 1)?, scalar_f64(x[2])?)))
-    }),
+    ("tf.Pad", |_| Ok(Box::new(PadKernel { value_operand: false }))),
+    ("tf.PadV2", |_| Ok(Box::new(PadKernel { value_operand: true }))),
     ("tf.MirrorPad", |d| {
         let sym = d.choice("mode", &["REFLECT", "SYMMETRIC"], "REFLECT")? == "SYMMETRIC";
         Ok(one(move |x| layout::mirror_pad(x[0], &int_arg(x, 1)?, sym)))
@@ -386,6 +385,34 @@ fn padding(d: &OpDesc) -> Result<Padding, String> {
     }
 }
 
+/// Pad and PadV2 (operand 2: the value); a convolution after a zero Pad may take its zeros
+/// as its own padding (`interp::pad_fusion`).
+struct PadKernel {
+    value_operand: bool,
+}
+
+impl Kernel for PadKernel {
+    fn run(&self, x: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        let value = if self.value_operand { scalar_f64(x[2])? } else { 0.0 };
+        Ok(vec![layout::pad(x[0], &int_arg(x, 1)?, value)?])
+    }
+
+    /// `[[0, 0], [t, b], [l, r], [0, 0]]` of zeros, the spatial padding of an NHWC value.
+    fn zero_spatial_pads(&self, rest: &[Option<&Tensor>]) -> Option<[(usize, usize); 2]> {
+        let value = match (self.value_operand, rest.get(1)) {
+            (false, _) => 0.0,
+            (true, Some(Some(v))) => scalar_f64(v).ok()?,
+            (true, _) => return None,
+        };
+        let p = ints_of(rest.first().copied().flatten()?)?;
+        let spatial = |i: usize| usize::try_from(p[i]).ok();
+        match (value == 0.0, p.as_slice()) {
+            (true, [0, 0, _, _, _, _, 0, 0]) => Some([(spatial(2)?, spatial(3)?), (spatial(4)?, spatial(5)?)]),
+            _ => None,
+        }
+    }
+}
+
 /// Conv2D and DepthwiseConv2dNative, with their fused-epilogue form.
 struct ConvKernel {
     strides: [usize; 2],
@@ -393,8 +420,12 @@ struct ConvKernel {
     padding: Padding,
     depthwise: bool,
     /// For a Conv2D whose filter is a constant: that filter packed for the GEMM on first use
-    /// ([`pack_filter`]).
-    packed: Option<PackOnce>,
+    /// ([`pack_filter`]), shared with the padded form of the conv ([`Kernel::padded`]).
+    packed: Option<Arc<PackOnce>>,
+    /// The filter is a constant whose every weight is finite.
+    finite_filter: bool,
+    /// The filter is a constant 1×1 one.
+    one_by_one: bool,
 }
 
 impl ConvKernel {
@@ -407,7 +438,7 @@ impl ConvKernel {
             conv2d_packed(
                 a,
                 f,
-                self.packed.as_ref().and_then(|once| once.get(|| pack_filter(f))),
+                self.packed.as_deref().and_then(|once| once.get(|| pack_filter(f))),
                 s,
                 d,
                 p,
@@ -424,6 +455,29 @@ impl Kernel for ConvKernel {
     fn run_fused(&self, x: &[&Tensor], ep: &Epilogue) -> Option<KernelResult<Vec<Tensor>>> {
         Some(self.go(x, Some(ep)))
     }
+    /// The same conv with the zeros of a Pad before it (Keras' ZeroPadding2D before a VALID
+    /// stride-2 conv) as padding of its own. The kernels skip the taps that fall in their
+    /// padding (depthwise) or multiply-add a patch's zeros (conv): either way the sum the
+    /// padded copy gives (adding ±0 to an accumulator that started at +0 leaves it), as long
+    /// as every weight is finite (0·∞ is NaN). Not for SAME, whose padding depends on the
+    /// input's size, nor for a 1×1 filter, as in the ONNX table.
+    fn padded(&self, extra: [(usize, usize); 2]) -> Option<Box<dyn Kernel>> {
+        let sum = |a: (usize, usize), b: (usize, usize)| (a.0 + b.0, a.1 + b.1);
+        let padding = match &self.padding {
+            Padding::Valid => Padding::Explicit(extra),
+            Padding::Explicit(p) => Padding::Explicit([sum(p[0], extra[0]), sum(p[1], extra[1])]),
+            Padding::Same => return None,
+        };
+        if !self.finite_filter || self.one_by_one {
+            return None;
+        }
+        Some(Box::new(ConvKernel {
+            padding,
+            packed: self.packed.clone(),
+            ..*self
+        }))
+    }
+
     fn result_shapes(&self, x: &[&Tensor]) -> Option<KernelResult<Vec<(DType, Vec<usize>)>>> {
         let shape = |a: &ndarray::ArrayD<f32>, f: &ndarray::ArrayD<f32>| {
             conv_result_shape(
@@ -445,15 +499,18 @@ impl Kernel for ConvKernel {
 
 fn conv_kernel(d: &OpDesc, depthwise: bool) -> Result<Box<dyn Kernel>, String> {
     nhwc(d)?;
+    let filter = d.consts.get(1).and_then(Option::as_deref);
     Ok(Box::new(ConvKernel {
         strides: hw(d, "strides")?,
         dilations: hw(d, "dilations")?,
         padding: padding(d)?,
         depthwise,
-        packed: match d.consts.get(1).and_then(Option::as_deref) {
-            Some(Tensor::F32(_)) if !depthwise => Some(PackOnce::default()),
+        packed: match filter {
+            Some(Tensor::F32(_)) if !depthwise => Some(Arc::default()),
             _ => None,
         },
+        finite_filter: matches!(filter, Some(Tensor::F32(f)) if f.iter().all(|w| w.is_finite())),
+        one_by_one: matches!(filter, Some(t) if t.shape().get(..2) == Some(&[1, 1])),
     }))
 }
 
