@@ -22,6 +22,11 @@ pub fn resolve_axes(axes: &[i64], rank: usize) -> KernelResult<Vec<usize>> {
 }
 
 fn reduce_f32(x: &ArrayD<f32>, axes: &[usize], op: Reduce) -> ArrayD<f32> {
+    trailing_sum(x, axes, op).unwrap_or_else(|| axis_by_axis(x, axes, op))
+}
+
+/// [`reduce_f32`] one axis at a time, the highest first.
+fn axis_by_axis(x: &ArrayD<f32>, axes: &[usize], op: Reduce) -> ArrayD<f32> {
     let mut cur = x.clone();
     // reduce the highest axes first so that lower axis numbers stay valid
     for &a in axes.iter().rev() {
@@ -46,6 +51,69 @@ fn reduce_f32(x: &ArrayD<f32>, axes: &[usize], op: Reduce) -> ArrayD<f32> {
         cur.mapv_inplace(|v| v / n);
     }
     cur
+}
+
+/// Sum or Mean over the last axes of a C-order array (global pooling of NCHW, a mean over a
+/// sequence), without the copy and the intermediate arrays of the general path: each pass
+/// folds the contiguous runs of the last axis left. The sums are the general path's bit for
+/// bit: on a C-order array `sum_axis` folds the last axis, whose stride is the least, run by
+/// run with [`unrolled_fold`]. `None` for anything else.
+fn trailing_sum(x: &ArrayD<f32>, axes: &[usize], op: Reduce) -> Option<ArrayD<f32>> {
+    let r = x.ndim();
+    let first = r.checked_sub(axes.len())?;
+    let trailing = axes.iter().copied().eq(first..r);
+    if !matches!(op, Reduce::Sum | Reduce::Mean) || axes.is_empty() || !trailing || x.is_empty() {
+        return None;
+    }
+    let mut shape = x.shape().to_vec();
+    let mut cur = fold_runs(x.as_slice()?, shape.pop()?);
+    while shape.len() > first {
+        cur = fold_runs(&cur, shape.pop()?);
+    }
+    if op == Reduce::Mean {
+        let n = x.shape()[first..].iter().product::<usize>() as f32;
+        cur.iter_mut().for_each(|v| *v /= n);
+    }
+    from_vec(&shape, cur).ok()
+}
+
+/// [`unrolled_fold`] of each run of `len` values of `xs`. Runs shorter than eight (global
+/// pooling's 7 × 7) are plain sums in order from +0, and eight of them are summed side by
+/// side: eight independent chains of adds rather than one after another.
+fn fold_runs(xs: &[f32], len: usize) -> Vec<f32> {
+    if len >= 8 {
+        return xs.chunks_exact(len).map(unrolled_fold).collect();
+    }
+    let mut out = Vec::with_capacity(xs.len() / len);
+    let mut groups = xs.chunks_exact(8 * len);
+    for g in &mut groups {
+        let mut acc = [0f32; 8];
+        for i in 0..len {
+            for (l, a) in acc.iter_mut().enumerate() {
+                *a += g[l * len + i];
+            }
+        }
+        out.extend_from_slice(&acc);
+    }
+    out.extend(groups.remainder().chunks_exact(len).map(unrolled_fold));
+    out
+}
+
+/// Σ xs as ndarray sums a contiguous run: eight running sums from +0 over whole groups of
+/// eight, added pairwise into +0 ((s0 + s4), (s1 + s5), …), then the last values in order.
+fn unrolled_fold(xs: &[f32]) -> f32 {
+    let mut p = [0f32; 8];
+    let mut groups = xs.chunks_exact(8);
+    for g in &mut groups {
+        for (s, &v) in p.iter_mut().zip(g) {
+            *s += v;
+        }
+    }
+    let mut acc = 0f32;
+    for i in 0..4 {
+        acc += p[i] + p[i + 4];
+    }
+    groups.remainder().iter().fold(acc, |a, &v| a + v)
 }
 
 fn reduce_int<T: Copy + Ord + std::iter::Sum + std::iter::Product + num_cast::FromI64>(
@@ -158,6 +226,37 @@ pub fn arg_extreme(x: &Tensor, axis: i64, max: bool, last: bool, keep_dims: bool
 mod tests {
     use super::*;
     use ndarray::array;
+
+    /// Sums and means over trailing axes give the axis-by-axis path's bits: runs shorter than,
+    /// equal to and longer than eight values, one and several axes, −0 and NaN among them.
+    #[test]
+    fn trailing_sums_are_the_axis_by_axis_sums() {
+        for shape in [
+            vec![2, 3, 7, 7],
+            vec![1, 5, 8],
+            vec![2, 17],
+            vec![3, 2, 1, 9],
+            vec![4, 33],
+        ] {
+            let n: usize = shape.iter().product();
+            let mut v: Vec<f32> = (0..n).map(|i| ((i * 7919 % 251) as f32 - 125.0) * 0.0173).collect();
+            v[0] = -0.0;
+            if n > 40 {
+                v[40] = f32::NAN;
+            }
+            let x = ArrayD::from_shape_vec(shape.clone(), v).unwrap();
+            for k in 1..shape.len() {
+                let axes: Vec<usize> = (shape.len() - k..shape.len()).collect();
+                for op in [Reduce::Sum, Reduce::Mean] {
+                    let fast = trailing_sum(&x, &axes, op).unwrap();
+                    let want = axis_by_axis(&x, &axes, op);
+                    assert_eq!(fast.shape(), want.shape());
+                    let same = fast.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{shape:?} axes {axes:?} {op:?}: {fast:?} vs {want:?}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn mean_sum_max_keep_dims() {
