@@ -237,12 +237,8 @@ unsafe fn gemm_blocks(
         let (a_block, a_rs) = if a_strides.cs == 1 {
             (a.offset(i0 as isize * a_strides.rs), a_strides.rs)
         } else {
-            for kk in 0..b.k {
-                let src = a.offset(i0 as isize * a_strides.rs + kk as isize * a_strides.cs);
-                for i in 0..i1 - i0 {
-                    rows_of_a[i * b.k + kk] = *src.offset(i as isize * a_strides.rs);
-                }
-            }
+            let first = a.offset(i0 as isize * a_strides.rs);
+            copy_into_rows(first, a_strides, i1 - i0, b.k, &mut rows_of_a, fast);
             (rows_of_a.as_ptr(), b.k as isize)
         };
         let mut offset = 0;
@@ -309,6 +305,41 @@ unsafe fn gemm_blocks(
         }
     }
     Ok(())
+}
+
+/// Rows `0..m` of A (element (i, k') at `a + i·rs + k'·cs`) into `rows` as m rows of k.
+/// Where A's rows are next to each other (an NCHW image: `rs` = 1) and AVX2 is there
+/// (`fast`), 8 × 8 blocks are transposed in registers, so that neither the reads nor the
+/// writes go one value at a time; the rest value by value.
+///
+/// # Safety
+/// Every (i, k') with i < m, k' < k must be readable; `rows` holds at least m·k values.
+unsafe fn copy_into_rows(a: *const f32, s: Strides, m: usize, k: usize, rows: &mut [f32], fast: bool) {
+    assert!(rows.len() >= m * k);
+    let (mut m8, mut k8) = (0, 0);
+    #[cfg(target_arch = "x86_64")]
+    if fast && s.rs == 1 {
+        (m8, k8) = (m / 8 * 8, k / 8 * 8);
+        for kk in (0..k8).step_by(8) {
+            for i in (0..m8).step_by(8) {
+                avx2::transpose_8x8(
+                    a.offset(i as isize + kk as isize * s.cs),
+                    s.cs,
+                    rows.as_mut_ptr().add(i * k + kk),
+                    k,
+                );
+            }
+        }
+    }
+    let _ = fast;
+    for kk in 0..k {
+        // the values the blocks left: rows past m8 of every column, columns past k8 of all
+        let from = if kk < k8 { m8 } else { 0 };
+        let src = a.offset(kk as isize * s.cs);
+        for i in from..m {
+            rows[i * k + kk] = *src.offset(i as isize * s.rs);
+        }
+    }
 }
 
 /// One micro-kernel call: `rows` ≤ [`MR`] (or [`MR_NARROW`]) rows of A from `a`, one panel
@@ -422,6 +453,42 @@ mod avx2 {
                     );
                 }
             }
+        }
+    }
+
+    /// The 8 × 8 block with rows `src + r·rs` (8 contiguous values each) to `dst` transposed:
+    /// value (r, c) to `dst + c·ds + r`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn transpose_8x8(src: *const f32, rs: isize, dst: *mut f32, ds: usize) {
+        // (a loop, not `array::from_fn`: a closure would not inherit the target feature)
+        let mut r = [_mm256_setzero_ps(); 8];
+        for (i, v) in r.iter_mut().enumerate() {
+            *v = _mm256_loadu_ps(src.offset(i as isize * rs));
+        }
+        // pairs of rows interleaved, then pairs of pairs, then the 128-bit halves
+        let t = [
+            _mm256_unpacklo_ps(r[0], r[1]),
+            _mm256_unpackhi_ps(r[0], r[1]),
+            _mm256_unpacklo_ps(r[2], r[3]),
+            _mm256_unpackhi_ps(r[2], r[3]),
+            _mm256_unpacklo_ps(r[4], r[5]),
+            _mm256_unpackhi_ps(r[4], r[5]),
+            _mm256_unpacklo_ps(r[6], r[7]),
+            _mm256_unpackhi_ps(r[6], r[7]),
+        ];
+        let u = [
+            _mm256_shuffle_ps::<0x44>(t[0], t[2]),
+            _mm256_shuffle_ps::<0xEE>(t[0], t[2]),
+            _mm256_shuffle_ps::<0x44>(t[1], t[3]),
+            _mm256_shuffle_ps::<0xEE>(t[1], t[3]),
+            _mm256_shuffle_ps::<0x44>(t[4], t[6]),
+            _mm256_shuffle_ps::<0xEE>(t[4], t[6]),
+            _mm256_shuffle_ps::<0x44>(t[5], t[7]),
+            _mm256_shuffle_ps::<0xEE>(t[5], t[7]),
+        ];
+        for c in 0..4 {
+            _mm256_storeu_ps(dst.add(c * ds), _mm256_permute2f128_ps::<0x20>(u[c], u[c + 4]));
+            _mm256_storeu_ps(dst.add((c + 4) * ds), _mm256_permute2f128_ps::<0x31>(u[c], u[c + 4]));
         }
     }
 
