@@ -116,6 +116,24 @@ where
     }
 }
 
+/// Identity: its operands as they are. Where operand 0 dies at it, its buffer is handed on
+/// instead of copied (a SavedModel's graph passes its image input through `tf.Identity`).
+pub struct Identity;
+
+impl Kernel for Identity {
+    fn run(&self, inputs: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        Ok(inputs.iter().map(|&t| t.clone()).collect())
+    }
+
+    fn run_owned(&self, first: Tensor, rest: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        Ok(std::iter::once(first).chain(rest.iter().map(|&t| t.clone())).collect())
+    }
+
+    fn reuses_first_operand(&self) -> bool {
+        true
+    }
+}
+
 /// Boxes a closure returning one tensor.
 pub fn one<F>(f: F) -> Box<dyn Kernel>
 where
@@ -197,4 +215,24 @@ pub fn strides_of(shape: &[usize]) -> Vec<usize> {
         s[i] = s[i + 1] * shape[i + 1];
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Identity copies operands it is lent and hands on the buffer of one it is given.
+    #[test]
+    fn identity_hands_on_an_owned_buffer_and_copies_a_lent_one() {
+        let x = Tensor::F32(ArrayD::from_shape_fn(IxDyn(&[2, 3]), |i| (i[0] * 3 + i[1]) as f32));
+        let y = Tensor::I64(ArrayD::from_elem(IxDyn(&[2]), 7));
+        let lent = Identity.run(&[&x, &y]).unwrap();
+        assert!(lent[0].bit_eq(&x) && lent[1].bit_eq(&y));
+        let at = x.as_f32().unwrap().as_ptr();
+        let owned = Identity.run_owned(x.clone(), &[&y]).unwrap();
+        assert!(owned[0].bit_eq(&x) && owned[1].bit_eq(&y));
+        let moved = Identity.run_owned(x, &[]).unwrap();
+        assert_eq!(moved[0].as_f32().unwrap().as_ptr(), at, "the same buffer, not a copy");
+        assert!(Identity.reuses_first_operand());
+    }
 }

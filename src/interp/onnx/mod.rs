@@ -27,7 +27,7 @@ use super::kernels::reduce::{cumsum, reduce, Reduce};
 use super::kernels::resize::{resize, AxisResize, Coordinates, Filter, Mode, Nearest};
 use super::kernels::rotary::{rotary_embedding, Rotary};
 use super::kernels::scatter::{gather_nd, scatter_elements, scatter_nd, Reduction};
-use super::kernels::{f32_arg, int_arg, ints_of, norm_axis, one, FnKernel, Kernel, KernelResult};
+use super::kernels::{f32_arg, int_arg, ints_of, norm_axis, one, FnKernel, Identity, Kernel, KernelResult};
 use super::kernels::{join, layout};
 use super::tf::Builder;
 use crate::params::{dequantize, quantize, QuantParams, Rounding, Scheme, StorageType};
@@ -238,7 +238,7 @@ pub const TABLE: &[(&str, Builder)] = &[
     ("onnx.ReduceLogSum", |d| red_of(d, |v| v, Reduce::Sum, f32::ln)),
     ("onnx.ReduceLogSumExp", log_sum_exp),
     // layout
-    ("onnx.Identity", |_| Ok(one(|x| Ok(x[0].clone())))),
+    ("onnx.Identity", |_| Ok(Box::new(Identity))),
     // inference: the input as it is, and (when asked for) a mask of all true
     ("onnx.Dropout", |d| {
         let mask = d.result_types.len() > 1;
