@@ -177,81 +177,68 @@ fn one_per_channel_row(
             border.fill(g, c, oy, ox, ky.clone(), kx);
             (&border, border.first, 1)
         };
-        sum_taps(
-            &taps.list,
+        let pixels = Pixels {
+            taps: &taps.list,
             img,
             first,
-            fs,
             p,
             step,
-            c,
-            &mut row[ox * c..(ox + p) * c],
-            cols,
-            simd,
-        );
+        };
+        pixels.sum(fs, c, &mut row[ox * c..(ox + p) * c], cols, simd);
         ox += p;
     }
 }
 
-/// `p` consecutive output pixels (`step` input values apart, the first one's taps from `first`)
-/// over all `c` channels, with the epilogue, into `dst` (written whole).
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn sum_taps(
-    taps: &[(usize, usize)],
-    img: &[f32],
+/// `p` consecutive output pixels of a row, `step` input values apart: the first one's taps
+/// read from `first` in the image, each later one's `step` further.
+struct Pixels<'a> {
+    taps: &'a [(usize, usize)],
+    img: &'a [f32],
     first: usize,
-    fs: &[f32],
     p: usize,
     step: usize,
-    c: usize,
-    dst: &mut [MaybeUninit<f32>],
-    cols: &Columns,
-    simd: bool,
-) {
-    // the last pixel's last tap reads `c` values from `first + (p-1)·step + last.0`; taps are
-    // listed in growing order of both offsets
-    let Some(&(last_x, last_w)) = taps.last() else { return };
-    assert!(first + (p - 1) * step + last_x + c <= img.len() && last_w + c <= fs.len() && dst.len() == p * c);
-    #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: AVX2 is available (`simd` is only set when it is); the reads are within
-        // `img` and `fs` and the writes within `dst` (asserted above)
-        unsafe {
-            let (x, w, out) = (img.as_ptr().add(first), fs.as_ptr(), dst.as_mut_ptr().cast::<f32>());
-            match p {
-                8 => avx2::pixels::<8>(taps, x, w, step, c, out, cols),
-                4 => avx2::pixels::<4>(taps, x, w, step, c, out, cols),
-                _ => avx2::pixels::<1>(taps, x, w, step, c, out, cols),
-            }
-        }
-        return;
-    }
-    let _ = simd;
-    portable_pixels(taps, img, first, fs, p, step, c, dst, cols);
 }
 
-/// [`avx2::pixels`] without SIMD: the same sums in the same order.
-#[allow(clippy::too_many_arguments)]
-fn portable_pixels(
-    taps: &[(usize, usize)],
-    img: &[f32],
-    first: usize,
-    fs: &[f32],
-    p: usize,
-    step: usize,
-    c: usize,
-    dst: &mut [MaybeUninit<f32>],
-    cols: &Columns,
-) {
-    for q in 0..p {
-        for ch in 0..c {
-            let mut acc = 0f32;
-            for &(xo, wo) in taps {
-                let prod = img[first + q * step + xo + ch] * fs[wo + ch];
-                acc += prod;
+impl Pixels<'_> {
+    /// The sums of every channel of `fs`' `c`, with the epilogue, into `dst` (written whole).
+    #[inline(always)]
+    fn sum(&self, fs: &[f32], c: usize, dst: &mut [MaybeUninit<f32>], cols: &Columns, simd: bool) {
+        let Pixels {
+            taps,
+            img,
+            first,
+            p,
+            step,
+        } = *self;
+        // the last pixel's last tap reads `c` values from `first + (p-1)·step + last.0`; taps
+        // are listed in growing order of both offsets
+        let Some(&(last_x, last_w)) = taps.last() else { return };
+        assert!(first + (p - 1) * step + last_x + c <= img.len() && last_w + c <= fs.len() && dst.len() == p * c);
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: AVX2 is available (`simd` is only set when it is); the reads are within
+            // `img` and `fs` and the writes within `dst` (asserted above)
+            unsafe {
+                let (x, w, out) = (img.as_ptr().add(first), fs.as_ptr(), dst.as_mut_ptr().cast::<f32>());
+                match p {
+                    8 => avx2::pixels::<8>(taps, x, w, step, c, out, cols),
+                    4 => avx2::pixels::<4>(taps, x, w, step, c, out, cols),
+                    _ => avx2::pixels::<1>(taps, x, w, step, c, out, cols),
+                }
             }
-            dst[q * c + ch].write(cols.one(acc, ch));
+            return;
+        }
+        let _ = simd;
+        // without SIMD: the same sums in the same order
+        for q in 0..p {
+            for ch in 0..c {
+                let mut acc = 0f32;
+                for &(xo, wo) in taps {
+                    let prod = img[first + q * step + xo + ch] * fs[wo + ch];
+                    acc += prod;
+                }
+                dst[q * c + ch].write(cols.one(acc, ch));
+            }
         }
     }
 }

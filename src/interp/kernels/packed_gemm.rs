@@ -266,27 +266,25 @@ unsafe fn gemm_blocks(
                     // k either way (nested loops over runs split the accumulators' live
                     // ranges: stored and reloaded at each run), and the contiguous loop keeps
                     // its plain addressing (reading offsets from a table cost it up to 45 %)
-                    match (t.offsets.is_some(), w, t.rows) {
-                        (false, NR, 1) => avx2::tile::<1, 2, false>(&t, b.k, panel, &cols),
-                        (false, NR, 2) => avx2::tile::<2, 2, false>(&t, b.k, panel, &cols),
-                        (false, NR, 3) => avx2::tile::<3, 2, false>(&t, b.k, panel, &cols),
-                        (false, NR, 4) => avx2::tile::<4, 2, false>(&t, b.k, panel, &cols),
-                        (false, NR, _) => avx2::tile::<MR, 2, false>(&t, b.k, panel, &cols),
-                        (false, _, 1) => avx2::tile::<1, 1, false>(&t, b.k, panel, &cols),
-                        (false, _, 2) => avx2::tile::<2, 1, false>(&t, b.k, panel, &cols),
-                        (false, _, 3) => avx2::tile::<3, 1, false>(&t, b.k, panel, &cols),
-                        (false, _, 4) => avx2::tile::<4, 1, false>(&t, b.k, panel, &cols),
-                        (false, _, _) => avx2::tile::<MR_NARROW, 1, false>(&t, b.k, panel, &cols),
-                        (true, NR, 1) => avx2::tile::<1, 2, true>(&t, b.k, panel, &cols),
-                        (true, NR, 2) => avx2::tile::<2, 2, true>(&t, b.k, panel, &cols),
-                        (true, NR, 3) => avx2::tile::<3, 2, true>(&t, b.k, panel, &cols),
-                        (true, NR, 4) => avx2::tile::<4, 2, true>(&t, b.k, panel, &cols),
-                        (true, NR, _) => avx2::tile::<MR, 2, true>(&t, b.k, panel, &cols),
-                        (true, _, 1) => avx2::tile::<1, 1, true>(&t, b.k, panel, &cols),
-                        (true, _, 2) => avx2::tile::<2, 1, true>(&t, b.k, panel, &cols),
-                        (true, _, 3) => avx2::tile::<3, 1, true>(&t, b.k, panel, &cols),
-                        (true, _, 4) => avx2::tile::<4, 1, true>(&t, b.k, panel, &cols),
-                        (true, _, _) => avx2::tile::<MR_NARROW, 1, true>(&t, b.k, panel, &cols),
+                    macro_rules! kernel_for {
+                        ($runs:literal) => {
+                            match (w, t.rows) {
+                                (NR, 1) => avx2::tile::<1, 2, $runs>(&t, b.k, panel, &cols),
+                                (NR, 2) => avx2::tile::<2, 2, $runs>(&t, b.k, panel, &cols),
+                                (NR, 3) => avx2::tile::<3, 2, $runs>(&t, b.k, panel, &cols),
+                                (NR, 4) => avx2::tile::<4, 2, $runs>(&t, b.k, panel, &cols),
+                                (NR, _) => avx2::tile::<MR, 2, $runs>(&t, b.k, panel, &cols),
+                                (_, 1) => avx2::tile::<1, 1, $runs>(&t, b.k, panel, &cols),
+                                (_, 2) => avx2::tile::<2, 1, $runs>(&t, b.k, panel, &cols),
+                                (_, 3) => avx2::tile::<3, 1, $runs>(&t, b.k, panel, &cols),
+                                (_, 4) => avx2::tile::<4, 1, $runs>(&t, b.k, panel, &cols),
+                                _ => avx2::tile::<MR_NARROW, 1, $runs>(&t, b.k, panel, &cols),
+                            }
+                        };
+                    }
+                    match t.offsets.is_some() {
+                        true => kernel_for!(true),
+                        false => kernel_for!(false),
                     }
                     continue;
                 }
