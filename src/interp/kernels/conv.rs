@@ -127,6 +127,36 @@ impl Window2d {
         let hi = ((self.w + self.pw).saturating_sub(off)).div_ceil(self.sw).min(self.ow);
         lo..hi
     }
+
+    /// The output columns whose every filter column reads inside the image (empty where the
+    /// filter is wider than the image).
+    pub fn cols_all_inside(&self) -> std::ops::Range<usize> {
+        let lo = (0..self.kw).map(|kx| self.cols_inside(kx).start).max().unwrap_or(0);
+        let hi = (0..self.kw)
+            .map(|kx| self.cols_inside(kx).end)
+            .min()
+            .unwrap_or(0)
+            .max(lo);
+        lo..hi
+    }
+
+    /// The filter rows whose input row is inside the image for output row `oy`: one range, as
+    /// the input row grows with the filter row.
+    pub fn ky_inside(&self, oy: usize) -> std::ops::Range<usize> {
+        taps_inside(self.kh, |t| self.ih(oy, t).is_some())
+    }
+
+    /// The filter columns whose input column is inside the image for output column `ox`.
+    pub fn kx_inside(&self, ox: usize) -> std::ops::Range<usize> {
+        taps_inside(self.kw, |t| self.iw(ox, t).is_some())
+    }
+}
+
+/// The taps `0..k` for which `inside` holds, known to be one range.
+fn taps_inside(k: usize, inside: impl Fn(usize) -> bool) -> std::ops::Range<usize> {
+    let lo = (0..k).find(|&t| inside(t)).unwrap_or(k);
+    let hi = (lo..k).find(|&t| !inside(t)).unwrap_or(k);
+    lo..hi
 }
 
 /// The window of a rank-4 filter [KH, KW, C, X] over `x`, checking that `x` has C channels;
@@ -298,9 +328,7 @@ fn windows_in_place(
     let pixels = g.oh * g.ow;
     let kdim = kh * kw * ci;
     let total = g.n * pixels * co;
-    // columns where every filter column reads inside the image
-    let lo = (0..kw).map(|kx| g.cols_inside(kx).start).max().unwrap_or(0);
-    let hi = (0..kw).map(|kx| g.cols_inside(kx).end).min().unwrap_or(0).max(lo);
+    let std::ops::Range { start: lo, end: hi } = g.cols_all_inside();
     let runs = Runs {
         count: kh,
         len: kw * ci,
@@ -316,7 +344,7 @@ fn windows_in_place(
         for oy in 0..g.oh {
             let row_at = b * pixels + oy * g.ow;
             let (l, h) = match g.ih(oy, 0) {
-                Some(iy0) if (0..kh).all(|ky| g.ih(oy, ky).is_some()) && lo < hi => {
+                Some(iy0) if g.ky_inside(oy) == (0..kh) && lo < hi => {
                     let a = &img[(iy0 * g.w + lo * g.sw - g.pw) * ci..];
                     // the last window's last run ends inside the image
                     let last_iy = iy0 + (kh - 1) * g.dh;

@@ -46,7 +46,7 @@ fn depthwise_with(
     ep: Option<&Epilogue>,
     simd: bool,
 ) -> KernelResult<ArrayD<f32>> {
-    let (g, [kh, kw, c, m]) = filter_window(x.shape(), f.shape(), DEPTHWISE_FILTER, strides, dilations, pad)?;
+    let (g, [_, _, c, m]) = filter_window(x.shape(), f.shape(), DEPTHWISE_FILTER, strides, dilations, pad)?;
     let co = c * m;
     if let Some(e) = ep {
         e.check(co)?;
@@ -68,9 +68,9 @@ fn depthwise_with(
             let (b, oy) = (r / g.oh, r % g.oh);
             let img = &xs[b * g.h * g.w * c..(b + 1) * g.h * g.w * c];
             if m == 1 {
-                one_per_channel_row(&g, [kh, kw, c], img, fs, oy, row, &cols, simd);
+                one_per_channel_row(&g, img, fs, oy, row, &cols, simd);
             } else {
-                multiplier_row(&g, [kh, kw, c, m], img, fs, oy, row, &cols);
+                multiplier_row(&g, m, img, fs, oy, row, &cols);
             }
             if let Some(f) = &after {
                 for v in row.iter_mut() {
@@ -119,23 +119,13 @@ impl Taps {
     }
 }
 
-/// The filter rows (or columns) whose input row (column) is inside the image for output
-/// position `o`: one range, as the input index grows with the tap index.
-fn inside(o: usize, k: usize, at: impl Fn(usize, usize) -> Option<usize>) -> std::ops::Range<usize> {
-    let lo = (0..k).find(|&t| at(o, t).is_some()).unwrap_or(k);
-    let hi = (lo..k).find(|&t| at(o, t).is_none()).unwrap_or(k);
-    lo..hi
-}
-
 /// Output row `oy` of a depthwise convolution with one output channel per input channel.
 ///
 /// The columns where every filter column reads inside the image share one tap list (each
 /// pixel's taps start `step` input values after the previous pixel's), made once per row;
 /// each border column gets its own.
-#[allow(clippy::too_many_arguments)]
 fn one_per_channel_row(
     g: &Window2d,
-    [kh, kw, c]: [usize; 3],
     img: &[f32],
     fs: &[f32],
     oy: usize,
@@ -143,15 +133,13 @@ fn one_per_channel_row(
     cols: &Columns,
     simd: bool,
 ) {
-    let ky = inside(oy, kh, |o, t| g.ih(o, t));
+    let (kw, c) = (g.kw, g.c);
+    let ky = g.ky_inside(oy);
     if ky.is_empty() {
         row.fill(MaybeUninit::new(0.0)); // no tap reads the image
         return;
     }
-    // columns where every filter column reads inside the image (empty where the filter is
-    // wider than the image)
-    let lo = (0..kw).map(|kx| g.cols_inside(kx).start).max().unwrap_or(0);
-    let hi = (0..kw).map(|kx| g.cols_inside(kx).end).min().unwrap_or(0).max(lo);
+    let std::ops::Range { start: lo, end: hi } = g.cols_all_inside();
     let step = g.sw * c;
     let mut inner = Taps::default();
     if lo < hi {
@@ -168,7 +156,7 @@ fn one_per_channel_row(
             };
             (&inner, inner.first + (ox - lo) * step, p)
         } else {
-            let kx = inside(ox, kw, |o, t| g.iw(o, t));
+            let kx = g.kx_inside(ox);
             if kx.is_empty() {
                 row[ox * c..(ox + 1) * c].fill(MaybeUninit::new(0.0)); // no tap reads the image
                 ox += 1;
@@ -247,17 +235,18 @@ impl Pixels<'_> {
 /// channel `ch`): per pixel and channel, the taps inside the image in filter order.
 fn multiplier_row(
     g: &Window2d,
-    [kh, kw, c, m]: [usize; 4],
+    m: usize,
     img: &[f32],
     fs: &[f32],
     oy: usize,
     row: &mut [MaybeUninit<f32>],
     cols: &Columns,
 ) {
+    let (kw, c) = (g.kw, g.c);
     let co = c * m;
-    let ky = inside(oy, kh, |o, t| g.ih(o, t));
+    let ky = g.ky_inside(oy);
     for ox in 0..g.ow {
-        let kx = inside(ox, kw, |o, t| g.iw(o, t));
+        let kx = g.kx_inside(ox);
         for o in 0..co {
             let mut acc = 0f32;
             for y in ky.clone() {
