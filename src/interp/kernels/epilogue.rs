@@ -2,7 +2,7 @@
 //! into it): y = act(y · scale + bias) per output channel, in the head kernel's own pass over
 //! its output.
 
-use super::elementwise::{relu, relu6, UnOp};
+use super::elementwise::{relu, relu6, unary_fn, UnOp};
 use ndarray::ArrayD;
 
 /// The fused epilogue of a convolution or matmul: y[..., c] = act(y[..., c] · scale[c] +
@@ -160,8 +160,11 @@ impl TiledEpilogue {
             match act {
                 Some(UnOp::Relu) => run(x, k, b, has_k, has_b, relu),
                 Some(UnOp::Relu6) => run(x, k, b, has_k, has_b, relu6),
-                _ if !has_k && !has_b => {}
-                _ => run(x, k, b, has_k, has_b, |v| v),
+                // any other activation by its scalar function, never dropped (the register
+                // kernels apply it after their store: `Columns::act_after`)
+                Some(op) => run(x, k, b, has_k, has_b, &*unary_fn(op)),
+                None if !has_k && !has_b => {}
+                None => run(x, k, b, has_k, has_b, |v| v),
             }
         }
         // the same code compiled for AVX2 where the CPU has it (mul and add stay separate
@@ -311,6 +314,15 @@ mod tests {
         // three channels against two values per channel
         let mut z = ArrayD::<f32>::zeros(IxDyn(&[1, 3]));
         assert!(ep.apply_on_axis(&mut z, 1).is_err());
+        // an activation with no vector form is applied, not dropped
+        let sigmoid = Epilogue {
+            act: Some(UnOp::Sigmoid),
+            ..ep
+        };
+        let mut s = array![[1.0f32, -1.0], [2.0, 4.0]].into_dyn();
+        sigmoid.apply_on_axis(&mut s, 1).unwrap();
+        let f = unary_fn(UnOp::Sigmoid);
+        assert_eq!(s, array![[f(3.0f32), f(-4.0)], [f(5.0), f(11.0)]].into_dyn());
     }
 
     /// Planes longer than a tile (150 values: two whole tiles and a rest), channel i mod 3 of
