@@ -63,14 +63,6 @@ impl PackedMatrix {
             _ => PackedMatrix::new(b, k, n).map(Cow::Owned),
         }
     }
-
-    pub fn rows(&self) -> usize {
-        self.k
-    }
-
-    pub fn cols(&self) -> usize {
-        self.n
-    }
 }
 
 /// A constant matrix packed on first use, once for every sample and thread: type inference
