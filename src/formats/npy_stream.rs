@@ -218,8 +218,10 @@ impl LazyArray {
         }
     }
 
-    /// Rows `[i, i + n)` as one tensor of shape `[n, ...]`.
-    fn read_rows(&self, i: usize, n: usize) -> Result<Tensor, String> {
+    /// Rows `[i, i + n)` as one tensor of shape `dims` (`[n, ...]`, or a row's own shape when
+    /// `n` is 1). The bytes are read straight into the tensor's buffer: a sample of a calibration
+    /// set is copied once, from the file, not once more per conversion or reshape.
+    fn read_rows(&self, i: usize, n: usize, dims: IxDyn) -> Result<Tensor, String> {
         let rows = self.shape.first().copied().unwrap_or(0);
         if i + n > rows {
             return Err(format!("rows {i}..{} of {rows}", i + n));
@@ -239,64 +241,72 @@ impl LazyArray {
         let skip = ((i - c.next_row) * row_bytes) as u64;
         let skipped =
             std::io::copy(&mut (&mut c.reader).take(skip), &mut std::io::sink()).map_err(|e| e.to_string())?;
-        let mut bytes = vec![0u8; n * row_bytes];
         if skipped != skip {
             return Err("the file ends before its declared shape".into());
         }
-        c.reader
-            .read_exact(&mut bytes)
-            .map_err(|e| format!("the file ends before its declared shape ({e})"))?;
-        c.next_row = i + n;
-        drop(guard);
-        let mut dims = vec![n];
-        dims.extend_from_slice(&self.shape[1..]);
-        let dims = IxDyn(&dims);
-        macro_rules! le {
-            ($t:ty, $v:ident, $k:expr) => {
-                Tensor::$v(
-                    ArrayD::from_shape_vec(
-                        dims,
-                        bytes
-                            .chunks_exact($k)
-                            .map(|b| <$t>::from_le_bytes(b.try_into().unwrap_or([0; $k])))
-                            .collect(),
-                    )
-                    .map_err(|e| e.to_string())?,
-                )
-            };
-        }
-        Ok(match self.dtype {
-            DType::F32 => le!(f32, F32, 4),
-            DType::F64 => le!(f64, F64, 8),
-            DType::I64 => le!(i64, I64, 8),
-            DType::I32 => le!(i32, I32, 4),
-            DType::I16 => le!(i16, I16, 2),
-            DType::U16 => le!(u16, U16, 2),
-            DType::U32 => le!(u32, U32, 4),
-            DType::U64 => le!(u64, U64, 8),
-            DType::F16 => le!(half::f16, F16, 2),
-            DType::U8 => Tensor::U8(ArrayD::from_shape_vec(dims, bytes).map_err(|e| e.to_string())?),
-            DType::I8 => Tensor::I8(
-                ArrayD::from_shape_vec(dims, bytes.into_iter().map(|b| b as i8).collect())
-                    .map_err(|e| e.to_string())?,
-            ),
-            DType::I1 => Tensor::I1(
-                ArrayD::from_shape_vec(dims, bytes.into_iter().map(|b| b != 0).collect()).map_err(|e| e.to_string())?,
-            ),
+        let len = n * self.row_elems();
+        let mut read = |bytes: &mut [u8]| {
+            c.reader
+                .read_exact(bytes)
+                .map_err(|e| format!("the file ends before its declared shape ({e})"))
+        };
+        let tensor = match self.dtype {
+            DType::F32 => Tensor::F32(shaped(dims, read_le(len, &mut read, f32::from_le_bytes)?)?),
+            DType::F64 => Tensor::F64(shaped(dims, read_le(len, &mut read, f64::from_le_bytes)?)?),
+            DType::I64 => Tensor::I64(shaped(dims, read_le(len, &mut read, i64::from_le_bytes)?)?),
+            DType::I32 => Tensor::I32(shaped(dims, read_le(len, &mut read, i32::from_le_bytes)?)?),
+            DType::I16 => Tensor::I16(shaped(dims, read_le(len, &mut read, i16::from_le_bytes)?)?),
+            DType::U16 => Tensor::U16(shaped(dims, read_le(len, &mut read, u16::from_le_bytes)?)?),
+            DType::U32 => Tensor::U32(shaped(dims, read_le(len, &mut read, u32::from_le_bytes)?)?),
+            DType::U64 => Tensor::U64(shaped(dims, read_le(len, &mut read, u64::from_le_bytes)?)?),
+            DType::F16 => {
+                let bits = read_le(len, &mut read, u16::from_le_bytes)?;
+                Tensor::F16(shaped(dims, bits.into_iter().map(half::f16::from_bits).collect())?)
+            }
+            DType::U8 => Tensor::U8(shaped(dims, read_le(len, &mut read, u8::from_le_bytes)?)?),
+            DType::I8 => Tensor::I8(shaped(dims, read_le(len, &mut read, i8::from_le_bytes)?)?),
+            DType::I1 => {
+                let bytes = read_le(len, &mut read, u8::from_le_bytes)?;
+                Tensor::I1(shaped(dims, bytes.into_iter().map(|b| b != 0).collect())?)
+            }
             other => return Err(format!("dtype {other} is not streamed")),
-        })
+        };
+        c.next_row = i + n;
+        Ok(tensor)
     }
 
     /// Row `i` without its first axis.
     pub fn row(&self, i: usize) -> Result<Tensor, String> {
-        let t = self.read_rows(i, 1)?;
-        Ok(crate::map_tensor!(&t, a => a.index_axis(ndarray::Axis(0), 0).to_owned()))
+        self.read_rows(i, 1, IxDyn(&self.shape[1..]))
     }
 
     /// The whole array (labels, small arrays).
     pub fn load(&self) -> Result<Tensor, String> {
-        self.read_rows(0, self.shape.first().copied().unwrap_or(0))
+        self.read_rows(0, self.shape.first().copied().unwrap_or(0), IxDyn(&self.shape))
     }
+}
+
+/// `len` little-endian values of `T` read by `read` into one buffer, which becomes the tensor's:
+/// the bytes land in place and are byte-swapped there only on a big-endian machine.
+fn read_le<T: bytemuck::Pod, const K: usize>(
+    len: usize,
+    read: &mut dyn FnMut(&mut [u8]) -> Result<(), String>,
+    from_le: fn([u8; K]) -> T,
+) -> Result<Vec<T>, String> {
+    let mut v = vec![T::zeroed(); len];
+    read(bytemuck::cast_slice_mut(&mut v))?;
+    if cfg!(target_endian = "big") {
+        for x in &mut v {
+            let mut b = [0u8; K];
+            b.copy_from_slice(bytemuck::bytes_of(x));
+            *x = from_le(b);
+        }
+    }
+    Ok(v)
+}
+
+fn shaped<T>(dims: IxDyn, v: Vec<T>) -> Result<ArrayD<T>, String> {
+    ArrayD::from_shape_vec(dims, v).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -328,5 +338,51 @@ mod tests {
         assert!(e.contains("not one flat dict"), "{e}");
         let structured = header("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }\n");
         assert!(parse_header(&mut structured.as_slice()).is_err());
+    }
+
+    #[test]
+    fn rows_read_in_place_equal_the_whole_array_in_any_order_stored_or_deflated() {
+        use ndarray::Axis;
+        use ndarray_npy::NpzWriter;
+        let dir = tempfile::tempdir().unwrap();
+        let f32s = ArrayD::from_shape_fn(IxDyn(&[5, 2, 3]), |i| i[0] as f32 - 0.25 * (i[1] * 3 + i[2]) as f32);
+        let i64s = ArrayD::from_shape_fn(IxDyn(&[5, 2]), |i| (i[0] as i64 - 2) * 1_000_000_007 + i[1] as i64);
+        let f64s = f32s.mapv(|v| f64::from(v) / 3.0);
+        let u8s = i64s.mapv(|v| (v & 0xff) as u8);
+        let bools = i64s.mapv(|v| v % 2 == 0);
+        let whole = [
+            ("a", Tensor::F32(f32s.clone())),
+            ("b", Tensor::I64(i64s.clone())),
+            ("c", Tensor::F64(f64s.clone())),
+            ("d", Tensor::U8(u8s.clone())),
+            ("e", Tensor::I1(bools.clone())),
+        ];
+        for compressed in [false, true] {
+            let p = dir.path().join(format!("x{compressed}.npz"));
+            let file = std::fs::File::create(&p).unwrap();
+            let mut w = match compressed {
+                true => NpzWriter::new_compressed(file),
+                false => NpzWriter::new(file),
+            };
+            w.add_array("a", &f32s).unwrap();
+            w.add_array("b", &i64s).unwrap();
+            w.add_array("c", &f64s).unwrap();
+            w.add_array("d", &u8s).unwrap();
+            w.add_array("e", &bools).unwrap();
+            w.finish().unwrap();
+            let arrays = LazyArray::open_npz(&p).unwrap().expect("every entry streams");
+            for ((name, lazy), (want_name, want)) in arrays.iter().zip(&whole) {
+                assert_eq!(name, want_name);
+                assert!(lazy.load().unwrap().bit_eq(want), "{name} whole");
+                // forwards, skipping, then backwards (which reopens the entry)
+                for i in [0, 2, 3, 1, 4, 0] {
+                    let want_row = crate::map_tensor!(want, a => a.index_axis(Axis(0), i).to_owned());
+                    let row = lazy.row(i).unwrap();
+                    assert_eq!(row.shape(), &want.shape()[1..], "{name} row {i}");
+                    assert!(row.bit_eq(&want_row), "{name} row {i}");
+                }
+                assert!(lazy.row(5).is_err());
+            }
+        }
     }
 }
