@@ -294,7 +294,7 @@ fn run_chunks<S: Send>(
     let run_one = |i: usize, inputs: Vec<Tensor>| {
         let mut state = init();
         let out = program
-            .run_observed(&inputs, watch, &mut |k, v| fold(&mut state, i, k, v))
+            .run_observed_owned(inputs, watch, &mut |k, v| fold(&mut state, i, k, v))
             .map_err(|error| RunError::Interp { sample: i, error })?;
         Ok((out, state))
     };

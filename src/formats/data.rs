@@ -547,7 +547,7 @@ impl Binding {
                         Source::Array(t) => {
                             let row = t.row(&self.path, name, i)?;
                             if *add_batch {
-                                crate::map_tensor!(&row, a => a.clone().insert_axis(Axis(0)))
+                                crate::map_tensor!(row, a => a.insert_axis(Axis(0)))
                             } else {
                                 row
                             }
@@ -555,7 +555,7 @@ impl Binding {
                         Source::Images(folder, shape) => Tensor::F32(folder.load(i, *shape)?),
                     };
                     if let (Tensor::F32(a), false) = (&s, self.allow_non_finite) {
-                        let bad = a.iter().filter(|x| !x.is_finite()).count();
+                        let bad = non_finite(a);
                         if bad > 0 {
                             return Err(DataError::NonFinite {
                                 path: self.path.clone(),
@@ -569,6 +569,15 @@ impl Binding {
                 },
             )
             .collect()
+    }
+}
+
+/// How many values of `a` are NaN or ±Inf; a sum over the contiguous buffer (which vectorizes)
+/// where there is one, since every sample of a run is checked.
+fn non_finite(a: &ndarray::ArrayD<f32>) -> usize {
+    match a.as_slice_memory_order() {
+        Some(v) => v.iter().map(|x| usize::from(!x.is_finite())).sum(),
+        None => a.iter().filter(|x| !x.is_finite()).count(),
     }
 }
 

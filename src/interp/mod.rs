@@ -595,11 +595,23 @@ impl Program {
     /// Runs one sample; `observe(key, value)` is called for every watched runtime value right
     /// after it is computed (constants do not vary with samples and are not observed).
     pub fn run_observed(&self, inputs: &[Tensor], watch: &Watch, observe: Observe) -> Result<Vec<Tensor>, InterpError> {
-        self.check_inputs(inputs)?;
+        self.run_observed_owned(inputs.to_vec(), watch, observe)
+    }
+
+    /// [`Program::run_observed`] on inputs the run may keep: a sample read for this run alone
+    /// is not copied, and an op that takes its buffer (Identity, an in-place elementwise op)
+    /// can take the input's.
+    pub fn run_observed_owned(
+        &self,
+        inputs: Vec<Tensor>,
+        watch: &Watch,
+        observe: Observe,
+    ) -> Result<Vec<Tensor>, InterpError> {
+        self.check_inputs(&inputs)?;
         let mut env: Vec<Option<Tensor>> = vec![None; self.values.len()];
-        for (i, t) in inputs.iter().enumerate() {
-            self.observe_slot(watch, observe, i, t)?;
-            env[i] = Some(t.clone());
+        for (i, t) in inputs.into_iter().enumerate() {
+            self.observe_slot(watch, observe, i, &t)?;
+            env[i] = Some(t);
         }
         let mut absorbed_until = 0usize;
         // slots whose value is held channels last (handed from one conv to the next)
@@ -689,9 +701,7 @@ impl Program {
                     // operand 0 dies here and is not used twice by this op: hand its buffer over
                     let owned = match inputs.first() {
                         Some(&s0)
-                            if self.consumes_first[i]
-                                && padded.is_none()
-                                && layout == kernels::ChannelsLast::default() =>
+                            if self.consumes_first[i] && padded.is_none() =>
                         {
                             env[s0].take()
                         }
@@ -704,6 +714,9 @@ impl Program {
                         .collect::<Option<Vec<_>>>()
                         .ok_or_else(|| self.kernel_error(st, "an operand was not computed".into()))?;
                     match owned {
+                        Some(first) if layout != kernels::ChannelsLast::default() => {
+                            kernel.run_owned_channels_last(first, &args, layout)
+                        }
                         Some(first) => kernel.run_owned(first, &args),
                         None if layout != kernels::ChannelsLast::default() => {
                             kernel.run_channels_last(&args, None, layout)

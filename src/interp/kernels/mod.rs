@@ -102,6 +102,20 @@ pub trait Kernel: Send + Sync {
     ) -> KernelResult<Vec<Tensor>> {
         Err("this kernel has no channels-last form".into())
     }
+
+    /// [`Kernel::run_channels_last`] (without an epilogue) with ownership of operand 0, as
+    /// [`Kernel::run_owned`] is to [`Kernel::run`].
+    fn run_owned_channels_last(
+        &self,
+        first: Tensor,
+        rest: &[&Tensor],
+        layout: ChannelsLast,
+    ) -> KernelResult<Vec<Tensor>> {
+        let mut all = Vec::with_capacity(rest.len() + 1);
+        all.push(&first);
+        all.extend_from_slice(rest);
+        self.run_channels_last(&all, None, layout)
+    }
 }
 
 /// A kernel from a closure.

@@ -89,6 +89,15 @@ impl Kernel for FloatWidening {
         self.0.run_channels_last(inputs, ep, layout)
     }
 
+    fn run_owned_channels_last(
+        &self,
+        first: Tensor,
+        rest: &[&Tensor],
+        layout: ChannelsLast,
+    ) -> KernelResult<Vec<Tensor>> {
+        self.0.run_owned_channels_last(first, rest, layout)
+    }
+
     fn zero_spatial_pads(&self, rest: &[Option<&Tensor>]) -> Option<[(usize, usize); 2]> {
         self.0.zero_spatial_pads(rest)
     }

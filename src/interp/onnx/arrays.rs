@@ -124,13 +124,53 @@ pub(super) struct Transpose {
     pub perm: Option<Vec<i64>>,
 }
 
+impl Transpose {
+    /// The permutation of the value's rank-`r` axes (reversed when the op names none).
+    fn perm_of(&self, r: usize) -> Vec<i64> {
+        self.perm.clone().unwrap_or_else(|| (0..r as i64).rev().collect())
+    }
+
+    /// The permutation of the buffer's axes when operand 0 and the result are held as `layout`
+    /// says.
+    fn physical(&self, x: &Tensor, layout: crate::interp::kernels::ChannelsLast) -> KernelResult<Vec<i64>> {
+        let r = x.shape().len();
+        let p = self.perm_of(r);
+        if r != 4 || p.len() != 4 {
+            return Err(format!("a channels-last Transpose needs 4-D values, got shape {:?}", x.shape()));
+        }
+        let p: Vec<usize> = p.iter().map(|&a| norm_axis(a, 4)).collect::<KernelResult<_>>()?;
+        // physical output axis k is logical output axis q_out[k] = logical input axis
+        // p[q_out[k]], held at physical input axis (q_in⁻¹)[p[q_out[k]]]
+        let q_out = if layout.output { NHWC_AXES } else { [0, 1, 2, 3] };
+        let q_in_inv = if layout.input { [0, 3, 1, 2] } else { [0, 1, 2, 3] };
+        Ok(q_out.iter().map(|&k| q_in_inv[p[k]] as i64).collect())
+    }
+}
+
+/// True when `p` leaves every axis where it is.
+fn is_identity(p: &[i64]) -> bool {
+    p.iter().enumerate().all(|(k, &a)| a == k as i64)
+}
+
 impl Kernel for Transpose {
     fn run(&self, x: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
-        let p = self
-            .perm
-            .clone()
-            .unwrap_or_else(|| (0..x[0].shape().len() as i64).rev().collect());
+        let p = self.perm_of(x[0].shape().len());
         Ok(vec![layout::transpose(x[0], &p)?])
+    }
+
+    // a permutation that moves nothing hands its operand's buffer on: the NHWC → NCHW
+    // Transpose at the input of a tf2onnx export, whose result the first conv takes back
+    // channels last, is then no copy of the image
+    fn run_owned(&self, first: Tensor, _rest: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        let p = self.perm_of(first.shape().len());
+        match is_identity(&p) && p.len() == first.shape().len() {
+            true => Ok(vec![first]),
+            false => Ok(vec![layout::transpose(&first, &p)?]),
+        }
+    }
+
+    fn reuses_first_operand(&self) -> bool {
+        true
     }
 
     fn takes_channels_last(&self) -> bool {
@@ -143,21 +183,21 @@ impl Kernel for Transpose {
         _ep: Option<&crate::interp::kernels::epilogue::Epilogue>,
         layout: crate::interp::kernels::ChannelsLast,
     ) -> KernelResult<Vec<Tensor>> {
-        let r = x[0].shape().len();
-        let p = self.perm.clone().unwrap_or_else(|| (0..r as i64).rev().collect());
-        if r != 4 || p.len() != 4 {
-            return Err(format!(
-                "a channels-last Transpose needs 4-D values, got shape {:?}",
-                x[0].shape()
-            ));
-        }
-        let p: Vec<usize> = p.iter().map(|&a| norm_axis(a, 4)).collect::<KernelResult<_>>()?;
-        // physical output axis k is logical output axis q_out[k] = logical input axis
-        // p[q_out[k]], held at physical input axis (q_in⁻¹)[p[q_out[k]]]
-        let q_out = if layout.output { NHWC_AXES } else { [0, 1, 2, 3] };
-        let q_in_inv = if layout.input { [0, 3, 1, 2] } else { [0, 1, 2, 3] };
-        let phys: Vec<i64> = q_out.iter().map(|&k| q_in_inv[p[k]] as i64).collect();
+        let phys = self.physical(x[0], layout)?;
         Ok(vec![layout::transpose(x[0], &phys)?])
+    }
+
+    fn run_owned_channels_last(
+        &self,
+        first: Tensor,
+        _rest: &[&Tensor],
+        layout: crate::interp::kernels::ChannelsLast,
+    ) -> KernelResult<Vec<Tensor>> {
+        let phys = self.physical(&first, layout)?;
+        match is_identity(&phys) {
+            true => Ok(vec![first]),
+            false => Ok(vec![layout::transpose(&first, &phys)?]),
+        }
     }
 }
 
@@ -356,4 +396,53 @@ fn index_pad(t: &Tensor, pads: &[i64], wrap: bool) -> KernelResult<Tensor> {
         cur = layout::gather(&cur, &idx, &[len as usize], axis as i64)?;
     }
     Ok(cur)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interp::kernels::ChannelsLast;
+    use ndarray::{ArrayD, IxDyn};
+
+    fn nhwc() -> Tensor {
+        Tensor::F32(ArrayD::from_shape_fn(IxDyn(&[1, 3, 4, 2]), |i| {
+            (i[1] * 100 + i[2] * 10 + i[3]) as f32
+        }))
+    }
+
+    #[test]
+    fn a_transpose_that_moves_nothing_hands_its_operand_on_and_any_other_permutes() {
+        let to_nchw = Transpose {
+            perm: Some(vec![0, 3, 1, 2]),
+        };
+        let x = nhwc();
+        let want = to_nchw.run(&[&x]).unwrap();
+        // plain: a real permutation, as run() computes it
+        assert!(to_nchw.run_owned(x.clone(), &[]).unwrap()[0].bit_eq(&want[0]));
+        // its result held channels last is the NHWC operand itself: no copy
+        let back = ChannelsLast {
+            input: false,
+            output: true,
+        };
+        let lent = to_nchw.run_channels_last(&[&x], None, back).unwrap();
+        let at = x.as_f32().unwrap().as_ptr();
+        let owned = to_nchw.run_owned_channels_last(x.clone(), &[], back).unwrap();
+        assert!(owned[0].bit_eq(&lent[0]) && lent[0].bit_eq(&x));
+        let moved = to_nchw.run_owned_channels_last(x, &[], back).unwrap();
+        assert_eq!(moved[0].as_f32().unwrap().as_ptr(), at, "the same buffer, not a copy");
+        // an identity perm hands the buffer on; other layouts still permute
+        let same = Transpose {
+            perm: Some(vec![0, 1, 2, 3]),
+        };
+        let y = nhwc();
+        let at = y.as_f32().unwrap().as_ptr();
+        assert_eq!(same.run_owned(y, &[]).unwrap()[0].as_f32().unwrap().as_ptr(), at);
+        let both = ChannelsLast {
+            input: true,
+            output: true,
+        };
+        let x = nhwc();
+        let want = to_nchw.run_channels_last(&[&x], None, both).unwrap();
+        assert!(to_nchw.run_owned_channels_last(x, &[], both).unwrap()[0].bit_eq(&want[0]));
+    }
 }
