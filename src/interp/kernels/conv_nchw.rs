@@ -249,8 +249,9 @@ impl OnnxConv {
         } else if ci == 1 {
             // depthwise: output channel c·M + m reads input channel c
             let m = co / g;
+            // a view: the filter is not copied for every sample
             let fd = f
-                .clone()
+                .view()
                 .into_shape_with_order(IxDyn(&[kh, kw, g, m]))
                 .map_err(|e| e.to_string())?;
             depthwise_conv2d(&xs, &fd, self.strides, self.dilations, &pad, ep)?

@@ -13,14 +13,14 @@ use super::conv::{filter_window, Padding, Window2d, DEPTHWISE_FILTER};
 use super::elementwise::unary_fn;
 use super::epilogue::{Columns, Epilogue};
 use super::{from_vec, KernelResult};
-use ndarray::ArrayD;
+use ndarray::{ArrayD, ArrayRef, IxDyn};
 use std::mem::MaybeUninit;
 
 /// DepthwiseConv2dNative: x [N,H,W,C], filter [KH,KW,C,M], result [N,OH,OW,C·M], with an
 /// optional fused epilogue applied to each output row while it is in cache.
 pub fn depthwise_conv2d(
     x: &ArrayD<f32>,
-    f: &ArrayD<f32>,
+    f: &ArrayRef<f32, IxDyn>,
     strides: [usize; 2],
     dilations: [usize; 2],
     pad: &Padding,
@@ -39,7 +39,7 @@ fn simd_available() -> bool {
 /// [`depthwise_conv2d`], on the AVX2 path only when `simd` (tests run both paths).
 fn depthwise_with(
     x: &ArrayD<f32>,
-    f: &ArrayD<f32>,
+    f: &ArrayRef<f32, IxDyn>,
     strides: [usize; 2],
     dilations: [usize; 2],
     pad: &Padding,
