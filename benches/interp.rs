@@ -58,6 +58,10 @@ fn bench(c: &mut Criterion) {
     g.bench_function("depthwise3x3_s1_112x112x16", |b| {
         b.iter(|| depthwise_conv2d(&xd, &fd, [1, 1], [1, 1], &Padding::Same, None).unwrap())
     });
+    let (xs, fs) = (arr(&[1, 16, 16, 32]), arr(&[3, 3, 32, 1]));
+    g.bench_function("depthwise3x3_s1_16x16x32", |b| {
+        b.iter(|| depthwise_conv2d(&xs, &fs, [1, 1], [1, 1], &Padding::Same, None).unwrap())
+    });
     let (xd2, fd2) = (arr(&[1, 112, 112, 48]), arr(&[3, 3, 48, 1]));
     g.bench_function("depthwise3x3_s2_112x112x48", |b| {
         b.iter(|| depthwise_conv2d(&xd2, &fd2, [2, 2], [1, 1], &Padding::Same, None).unwrap())

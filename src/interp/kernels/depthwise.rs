@@ -61,6 +61,7 @@ fn depthwise_with(
     let mut out: Vec<f32> = Vec::with_capacity(total);
     if co > 0 {
         let after = cols.act_after().map(unary_fn);
+        let mut taps = RowTaps::default();
         for (r, row) in out.spare_capacity_mut()[..total]
             .chunks_exact_mut(g.ow * co)
             .enumerate()
@@ -68,7 +69,7 @@ fn depthwise_with(
             let (b, oy) = (r / g.oh, r % g.oh);
             let img = &xs[b * g.h * g.w * c..(b + 1) * g.h * g.w * c];
             if m == 1 {
-                one_per_channel_row(&g, img, fs, oy, row, &cols, simd);
+                one_per_channel_row(&g, img, fs, oy, row, &cols, &mut taps, simd);
             } else {
                 multiplier_row(&g, m, img, fs, oy, row, &cols);
             }
@@ -108,14 +109,57 @@ impl Taps {
         kx: std::ops::Range<usize>,
     ) {
         self.list.clear();
-        let (iy0, ix0) = (oy * g.sh + ky.start * g.dh - g.ph, ox * g.sw + kx.start * g.dw - g.pw);
-        self.first = (iy0 * g.w + ix0) * c;
+        self.first = Self::first_of(g, c, oy, ox, ky.start, kx.start);
         for y in ky.clone() {
             for x in kx.clone() {
                 let at = ((y - ky.start) * g.dh * g.w + (x - kx.start) * g.dw) * c;
                 self.list.push((at, (y * g.kw + x) * c));
             }
         }
+    }
+
+    /// Image offset of the tap (`ky0`, `kx0`) of output pixel (`oy`, `ox`).
+    fn first_of(g: &Window2d, c: usize, oy: usize, ox: usize, ky0: usize, kx0: usize) -> usize {
+        let (iy0, ix0) = (oy * g.sh + ky0 * g.dh - g.ph, ox * g.sw + kx0 * g.dw - g.pw);
+        (iy0 * g.w + ix0) * c
+    }
+}
+
+/// The tap lists of a convolution's rows, kept from row to row: the inside columns' list
+/// depends on the row only through which filter rows read inside the image, so rows with the
+/// same ones (all but the top and bottom few) share it and only move its start.
+#[derive(Default)]
+struct RowTaps {
+    inner: Taps,
+    /// The filter rows `inner` was made for.
+    inner_ky: Option<std::ops::Range<usize>>,
+    /// Border columns' lists by the filter rows and columns they read (a few kinds: top or
+    /// bottom rows × left or right columns), each made once per convolution.
+    border: Vec<(std::ops::Range<usize>, std::ops::Range<usize>, Taps)>,
+}
+
+impl RowTaps {
+    /// The taps of border pixel (`oy`, `ox`), which reads filter rows `ky` and columns `kx`.
+    fn border(
+        &mut self,
+        g: &Window2d,
+        oy: usize,
+        ox: usize,
+        ky: std::ops::Range<usize>,
+        kx: std::ops::Range<usize>,
+    ) -> &Taps {
+        let at = match self.border.iter().position(|(y, x, _)| *y == ky && *x == kx) {
+            Some(at) => at,
+            None => {
+                let mut t = Taps::default();
+                t.fill(g, g.c, oy, ox, ky.clone(), kx.clone());
+                self.border.push((ky.clone(), kx.clone(), t));
+                self.border.len() - 1
+            }
+        };
+        let t = &mut self.border[at].2;
+        t.first = Taps::first_of(g, g.c, oy, ox, ky.start, kx.start);
+        t
     }
 }
 
@@ -131,6 +175,7 @@ fn one_per_channel_row(
     oy: usize,
     row: &mut [MaybeUninit<f32>],
     cols: &Columns,
+    taps: &mut RowTaps,
     simd: bool,
 ) {
     let (kw, c) = (g.kw, g.c);
@@ -141,11 +186,13 @@ fn one_per_channel_row(
     }
     let std::ops::Range { start: lo, end: hi } = g.cols_all_inside();
     let step = g.sw * c;
-    let mut inner = Taps::default();
     if lo < hi {
-        inner.fill(g, c, oy, lo, ky.clone(), 0..kw);
+        if taps.inner_ky.as_ref() != Some(&ky) {
+            taps.inner.fill(g, c, oy, lo, ky.clone(), 0..kw);
+            taps.inner_ky = Some(ky.clone());
+        }
+        taps.inner.first = Taps::first_of(g, c, oy, lo, ky.start, 0);
     }
-    let mut border = Taps::default();
     let mut ox = 0;
     while ox < g.ow {
         let (taps, first, p) = if (lo..hi).contains(&ox) {
@@ -154,7 +201,7 @@ fn one_per_channel_row(
                 4.. => 4,
                 _ => 1,
             };
-            (&inner, inner.first + (ox - lo) * step, p)
+            (&taps.inner, taps.inner.first + (ox - lo) * step, p)
         } else {
             let kx = g.kx_inside(ox);
             if kx.is_empty() {
@@ -162,8 +209,8 @@ fn one_per_channel_row(
                 ox += 1;
                 continue;
             }
-            border.fill(g, c, oy, ox, ky.clone(), kx);
-            (&border, border.first, 1)
+            let b = taps.border(g, oy, ox, ky.clone(), kx);
+            (b, b.first, 1)
         };
         let pixels = Pixels {
             taps: &taps.list,
