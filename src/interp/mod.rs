@@ -10,6 +10,7 @@ pub mod desc;
 pub mod fusion;
 pub mod infer_types;
 pub mod kernels;
+mod layout_plan;
 pub mod onnx;
 pub mod ort_fusion;
 pub mod ort_x86;
@@ -501,29 +502,8 @@ impl Program {
                 fusions[i] = Some(f);
             }
         }
-        // conv → conv: the value between them stays channels last (kernels::ChannelsLast)
-        let hand_off: Vec<bool> = (0..steps.len())
-            .map(|i| {
-                let out = fusions[i]
-                    .as_ref()
-                    .map_or(steps[i].outputs.first().copied(), |f| Some(f.out));
-                let Some(out) = out.filter(|_| steps[i].outputs.len() == 1) else {
-                    return false;
-                };
-                let users: Vec<usize> = (i + 1..steps.len())
-                    .filter(|&j| steps[j].inputs.contains(&out))
-                    .collect();
-                let f32_value = |s: usize| values[s].dtype == Some(crate::tensor::DType::F32);
-                steps[i].kernel.takes_channels_last()
-                    && values[out].dims.len() == 4
-                    && f32_value(out)
-                    && steps[i].inputs.first().is_some_and(|&s| f32_value(s))
-                    && !outs.contains(&out)
-                    && matches!(users.as_slice(), &[j] if steps[j].kernel.takes_channels_last()
-                        && steps[j].inputs.iter().filter(|&&s| s == out).count() == 1
-                        && steps[j].inputs[0] == out)
-            })
-            .collect();
+        // conv → conv, and residual paths between convs: values held channels last
+        let hand_off = layout_plan::channels_last_results(&steps, &values, &fusions, &outs);
         let (padded, pad_taken_by) = pad_fusion::padded_convs(&steps, &consts, &outs);
         let output_names = if output_names.len() == outputs.len() {
             output_names
@@ -685,26 +665,31 @@ impl Program {
                 absorbed_until = f.tail.last().map_or(i + 1, |&t| t + 1);
                 continue;
             }
+            let keep_last = self.hand_off[i]
+                && self.fusions[i].is_none()
+                && st.outputs.first().is_some_and(|s| !watch.slots.contains(s));
+            // an elementwise op over channels-last operands (layout_plan)
+            let operand = |s: usize| self.consts[s].as_deref().or(env[s].as_ref());
+            let flagged: Option<Vec<(&Tensor, bool)>> =
+                inputs.iter().map(|&s| Some((operand(s)?, channels_last[s]))).collect();
+            let free = flagged.as_deref().and_then(|a| layout_plan::operands_last(kernel, a));
             let layout = kernels::ChannelsLast {
-                input: input_last,
-                output: self.hand_off[i]
-                    && self.fusions[i].is_none()
-                    && st.outputs.first().is_some_and(|s| !watch.slots.contains(s)),
+                input: input_last && free.is_none(),
+                output: keep_last && (free == Some(true) || kernel.takes_channels_last()),
             };
-            let shaped = match self.for_shapes && layout == kernels::ChannelsLast::default() {
+            let shaped = match self.for_shapes && layout == kernels::ChannelsLast::default() && free.is_none() {
                 true => self.zeros_shaped_like_results(st, &env),
                 false => None,
             };
-            let res = match shaped {
-                Some(zeros) => zeros,
-                None => {
+            let res = match (shaped, free, flagged) {
+                (Some(zeros), ..) => zeros,
+                (None, Some(false), Some(a)) => {
+                    layout_plan::run_in_nchw(kernel, &a).map_err(|m| self.kernel_error(st, m))?
+                }
+                _ => {
                     // operand 0 dies here and is not used twice by this op: hand its buffer over
                     let owned = match inputs.first() {
-                        Some(&s0)
-                            if self.consumes_first[i] && padded.is_none() =>
-                        {
-                            env[s0].take()
-                        }
+                        Some(&s0) if self.consumes_first[i] && padded.is_none() => env[s0].take(),
                         _ => None,
                     };
                     let skip = owned.is_some() as usize;
@@ -713,17 +698,7 @@ impl Program {
                         .map(|&s| self.consts[s].as_deref().or(env[s].as_ref()))
                         .collect::<Option<Vec<_>>>()
                         .ok_or_else(|| self.kernel_error(st, "an operand was not computed".into()))?;
-                    match owned {
-                        Some(first) if layout != kernels::ChannelsLast::default() => {
-                            kernel.run_owned_channels_last(first, &args, layout)
-                        }
-                        Some(first) => kernel.run_owned(first, &args),
-                        None if layout != kernels::ChannelsLast::default() => {
-                            kernel.run_channels_last(&args, None, layout)
-                        }
-                        None => kernel.run(&args),
-                    }
-                    .map_err(|m| self.kernel_error(st, m))?
+                    layout_plan::run_in(kernel, owned, &args, layout, free).map_err(|m| self.kernel_error(st, m))?
                 }
             };
             if let Some(&s) = st.outputs.first() {
@@ -797,6 +772,11 @@ impl Program {
     /// their results (`pad_fusion`).
     pub fn pads_taken(&self) -> usize {
         self.padded.iter().flatten().count()
+    }
+
+    /// Number of steps whose result the plan holds channels last (`layout_plan`).
+    pub fn results_held_channels_last(&self) -> usize {
+        self.hand_off.iter().filter(|&&h| h).count()
     }
 
     /// Number of ops run per sample (after folding).

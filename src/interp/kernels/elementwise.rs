@@ -581,6 +581,9 @@ impl super::Kernel for UnaryKernel {
     fn reuses_first_operand(&self) -> bool {
         true
     }
+    fn layout_free(&self) -> bool {
+        true
+    }
 }
 
 /// A binary arithmetic op that writes into operand 0 when operand 1 broadcasts into it.
@@ -651,6 +654,9 @@ impl super::Kernel for BinaryKernel {
         }
     }
     fn reuses_first_operand(&self) -> bool {
+        true
+    }
+    fn layout_free(&self) -> bool {
         true
     }
 }

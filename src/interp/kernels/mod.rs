@@ -103,6 +103,14 @@ pub trait Kernel: Send + Sync {
         Err("this kernel has no channels-last form".into())
     }
 
+    /// True for an elementwise op whose result, when every operand of rank 4 has the same
+    /// shape and every other operand holds one value, is laid out as those operands are: it
+    /// then runs on channels-last operands as they are and gives a channels-last result (the
+    /// residual Add between two convolutions of an NCHW model).
+    fn layout_free(&self) -> bool {
+        false
+    }
+
     /// [`Kernel::run_channels_last`] (without an epilogue) with ownership of operand 0, as
     /// [`Kernel::run_owned`] is to [`Kernel::run`].
     fn run_owned_channels_last(

@@ -75,6 +75,10 @@ impl Kernel for FloatWidening {
         self.0.reuses_first_operand()
     }
 
+    fn layout_free(&self) -> bool {
+        self.0.layout_free()
+    }
+
     // (the program hands values over channels last only between f32 values)
     fn takes_channels_last(&self) -> bool {
         self.0.takes_channels_last()

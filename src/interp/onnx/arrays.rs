@@ -136,7 +136,10 @@ impl Transpose {
         let r = x.shape().len();
         let p = self.perm_of(r);
         if r != 4 || p.len() != 4 {
-            return Err(format!("a channels-last Transpose needs 4-D values, got shape {:?}", x.shape()));
+            return Err(format!(
+                "a channels-last Transpose needs 4-D values, got shape {:?}",
+                x.shape()
+            ));
         }
         let p: Vec<usize> = p.iter().map(|&a| norm_axis(a, 4)).collect::<KernelResult<_>>()?;
         // physical output axis k is logical output axis q_out[k] = logical input axis
