@@ -529,14 +529,18 @@ fn values_handed_channels_last_between_onnx_convs_give_the_same_bits() {
         k3 = filter_src("k3", [6, 4, 1, 1], 2.9),
     );
     let p = compile_src(&src).unwrap();
-    assert_eq!(p.results_held_channels_last(), 5, "%1 to %5 (%6 and %7 leave the function)");
+    assert_eq!(
+        p.results_held_channels_last(),
+        5,
+        "%1 to %5 (%6 and %7 leave the function)"
+    );
     let x = image_1x4x9x7();
     assert_hand_offs_change_no_bit(&p, &[x]);
 }
 
 /// Residual paths between convolutions stay channels last (`layout_plan`): an Add of two conv
 /// results, a Relu and a scalar Mul after it, feeding a conv and a second Add, run on the NHWC
-/// buffers. An Add with a per-channel [1, C, 1, 1] operand, whose broadcast depends on the
+/// buffers, and a global average pooling reads its conv's NHWC result. An Add with a per-channel [1, C, 1, 1] operand, whose broadcast depends on the
 /// layout, keeps its operands in NCHW. The bits are those of the run that watches everything
 /// (where nothing is channels last), and of runs that watch one operand of an Add only (its
 /// operands then differ in layout and the channels-last one is read back in NCHW order).
@@ -544,7 +548,7 @@ fn values_handed_channels_last_between_onnx_convs_give_the_same_bits() {
 fn residual_paths_held_channels_last_change_no_bit() {
     let src = format!(
         r#"module {{
-  func.func @main(%x: tensor<1x4x9x7xf32>) -> (TRES, TRES) {{
+  func.func @main(%x: tensor<1x4x9x7xf32>) -> (TRES, tensor<1x4x1x1xf32>) {{
 {k1}{k3}    %n = "onnx.NoValue"() {{value}} : () -> none
     %two = "arith.constant"() {{value = dense<2.0> : tensor<1xf32>}} : () -> tensor<1xf32>
     %pc = "arith.constant"() {{value = dense<[[[0.5]], [[-1.0]], [[0.25]], [[3.0]]]> : tensor<4x1x1xf32>}} : () -> tensor<4x1x1xf32>
@@ -559,7 +563,8 @@ fn residual_paths_held_channels_last_change_no_bit() {
     %9 = "onnx.Conv"(%7, %k3, %n) {{group = 1 : si64, kernel_shape = [1, 1]}} : (TRES, tensor<4x4x1x1xf32>, none) -> TRES
     %10 = "onnx.Add"(%9, %pc) : (TRES, tensor<4x1x1xf32>) -> TRES
     %11 = "onnx.Conv"(%10, %k1, %n) {{group = 1 : si64, kernel_shape = [3, 3], pads = [1, 1, 1, 1]}} : (TRES, tensor<4x4x3x3xf32>, none) -> TRES
-    return %8, %11 : TRES, TRES
+    %12 = "onnx.GlobalAveragePool"(%11) : (TRES) -> tensor<1x4x1x1xf32>
+    return %8, %12 : TRES, tensor<1x4x1x1xf32>
   }}
 }}"#,
         k1 = filter_src("k1", [4, 4, 3, 3], 0.7),
@@ -567,17 +572,29 @@ fn residual_paths_held_channels_last_change_no_bit() {
     )
     .replace("TRES", "tensor<1x4x9x7xf32>");
     let p = compile_src(&src).unwrap();
-    // %1 … %7 (the Relu and Mul after the first Add included); not %9 (its Add broadcasts a
-    // per-channel operand), %10, nor the results %8 and %11
-    assert_eq!(p.results_held_channels_last(), 7);
+    // %1 … %7 (the Relu and Mul after the first Add included) and %11 (read by the global
+    // pooling); not %9 (its Add broadcasts a per-channel operand), %10, nor the results
+    assert_eq!(p.results_held_channels_last(), 8);
     let x = image_1x4x9x7();
     assert_hand_offs_change_no_bit(&p, &[x.clone()]);
     let plain = p.run(&[x.clone()]).unwrap();
     // the runtime values in order: %x, %1, %2, …
     let runtime: Vec<_> = p.values.iter().filter(|v| !v.constant).collect();
     let producers: Vec<&str> = runtime.iter().map(|v| v.producer.as_str()).collect();
-    assert_eq!(producers[..8], ["argument", "onnx.Conv", "onnx.Conv", "onnx.Add", "onnx.Relu", "onnx.Mul", "onnx.Conv", "onnx.Add"]);
-    for watched in [2, 3, 6, 5] {
+    assert_eq!(
+        producers[..8],
+        [
+            "argument",
+            "onnx.Conv",
+            "onnx.Conv",
+            "onnx.Add",
+            "onnx.Relu",
+            "onnx.Mul",
+            "onnx.Conv",
+            "onnx.Add"
+        ]
+    );
+    for watched in [2, 3, 6, 5, 11] {
         let w = p.watch(&[runtime[watched].key.clone()]).unwrap();
         let got = p.run_observed(&[x.clone()], &w, &mut |_, _| Ok(())).unwrap();
         for (a, b) in plain.iter().zip(&got) {

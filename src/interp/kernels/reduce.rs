@@ -116,6 +116,59 @@ fn unrolled_fold(xs: &[f32]) -> f32 {
     groups.remainder().iter().fold(acc, |a, &v| a + v)
 }
 
+/// The Sum or Mean over H and W of a channels-last `[N, H, W, C]` array, as `[N, C]`, with
+/// the bits [`trailing_sum`] gives over the same values in NCHW order (global pooling of a
+/// value a convolution wrote channels last): each channel's runs are folded as
+/// [`unrolled_fold`] folds them, W first, then H, the channels side by side. `None` for
+/// another rank, op or layout.
+pub fn spatial_sum_channels_last(x: &ArrayD<f32>, op: Reduce) -> Option<ArrayD<f32>> {
+    let &[n, h, w, c] = x.shape() else { return None };
+    if !matches!(op, Reduce::Sum | Reduce::Mean) || x.is_empty() {
+        return None;
+    }
+    let xs = x.as_slice()?;
+    let mut out = Vec::with_capacity(n * c);
+    let mut rows = vec![0f32; h * c];
+    for img in xs.chunks_exact(h * w * c) {
+        for (row, sum) in img.chunks_exact(w * c).zip(rows.chunks_exact_mut(c)) {
+            fold_lanes(row, c, sum);
+        }
+        let start = out.len();
+        out.resize(start + c, 0.0);
+        fold_lanes(&rows, c, &mut out[start..]);
+    }
+    if op == Reduce::Mean {
+        let count = (h * w) as f32;
+        out.iter_mut().for_each(|v| *v /= count);
+    }
+    from_vec(&[n, c], out).ok()
+}
+
+/// [`unrolled_fold`] of each of the `c` lanes of `xs` (runs of `c` values, lane `l` of run `i`
+/// at `i · c + l`) into `out`.
+fn fold_lanes(xs: &[f32], c: usize, out: &mut [f32]) {
+    let len = xs.len() / c;
+    let whole = len / 8 * 8;
+    let mut p = vec![0f32; 8 * c];
+    for (i, run) in xs[..whole * c].chunks_exact(c).enumerate() {
+        for (s, &v) in p[(i % 8) * c..(i % 8 + 1) * c].iter_mut().zip(run) {
+            *s += v;
+        }
+    }
+    out.fill(0.0);
+    for j in 0..4 {
+        let (lo, hi) = (&p[j * c..(j + 1) * c], &p[(j + 4) * c..(j + 5) * c]);
+        for ((a, &x), &y) in out.iter_mut().zip(lo).zip(hi) {
+            *a += x + y;
+        }
+    }
+    for run in xs[whole * c..].chunks_exact(c) {
+        for (a, &v) in out.iter_mut().zip(run) {
+            *a += v;
+        }
+    }
+}
+
 fn reduce_int<T: Copy + Ord + std::iter::Sum + std::iter::Product + num_cast::FromI64>(
     x: &ArrayD<T>,
     axes: &[usize],
@@ -256,6 +309,41 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Global pooling of a channels-last array gives the bits of the trailing sums over its
+    /// NCHW transpose: runs shorter than, equal to and longer than eight, −0 and NaN.
+    #[test]
+    fn channels_last_spatial_sums_are_the_trailing_sums_of_the_nchw_value() {
+        for [n, c, h, w] in [
+            [2, 3, 7, 7],
+            [1, 5, 8, 8],
+            [1, 9, 17, 3],
+            [2, 16, 1, 33],
+            [1, 1, 14, 14],
+        ] {
+            let len = n * c * h * w;
+            let mut v: Vec<f32> = (0..len).map(|i| ((i * 7919 % 251) as f32 - 125.0) * 0.0173).collect();
+            v[0] = -0.0;
+            if len > 40 {
+                v[40] = f32::NAN;
+            }
+            let nchw = ArrayD::from_shape_vec(vec![n, c, h, w], v).unwrap();
+            let nhwc = nchw
+                .view()
+                .permuted_axes(vec![0, 2, 3, 1])
+                .as_standard_layout()
+                .into_owned();
+            for op in [Reduce::Sum, Reduce::Mean] {
+                let want = trailing_sum(&nchw, &[2, 3], op).unwrap();
+                let got = spatial_sum_channels_last(&nhwc, op).unwrap();
+                assert_eq!(got.shape(), &[n, c]);
+                let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{:?} {op:?}: {got:?} vs {want:?}", [n, c, h, w]);
+            }
+        }
+        assert!(spatial_sum_channels_last(&ArrayD::zeros(vec![2, 3, 4]), Reduce::Sum).is_none());
+        assert!(spatial_sum_channels_last(&ArrayD::zeros(vec![1, 2, 2, 3]), Reduce::Max).is_none());
     }
 
     #[test]

@@ -48,9 +48,7 @@ pub const TABLE: &[(&str, Builder)] = &[
     }),
     ("onnx.MaxPool", |d| pool(d, true)),
     ("onnx.AveragePool", |d| pool(d, false)),
-    ("onnx.GlobalAveragePool", |_| {
-        Ok(one(|x| global_pool(x[0], Reduce::Mean)))
-    }),
+    ("onnx.GlobalAveragePool", |_| Ok(Box::new(nn::GlobalAveragePool))),
     ("onnx.GlobalMaxPool", |_| Ok(one(|x| global_pool(x[0], Reduce::Max)))),
     ("onnx.Softmax", |d| softmax_op(d, false)),
     ("onnx.LogSoftmax", |d| softmax_op(d, true)),

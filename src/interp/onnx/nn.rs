@@ -392,6 +392,52 @@ pub(super) fn global_pool(x: &Tensor, op: Reduce) -> KernelResult<Tensor> {
     reduce(x, &axes, true, op)
 }
 
+/// ONNX GlobalAveragePool. It takes the value a convolution wrote channels last as it is
+/// (summing each channel's pixels side by side, in the order the NCHW sums take), so that the
+/// convolution before it does not write its channels transposed.
+pub(super) struct GlobalAveragePool;
+
+impl Kernel for GlobalAveragePool {
+    fn run(&self, x: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        Ok(vec![global_pool(x[0], Reduce::Mean)?])
+    }
+
+    fn takes_channels_last(&self) -> bool {
+        true
+    }
+
+    // the result is [N, C, 1, 1]; channels last, [N, 1, 1, C]: the same values in one order
+    fn run_channels_last(
+        &self,
+        x: &[&Tensor],
+        _ep: Option<&crate::interp::kernels::epilogue::Epilogue>,
+        layout: crate::interp::kernels::ChannelsLast,
+    ) -> KernelResult<Vec<Tensor>> {
+        let means = match layout.input {
+            true => crate::interp::kernels::reduce::spatial_sum_channels_last(f32_arg(x, 0)?, Reduce::Mean)
+                .ok_or_else(|| {
+                    format!(
+                        "a channels-last GlobalAveragePool needs a 4-D f32 value, got shape {:?}",
+                        x[0].shape()
+                    )
+                })?,
+            false => {
+                let Tensor::F32(y) = global_pool(f32_arg(x, 0).map(|_| x[0])?, Reduce::Mean)? else {
+                    return Err("global pooling of a non-f32 value".into());
+                };
+                let n = y.shape()[0];
+                let c = y.len() / n.max(1);
+                y.into_shape_with_order(IxDyn(&[n, c])).map_err(|e| e.to_string())?
+            }
+        };
+        let (n, c) = (means.shape()[0], means.shape()[1]);
+        let dims: [usize; 4] = if layout.output { [n, 1, 1, c] } else { [n, c, 1, 1] };
+        Ok(vec![Tensor::F32(
+            means.into_shape_with_order(IxDyn(&dims)).map_err(|e| e.to_string())?,
+        )])
+    }
+}
+
 pub(super) fn gemm(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     let (ta, tb) = (d.int_attr("transA", 0) != 0, d.int_attr("transB", 0) != 0);
     let (alpha, beta) = (d.f64_attr("alpha", 1.0) as f32, d.f64_attr("beta", 1.0) as f32);
