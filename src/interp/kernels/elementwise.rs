@@ -571,11 +571,7 @@ impl super::Kernel for UnaryKernel {
                 apply_in_place(self.0, &mut a);
                 Ok(vec![Tensor::F32(a)])
             }
-            other => {
-                let mut all = vec![&other];
-                all.extend_from_slice(rest);
-                self.run(&all)
-            }
+            other => self.run(&super::operands(&other, rest)),
         }
     }
     fn reuses_first_operand(&self) -> bool {

@@ -54,10 +54,7 @@ pub trait Kernel: Send + Sync {
     /// Runs with ownership of operand 0, which no later op reads, so that elementwise kernels
     /// can write their result into its buffer instead of allocating one.
     fn run_owned(&self, first: Tensor, rest: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
-        let mut all = Vec::with_capacity(rest.len() + 1);
-        all.push(&first);
-        all.extend_from_slice(rest);
-        self.run(&all)
+        self.run(&operands(&first, rest))
     }
 
     /// True when [`Kernel::run_owned`] reuses operand 0's buffer.
@@ -119,11 +116,16 @@ pub trait Kernel: Send + Sync {
         rest: &[&Tensor],
         layout: ChannelsLast,
     ) -> KernelResult<Vec<Tensor>> {
-        let mut all = Vec::with_capacity(rest.len() + 1);
-        all.push(&first);
-        all.extend_from_slice(rest);
-        self.run_channels_last(&all, None, layout)
+        self.run_channels_last(&operands(&first, rest), None, layout)
     }
+}
+
+/// Operand 0 (owned by the caller of a `run_owned` form) before the others, as `run` takes them.
+pub fn operands<'t>(first: &'t Tensor, rest: &[&'t Tensor]) -> Vec<&'t Tensor> {
+    let mut all = Vec::with_capacity(rest.len() + 1);
+    all.push(first);
+    all.extend_from_slice(rest);
+    all
 }
 
 /// A kernel from a closure.

@@ -55,10 +55,7 @@ impl Kernel for FloatWidening {
     fn run_owned(&self, first: Tensor, rest: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
         let narrow = other_float(rest).is_some() || other_float(&[&first]).is_some();
         if narrow {
-            let mut all = Vec::with_capacity(rest.len() + 1);
-            all.push(&first);
-            all.extend_from_slice(rest);
-            return self.run(&all);
+            return self.run(&super::operands(&first, rest));
         }
         self.0.run_owned(first, rest)
     }
