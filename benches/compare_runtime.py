@@ -16,7 +16,7 @@ import gzip, os, re, shutil, subprocess, sys, tempfile, time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REPS = 5
+REPS = 9
 # samples whose time is left out of quantir's rate (see quantir_rate)
 WARM_UP = 16
 

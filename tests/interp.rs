@@ -540,7 +540,8 @@ fn values_handed_channels_last_between_onnx_convs_give_the_same_bits() {
 
 /// Residual paths between convolutions stay channels last (`layout_plan`): an Add of two conv
 /// results, a Relu and a scalar Mul after it, feeding a conv and a second Add, run on the NHWC
-/// buffers, and a global average pooling reads its conv's NHWC result. An Add with a per-channel [1, C, 1, 1] operand, whose broadcast depends on the
+/// buffers, a global average pooling reads its conv's NHWC result, and so does an Add the
+/// fused result of a conv (conv → Relu run as one step). An Add with a per-channel [1, C, 1, 1] operand, whose broadcast depends on the
 /// layout, keeps its operands in NCHW. The bits are those of the run that watches everything
 /// (where nothing is channels last), and of runs that watch one operand of an Add only (its
 /// operands then differ in layout and the channels-last one is read back in NCHW order).
@@ -548,7 +549,7 @@ fn values_handed_channels_last_between_onnx_convs_give_the_same_bits() {
 fn residual_paths_held_channels_last_change_no_bit() {
     let src = format!(
         r#"module {{
-  func.func @main(%x: tensor<1x4x9x7xf32>) -> (TRES, tensor<1x4x1x1xf32>) {{
+  func.func @main(%x: tensor<1x4x9x7xf32>) -> (TRES, tensor<1x4x1x1xf32>, tensor<1x4x1x1xf32>, TRES) {{
 {k1}{k3}    %n = "onnx.NoValue"() {{value}} : () -> none
     %two = "arith.constant"() {{value = dense<2.0> : tensor<1xf32>}} : () -> tensor<1xf32>
     %pc = "arith.constant"() {{value = dense<[[[0.5]], [[-1.0]], [[0.25]], [[3.0]]]> : tensor<4x1x1xf32>}} : () -> tensor<4x1x1xf32>
@@ -564,7 +565,14 @@ fn residual_paths_held_channels_last_change_no_bit() {
     %10 = "onnx.Add"(%9, %pc) : (TRES, tensor<4x1x1xf32>) -> TRES
     %11 = "onnx.Conv"(%10, %k1, %n) {{group = 1 : si64, kernel_shape = [3, 3], pads = [1, 1, 1, 1]}} : (TRES, tensor<4x4x3x3xf32>, none) -> TRES
     %12 = "onnx.GlobalAveragePool"(%11) : (TRES) -> tensor<1x4x1x1xf32>
-    return %8, %12 : TRES, tensor<1x4x1x1xf32>
+    %13 = "onnx.Conv"(%x, %k3, %n) {{group = 1 : si64, kernel_shape = [1, 1]}} : (TRES, tensor<4x4x1x1xf32>, none) -> TRES
+    %14 = "onnx.Relu"(%13) : (TRES) -> TRES
+    %15 = "onnx.GlobalMaxPool"(%14) : (TRES) -> tensor<1x4x1x1xf32>
+    %16 = "onnx.Conv"(%x, %k1, %n) {{group = 1 : si64, kernel_shape = [3, 3], pads = [1, 1, 1, 1]}} : (TRES, tensor<4x4x3x3xf32>, none) -> TRES
+    %17 = "onnx.Relu"(%16) : (TRES) -> TRES
+    %18 = "onnx.Add"(%17, %1) : (TRES, TRES) -> TRES
+    %19 = "onnx.Conv"(%18, %k3, %n) {{group = 1 : si64, kernel_shape = [1, 1]}} : (TRES, tensor<4x4x1x1xf32>, none) -> TRES
+    return %8, %12, %15, %19 : TRES, tensor<1x4x1x1xf32>, tensor<1x4x1x1xf32>, TRES
   }}
 }}"#,
         k1 = filter_src("k1", [4, 4, 3, 3], 0.7),
@@ -572,9 +580,11 @@ fn residual_paths_held_channels_last_change_no_bit() {
     )
     .replace("TRES", "tensor<1x4x9x7xf32>");
     let p = compile_src(&src).unwrap();
-    // %1 … %7 (the Relu and Mul after the first Add included) and %11 (read by the global
-    // pooling); not %9 (its Add broadcasts a per-channel operand), %10, nor the results
-    assert_eq!(p.results_held_channels_last(), 8);
+    // %1 … %7 (the Relu and Mul after the first Add included), %11 (read by the global
+    // average pooling), %17 (a conv's fused result: its Relu applied in the conv) and the Add
+    // %18 of it and %1; not %9 (its Add broadcasts a per-channel operand), %10, %14 (read by a
+    // kernel without a channels-last form), nor the results
+    assert_eq!(p.results_held_channels_last(), 10);
     let x = image_1x4x9x7();
     assert_hand_offs_change_no_bit(&p, &[x.clone()]);
     let plain = p.run(&[x.clone()]).unwrap();

@@ -33,7 +33,12 @@ pub(super) fn channels_last_results(
     fusions: &[Option<Fusion>],
     outs: &HashSet<usize>,
 ) -> Vec<bool> {
+    // steps run inside a fused step before them: their results are the fused step's
+    let absorbed: HashSet<usize> = fusions.iter().flatten().flat_map(|f| f.tail.iter().copied()).collect();
     let result = |i: usize| -> Option<usize> {
+        if absorbed.contains(&i) {
+            return None;
+        }
         let out = fusions[i]
             .as_ref()
             .map_or(steps[i].outputs.first().copied(), |f| Some(f.out));
@@ -59,14 +64,15 @@ pub(super) fn channels_last_results(
             })
         })
         .collect();
-    let users: Vec<Vec<usize>> = (0..steps.len())
-        .map(|i| match result(i) {
-            Some(out) => (i + 1..steps.len())
-                .filter(|&j| steps[j].inputs.contains(&out))
-                .collect(),
-            None => vec![],
-        })
-        .collect();
+    // the steps after each step that read its result, each once
+    let mut users: Vec<Vec<usize>> = vec![vec![]; steps.len()];
+    for (j, st) in steps.iter().enumerate() {
+        for &s in &st.inputs {
+            if let Some(i) = producer[s].filter(|&i| i < j && users[i].last() != Some(&j)) {
+                users[i].push(j);
+            }
+        }
+    }
     loop {
         let mut changed = false;
         for i in 0..steps.len() {

@@ -670,8 +670,10 @@ impl Program {
                 && st.outputs.first().is_some_and(|s| !watch.slots.contains(s));
             // an elementwise op over channels-last operands (layout_plan)
             let operand = |s: usize| self.consts[s].as_deref().or(env[s].as_ref());
-            let flagged: Option<Vec<(&Tensor, bool)>> =
-                inputs.iter().map(|&s| Some((operand(s)?, channels_last[s]))).collect();
+            let flagged: Option<Vec<(&Tensor, bool)>> = match kernel.layout_free() {
+                true => inputs.iter().map(|&s| Some((operand(s)?, channels_last[s]))).collect(),
+                false => None,
+            };
             let free = flagged.as_deref().and_then(|a| layout_plan::operands_last(kernel, a));
             let layout = kernels::ChannelsLast {
                 input: input_last && free.is_none(),
