@@ -277,7 +277,8 @@ impl LazyArray {
 
     /// Row `i` without its first axis.
     pub fn row(&self, i: usize) -> Result<Tensor, String> {
-        self.read_rows(i, 1, IxDyn(&self.shape[1..]))
+        // (a 0-d array has no rows: read_rows says so)
+        self.read_rows(i, 1, IxDyn(self.shape.get(1..).unwrap_or_default()))
     }
 
     /// The whole array (labels, small arrays).
@@ -384,5 +385,12 @@ mod tests {
                 assert!(lazy.row(5).is_err());
             }
         }
+        // a 0-d array has no row 0: an error, not a panic
+        let p = dir.path().join("scalar.npz");
+        let mut w = NpzWriter::new(std::fs::File::create(&p).unwrap());
+        w.add_array("s", &ndarray::arr0(1.5f32)).unwrap();
+        w.finish().unwrap();
+        let arrays = LazyArray::open_npz(&p).unwrap().expect("streams");
+        assert!(arrays[0].1.row(0).is_err());
     }
 }
