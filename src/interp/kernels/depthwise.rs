@@ -87,79 +87,59 @@ fn depthwise_with(
     from_vec(&[g.n, g.oh, g.ow, co], out)
 }
 
-/// The filter taps of one output pixel that read inside the image, in filter order, as
-/// `(input offset, weight offset)`: the input offset from the pixel's first such tap, the
-/// weight offset into the `[KH, KW, C]` filter.
-#[derive(Default)]
-struct Taps {
-    list: Vec<(usize, usize)>,
-    /// Image offset (row · W + column) · C of the first listed tap.
-    first: usize,
-}
-
-impl Taps {
-    /// Taps `ky_range × kx_range` for output column `ox` of row `oy` (both ranges inside).
-    fn fill(
-        &mut self,
-        g: &Window2d,
-        c: usize,
-        oy: usize,
-        ox: usize,
-        ky: std::ops::Range<usize>,
-        kx: std::ops::Range<usize>,
-    ) {
-        self.list.clear();
-        self.first = Self::first_of(g, c, oy, ox, ky.start, kx.start);
-        for y in ky.clone() {
-            for x in kx.clone() {
-                let at = ((y - ky.start) * g.dh * g.w + (x - kx.start) * g.dw) * c;
-                self.list.push((at, (y * g.kw + x) * c));
-            }
+/// The filter taps `ky × kx` (both inside the image) of an output pixel, in filter order, as
+/// `(input offset, weight offset)`: the input offset from the pixel's first such tap
+/// ([`first_tap`]), the weight offset into the `[KH, KW, C]` filter.
+fn fill_taps(list: &mut Vec<(usize, usize)>, g: &Window2d, ky: std::ops::Range<usize>, kx: std::ops::Range<usize>) {
+    list.clear();
+    for y in ky.clone() {
+        for x in kx.clone() {
+            let at = ((y - ky.start) * g.dh * g.w + (x - kx.start) * g.dw) * g.c;
+            list.push((at, (y * g.kw + x) * g.c));
         }
     }
+}
 
-    /// Image offset of the tap (`ky0`, `kx0`) of output pixel (`oy`, `ox`).
-    fn first_of(g: &Window2d, c: usize, oy: usize, ox: usize, ky0: usize, kx0: usize) -> usize {
-        let (iy0, ix0) = (oy * g.sh + ky0 * g.dh - g.ph, ox * g.sw + kx0 * g.dw - g.pw);
-        (iy0 * g.w + ix0) * c
-    }
+/// Image offset (row · W + column) · C of the tap (`ky0`, `kx0`) of output pixel (`oy`, `ox`).
+fn first_tap(g: &Window2d, oy: usize, ox: usize, ky0: usize, kx0: usize) -> usize {
+    let (iy0, ix0) = (oy * g.sh + ky0 * g.dh - g.ph, ox * g.sw + kx0 * g.dw - g.pw);
+    (iy0 * g.w + ix0) * g.c
 }
 
 /// The tap lists of a convolution's rows, kept from row to row: the inside columns' list
 /// depends on the row only through which filter rows read inside the image, so rows with the
-/// same ones (all but the top and bottom few) share it and only move its start.
+/// same ones (all but the top and bottom few) share it.
 #[derive(Default)]
 struct RowTaps {
-    inner: Taps,
+    inner: Vec<(usize, usize)>,
     /// The filter rows `inner` was made for.
     inner_ky: Option<std::ops::Range<usize>>,
     /// Border columns' lists by the filter rows and columns they read (a few kinds: top or
     /// bottom rows × left or right columns), each made once per convolution.
-    border: Vec<(std::ops::Range<usize>, std::ops::Range<usize>, Taps)>,
+    border: Vec<(std::ops::Range<usize>, std::ops::Range<usize>, Vec<(usize, usize)>)>,
 }
 
 impl RowTaps {
-    /// The taps of border pixel (`oy`, `ox`), which reads filter rows `ky` and columns `kx`.
-    fn border(
-        &mut self,
-        g: &Window2d,
-        oy: usize,
-        ox: usize,
-        ky: std::ops::Range<usize>,
-        kx: std::ops::Range<usize>,
-    ) -> &Taps {
+    /// Makes `inner` the inside columns' taps for filter rows `ky`, unless it already is.
+    fn make_inner(&mut self, g: &Window2d, ky: std::ops::Range<usize>) {
+        if self.inner_ky.as_ref() != Some(&ky) {
+            fill_taps(&mut self.inner, g, ky.clone(), 0..g.kw);
+            self.inner_ky = Some(ky);
+        }
+    }
+
+    /// The taps of a border pixel that reads filter rows `ky` and columns `kx`.
+    fn border(&mut self, g: &Window2d, ky: std::ops::Range<usize>, kx: std::ops::Range<usize>) -> &[(usize, usize)] {
         let at = match self.border.iter().position(|(y, x, _)| *y == ky && *x == kx) {
             Some(at) => at,
             None => {
-                let mut t = Taps::default();
-                t.fill(g, g.c, oy, ox, ky.clone(), kx.clone());
-                self.border.push((ky.clone(), kx.clone(), t));
+                let mut list = Vec::new();
+                fill_taps(&mut list, g, ky.clone(), kx.clone());
+                self.border.push((ky, kx, list));
                 self.border.len() - 1
             }
         };
-        let t = &mut self.border[at].2;
-        t.first = Taps::first_of(g, g.c, oy, ox, ky.start, kx.start);
-        t
+        &self.border[at].2
     }
 }
 
@@ -178,7 +158,7 @@ fn one_per_channel_row(
     taps: &mut RowTaps,
     simd: bool,
 ) {
-    let (kw, c) = (g.kw, g.c);
+    let c = g.c;
     let ky = g.ky_inside(oy);
     if ky.is_empty() {
         row.fill(MaybeUninit::new(0.0)); // no tap reads the image
@@ -186,13 +166,13 @@ fn one_per_channel_row(
     }
     let std::ops::Range { start: lo, end: hi } = g.cols_all_inside();
     let step = g.sw * c;
-    if lo < hi {
-        if taps.inner_ky.as_ref() != Some(&ky) {
-            taps.inner.fill(g, c, oy, lo, ky.clone(), 0..kw);
-            taps.inner_ky = Some(ky.clone());
+    let inner_first = match lo < hi {
+        true => {
+            taps.make_inner(g, ky.clone());
+            first_tap(g, oy, lo, ky.start, 0)
         }
-        taps.inner.first = Taps::first_of(g, c, oy, lo, ky.start, 0);
-    }
+        false => 0, // no column has its whole window inside
+    };
     let mut ox = 0;
     while ox < g.ow {
         let (taps, first, p) = if (lo..hi).contains(&ox) {
@@ -201,7 +181,7 @@ fn one_per_channel_row(
                 4.. => 4,
                 _ => 1,
             };
-            (&taps.inner, taps.inner.first + (ox - lo) * step, p)
+            (&taps.inner[..], inner_first + (ox - lo) * step, p)
         } else {
             let kx = g.kx_inside(ox);
             if kx.is_empty() {
@@ -209,11 +189,11 @@ fn one_per_channel_row(
                 ox += 1;
                 continue;
             }
-            let b = taps.border(g, oy, ox, ky.clone(), kx);
-            (b, b.first, 1)
+            let first = first_tap(g, oy, ox, ky.start, kx.start);
+            (taps.border(g, ky.clone(), kx), first, 1)
         };
         let pixels = Pixels {
-            taps: &taps.list,
+            taps,
             img,
             first,
             p,
