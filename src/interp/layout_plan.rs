@@ -151,11 +151,12 @@ pub(super) fn run_in_nchw(kernel: &dyn Kernel, args: &[(&Tensor, bool)]) -> Resu
     kernel.run(&operands)
 }
 
-/// How a layout-free step stands at run time: `Some(true)` when every rank-4 operand is held
-/// channels last and they have one shape (it runs on the buffers as they are), `Some(false)`
-/// when only some are (they are read back in NCHW order first), `None` when none is.
-pub(super) fn operands_last(kernel: &dyn Kernel, args: &[(&Tensor, bool)]) -> Option<bool> {
-    if !kernel.layout_free() || !args.iter().any(|&(_, last)| last) {
+/// How a layout-free step's operands `args` (each with whether it is held channels last) stand
+/// at run time: `Some(true)` when every rank-4 operand is held channels last and they have one
+/// shape (it runs on the buffers as they are), `Some(false)` when only some are (they are read
+/// back in NCHW order first), `None` when none is.
+pub(super) fn operands_last(args: &[(&Tensor, bool)]) -> Option<bool> {
+    if !args.iter().any(|&(_, last)| last) {
         return None;
     }
     let four: Vec<&(&Tensor, bool)> = args

@@ -674,7 +674,7 @@ impl Program {
                 true => inputs.iter().map(|&s| Some((operand(s)?, channels_last[s]))).collect(),
                 false => None,
             };
-            let free = flagged.as_deref().and_then(|a| layout_plan::operands_last(kernel, a));
+            let free = flagged.as_deref().and_then(|a| layout_plan::operands_last(a));
             let layout = kernels::ChannelsLast {
                 input: input_last && free.is_none(),
                 output: keep_last && (free == Some(true) || kernel.takes_channels_last()),

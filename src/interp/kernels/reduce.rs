@@ -129,13 +129,15 @@ pub fn spatial_sum_channels_last(x: &ArrayD<f32>, op: Reduce) -> Option<ArrayD<f
     let xs = x.as_slice()?;
     let mut out = Vec::with_capacity(n * c);
     let mut rows = vec![0f32; h * c];
+    // the eight running sums of every lane, made once for all the folds
+    let mut partial = vec![0f32; 8 * c];
     for img in xs.chunks_exact(h * w * c) {
         for (row, sum) in img.chunks_exact(w * c).zip(rows.chunks_exact_mut(c)) {
-            fold_lanes(row, c, sum);
+            fold_lanes(row, c, sum, &mut partial);
         }
         let start = out.len();
         out.resize(start + c, 0.0);
-        fold_lanes(&rows, c, &mut out[start..]);
+        fold_lanes(&rows, c, &mut out[start..], &mut partial);
     }
     if op == Reduce::Mean {
         let count = (h * w) as f32;
@@ -145,11 +147,11 @@ pub fn spatial_sum_channels_last(x: &ArrayD<f32>, op: Reduce) -> Option<ArrayD<f
 }
 
 /// [`unrolled_fold`] of each of the `c` lanes of `xs` (runs of `c` values, lane `l` of run `i`
-/// at `i · c + l`) into `out`.
-fn fold_lanes(xs: &[f32], c: usize, out: &mut [f32]) {
+/// at `i · c + l`) into `out`; `p` holds the running sums (8 · c values, overwritten).
+fn fold_lanes(xs: &[f32], c: usize, out: &mut [f32], p: &mut [f32]) {
     let len = xs.len() / c;
     let whole = len / 8 * 8;
-    let mut p = vec![0f32; 8 * c];
+    p.fill(0.0);
     for (i, run) in xs[..whole * c].chunks_exact(c).enumerate() {
         for (s, &v) in p[(i % 8) * c..(i % 8 + 1) * c].iter_mut().zip(run) {
             *s += v;

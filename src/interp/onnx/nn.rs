@@ -413,6 +413,7 @@ impl Kernel for GlobalAveragePool {
         _ep: Option<&crate::interp::kernels::epilogue::Epilogue>,
         layout: crate::interp::kernels::ChannelsLast,
     ) -> KernelResult<Vec<Tensor>> {
+        // [N, C] from the NHWC value, or [N, C, 1, 1] from the NCHW one: the same order
         let means = match layout.input {
             true => crate::interp::kernels::reduce::spatial_sum_channels_last(f32_arg(x, 0)?, Reduce::Mean)
                 .ok_or_else(|| {
@@ -421,16 +422,18 @@ impl Kernel for GlobalAveragePool {
                         x[0].shape()
                     )
                 })?,
-            false => {
-                let Tensor::F32(y) = global_pool(f32_arg(x, 0).map(|_| x[0])?, Reduce::Mean)? else {
-                    return Err("global pooling of a non-f32 value".into());
-                };
-                let n = y.shape()[0];
-                let c = y.len() / n.max(1);
-                y.into_shape_with_order(IxDyn(&[n, c])).map_err(|e| e.to_string())?
-            }
+            false => match global_pool(x[0], Reduce::Mean)? {
+                Tensor::F32(y) => y,
+                other => {
+                    return Err(format!(
+                        "a channels-last GlobalAveragePool of a {} value",
+                        other.dtype()
+                    ))
+                }
+            },
         };
-        let (n, c) = (means.shape()[0], means.shape()[1]);
+        let n = means.shape()[0];
+        let c = means.len() / n.max(1);
         let dims: [usize; 4] = if layout.output { [n, 1, 1, c] } else { [n, c, 1, 1] };
         Ok(vec![Tensor::F32(
             means.into_shape_with_order(IxDyn(&dims)).map_err(|e| e.to_string())?,
