@@ -63,14 +63,14 @@ pub fn pair_extremes(q0: i64, r0: RawRange, q1: i64, r1: RawRange) -> (i64, i64)
 /// The first pair (index j of elements 2j, 2j+1) whose sum can leave int16, for one output
 /// channel's quantized weights `q` in the kernel's reduction order and the raw ranges of the
 /// activation elements they multiply.
-pub fn first_saturating_pair(q: &[i64], ranges: &[RawRange]) -> Option<usize> {
+pub fn first_saturating_pair<Q: Copy + Into<i64>>(q: &[Q], ranges: &[RawRange]) -> Option<usize> {
     (0..q.len().div_ceil(2)).find(|&j| {
         let (i0, i1) = (2 * j, 2 * j + 1);
         let (q1, r1) = match q.get(i1) {
-            Some(&v) => (v, ranges[i1]),
+            Some(&v) => (v.into(), ranges[i1]),
             None => (0, RawRange::FULL),
         };
-        let (lo, hi) = pair_extremes(q[i0], ranges[i0], q1, r1);
+        let (lo, hi) = pair_extremes(q[i0].into(), ranges[i0], q1, r1);
         lo < -PAIR_LIMIT - 1 || hi > PAIR_LIMIT
     })
 }

@@ -552,14 +552,28 @@ fn widen_for_u8s8(
         }
     };
     let slot = |c: &crate::dialects::ort_u8s8::Column| if p.scale.len() == 1 { 0 } else { c.channel };
-    // the raw ranges of a column's activation elements, into a buffer reused column to column
-    let col_ranges = |c: &crate::dialects::ort_u8s8::Column, rs: &mut Vec<RawRange>| {
-        rs.clear();
-        rs.extend(
-            c.inputs()
-                .map(|i| ranges.as_ref().and_then(|r| r.get(i).copied()).unwrap_or(whole)),
-        );
-    };
+    // the raw ranges of a column's activation elements depend on the column only through which
+    // inputs it reads (first input, period, length): made once for each such reading, not once
+    // per column (a MatMul's 3072 columns all read the same 768 inputs)
+    let mut readings: Vec<((usize, usize, usize), Vec<RawRange>)> = Vec::new();
+    let reading_of: Vec<usize> = cols
+        .iter()
+        .map(|c| {
+            let key = (c.first_input, c.period, c.weights.len());
+            match readings.iter().position(|(k, _)| *k == key) {
+                Some(at) => at,
+                None => {
+                    let rs = c
+                        .inputs()
+                        .map(|i| ranges.as_ref().and_then(|r| r.get(i).copied()).unwrap_or(whole))
+                        .collect();
+                    readings.push((key, rs));
+                    readings.len() - 1
+                }
+            }
+        })
+        .collect();
+    let col_ranges = |k: usize| -> &[RawRange] { &readings[reading_of[k]].1 };
     // the columns of each scale, in order: scales are widened one column after another, and
     // different scales in parallel (the same result on any number of threads)
     let mut of_slot: Vec<Vec<usize>> = vec![Vec::new(); p.scale.len()];
@@ -573,13 +587,7 @@ fn widen_for_u8s8(
         of_slot
             .par_iter()
             .zip(scales.par_iter())
-            .map(|(ks, &s0)| {
-                let mut rs = Vec::new();
-                ks.iter().fold(s0, |s, &k| {
-                    col_ranges(&cols[k], &mut rs);
-                    step(k, s, &rs)
-                })
-            })
+            .map(|(ks, &s0)| ks.iter().fold(s0, |s, &k| step(k, s, col_ranges(k))))
             .collect()
     };
     let scales = per_scale(&p.scale, &|k, s, rs| {
@@ -602,8 +610,7 @@ fn widen_for_u8s8(
             let qcols = columns(red, &q, &attrs).unwrap_or_default();
             per_scale(&scales, &|k, s, rs| {
                 let Some(qc) = qcols.get(k) else { return s };
-                let qi: Vec<i64> = qc.weights.iter().map(|&v| v as i64).collect();
-                match first_saturating_pair(&qi, rs) {
+                match first_saturating_pair(&qc.weights, rs) {
                     Some(_) => up(bounded_scale(&cols[k].weights, rs, s)),
                     None => s,
                 }
