@@ -15,6 +15,10 @@ use quantir::interp::Program;
 use quantir::tensor::Tensor;
 use std::hint::black_box;
 
+/// The command line's allocator, so that kernels are timed on the buffers they get there.
+#[global_allocator]
+static GLOBAL: quantir::alloc::CacheAligned = quantir::alloc::CacheAligned;
+
 fn arr(shape: &[usize]) -> ArrayD<f32> {
     ArrayD::from_shape_fn(IxDyn(shape), |i| {
         ((i.as_array_view().iter().sum::<usize>() * 7919) % 97) as f32 / 97.0 - 0.5

@@ -6,7 +6,7 @@
 //!
 //! | layer | modules | what they hold |
 //! |---|---|---|
-//! | base | [`tensor`], [`fsutil`], [`hash`], [`text`] | tensors of every dtype, atomic writes, FNV-1a, message text |
+//! | base | [`tensor`], [`fsutil`], [`hash`], [`text`], [`alloc`] | tensors of every dtype, atomic writes, FNV-1a, message text, the cache-line-aligning allocator |
 //! | math | [`params`] | scales and zero points in the mlir / onnx / torch schemes, int32 bias, kernels |
 //! | MLIR | [`ir`] | the only code that calls mlir-sys or uses `unsafe` on MLIR handles: context, load/save, constants, types, graph edits, op helpers, tensor keys |
 //! | tables | [`dialects`] | what each op is for quantization (TF, ONNX), ONNX data types |
@@ -22,6 +22,7 @@
 //! The statistics observers are the `quantir-calibration` crate, re-exported as
 //! [`calibration`] (ndarray and serde only, no MLIR).
 
+pub mod alloc;
 pub mod dialects;
 pub mod evaluate;
 pub mod formats;

@@ -456,6 +456,10 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// Tensors on cache lines: the kernels' vector loads never straddle two (`quantir::alloc`).
+#[global_allocator]
+static GLOBAL: quantir::alloc::CacheAligned = quantir::alloc::CacheAligned;
+
 fn main() -> ExitCode {
     quantir::ir::fatal::install();
     let cli = Cli::parse();

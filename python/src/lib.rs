@@ -17,6 +17,10 @@ use quantir::formats::data::Dataset;
 use quantir::jobs::{self, CalibFlags, JobError, RecipeFlags, RecipeSource, Samples, StatsSource};
 use std::path::PathBuf;
 
+/// Tensors on cache lines, as in the command line (`quantir::alloc`).
+#[global_allocator]
+static GLOBAL: quantir::alloc::CacheAligned = quantir::alloc::CacheAligned;
+
 /// Calibration statistics: what `quantir calibrate` writes, in memory.
 #[pyclass(module = "quantir._quantir", frozen)]
 struct Stats {
