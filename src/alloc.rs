@@ -39,11 +39,11 @@ fn raised(l: Layout) -> bool {
 ///
 /// The extra line is taken through plain `malloc`, not `posix_memalign`: glibc serves aligned
 /// requests of a few MB from the heap and leaves their leading gaps as holes, which raised the
-/// peak memory of `quantize ppocr_det.onnx` from 77 to 129 MB; this way it stays the same.
-fn under(size: usize) -> Layout {
-    // LINE is a power of two and size + LINE does not overflow isize for any block the caller
-    // may request (its size is at most isize::MAX − LINE + 1 when rounded to its alignment)
-    Layout::from_size_align(size.saturating_add(LINE), 8).unwrap_or(Layout::new::<u64>())
+/// peak memory of `quantize ppocr_det.onnx` from 77 to 127–131 MB; this way it stays the same.
+///
+/// `None` when `size + LINE` is more than a layout can hold: no block is made.
+fn under(size: usize) -> Option<Layout> {
+    Layout::from_size_align(size.checked_add(LINE)?, 8).ok()
 }
 
 /// Places a raised block in the system block at `raw` (null stays null).
@@ -70,7 +70,7 @@ unsafe fn raw_of(p: *mut u8) -> *mut u8 {
 unsafe impl GlobalAlloc for CacheAligned {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         match raised(l) {
-            true => place(System.alloc(under(l.size()))),
+            true => under(l.size()).map_or(std::ptr::null_mut(), |u| place(System.alloc(u))),
             false => System.alloc(l),
         }
     }
@@ -78,14 +78,19 @@ unsafe impl GlobalAlloc for CacheAligned {
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
         // calloc: fresh pages of a large block come zeroed without a pass over them
         match raised(l) {
-            true => place(System.alloc_zeroed(under(l.size()))),
+            true => under(l.size()).map_or(std::ptr::null_mut(), |u| place(System.alloc_zeroed(u))),
             false => System.alloc_zeroed(l),
         }
     }
 
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         match raised(l) {
-            true => System.dealloc(raw_of(p), under(l.size())),
+            // a raised block exists, so `under` of its size was a layout when it was made
+            true => {
+                if let Some(u) = under(l.size()) {
+                    System.dealloc(raw_of(p), u)
+                }
+            }
             false => System.dealloc(p, l),
         }
     }
@@ -132,6 +137,10 @@ mod tests {
                     a.dealloc(p, l);
                 }
             }
+            // a size that leaves no room for the extra line is refused, not served short
+            let huge = Layout::from_size_align(isize::MAX as usize - 8, 4).unwrap();
+            assert!(a.alloc(huge).is_null());
+            assert!(a.alloc_zeroed(huge).is_null());
             let page = Layout::from_size_align(1 << 20, 4096).unwrap();
             let p = a.alloc(page); // an alignment above a line is the system's to keep
             assert_eq!(p as usize % 4096, 0);
