@@ -1,7 +1,7 @@
 //! Min/max observers.
 
 use crate::{CalibError, Range};
-use ndarray::{ArrayViewD, Axis};
+use ndarray::ArrayViewD;
 use serde::{Deserialize, Serialize};
 
 const LANES: usize = 16;
@@ -196,6 +196,83 @@ impl MovingAverageMinMax {
     }
 }
 
+/// Each index of `axis`'s extremes over `x`, and how many non-finite values `x` holds, in one
+/// pass over `x` in memory order: seen as blocks of [C, inner], channel c owns the c-th run of
+/// `inner` values of each block. A matrix product's input [.., K] is observed per K (inner = 1),
+/// where gathering each channel's lane would stride through the whole tensor once per channel.
+fn channel_extremes(x: &ArrayViewD<f32>, axis: usize) -> (Vec<MinMax>, usize) {
+    let c = x.shape()[axis];
+    let inner: usize = x.shape()[axis + 1..].iter().product();
+    let standard = x.as_standard_layout();
+    let flat = standard.as_slice().expect("standard layout");
+    let mut mine = vec![MinMax::default(); c];
+    if c == 0 || inner == 0 {
+        return (mine, 0);
+    }
+    if inner > 1 {
+        let mut bad = 0;
+        for block in flat.chunks_exact(c * inner) {
+            for (m, run) in mine.iter_mut().zip(block.chunks_exact(inner)) {
+                bad += m.observe_slice(run);
+            }
+        }
+        return (mine, bad);
+    }
+    let (mut lo, mut hi) = (vec![f32::INFINITY; c], vec![f32::NEG_INFINITY; c]);
+    let mut non_finite = vec![0u64; c];
+    rows_min_max(flat, &mut lo, &mut hi, &mut non_finite);
+    let rows = (flat.len() / c) as u64;
+    let mut bad = 0;
+    for (m, ((l, h), n)) in mine.iter_mut().zip(lo.into_iter().zip(hi).zip(non_finite)) {
+        *m = MinMax {
+            min: l,
+            max: h,
+            count: rows - n,
+        };
+        bad += n as usize;
+    }
+    (mine, bad)
+}
+
+/// Folds each row of `flat` (rows of `lo.len()` values) into the per-column extremes and
+/// non-finite counts: finite values only, as [`batch_min_max`] counts them.
+fn rows_min_max(flat: &[f32], lo: &mut [f32], hi: &mut [f32], non_finite: &mut [u64]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (checked just above).
+        return unsafe { rows_min_max_avx2(flat, lo, hi, non_finite) };
+    }
+    rows_min_max_portable(flat, lo, hi, non_finite)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn rows_min_max_avx2(flat: &[f32], lo: &mut [f32], hi: &mut [f32], non_finite: &mut [u64]) {
+    rows_min_max_portable(flat, lo, hi, non_finite)
+}
+
+#[inline(always)]
+fn rows_min_max_portable(flat: &[f32], lo: &mut [f32], hi: &mut [f32], non_finite: &mut [u64]) {
+    // counts in u32 lanes (they vectorise), added to the u64 totals every 2^20 rows
+    let c = lo.len();
+    let mut count = vec![0u32; c];
+    for rows in flat.chunks(c << 20) {
+        for row in rows.chunks_exact(c) {
+            for (((l, h), n), &x) in lo.iter_mut().zip(hi.iter_mut()).zip(count.iter_mut()).zip(row) {
+                // NaN and ±Inf both fail |x| < Inf
+                let finite = x.abs() < f32::INFINITY;
+                let (xl, xh) = if finite { (x, x) } else { (f32::INFINITY, f32::NEG_INFINITY) };
+                *l = if xl < *l { xl } else { *l };
+                *h = if xh > *h { xh } else { *h };
+                *n += u32::from(!finite);
+            }
+        }
+        for (t, n) in non_finite.iter_mut().zip(count.iter_mut()) {
+            *t += u64::from(std::mem::take(n));
+        }
+    }
+}
+
 /// Min and max per channel along `axis` (weights, or per-channel activations).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PerChannelMinMax {
@@ -247,18 +324,10 @@ impl PerChannelMinMax {
                 half.len()
             )));
         }
-        let mut bad = 0;
-        for ((ch, h), lane) in self
-            .channels
-            .iter_mut()
-            .zip(half.iter_mut())
-            .zip(x.axis_iter(Axis(self.axis)))
-        {
-            let lane = lane.as_standard_layout();
-            let mut m = MinMax::default();
-            bad += m.observe_slice(lane.as_slice().unwrap_or(&[]));
-            ch.merge(&m);
-            h.merge(&m);
+        let (mine, bad) = channel_extremes(x, self.axis);
+        for ((ch, h), m) in self.channels.iter_mut().zip(half.iter_mut()).zip(&mine) {
+            ch.merge(m);
+            h.merge(m);
         }
         Ok(bad)
     }
@@ -320,6 +389,7 @@ impl PerChannelMinMax {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ndarray::Axis;
 
     #[test]
     fn min_max_and_non_finite() {
@@ -331,6 +401,38 @@ mod tests {
         assert_eq!(batch_min_max(&ys), (-18.5, 31.0, 2));
         assert_eq!(first_non_finite(&ys), 3);
         assert_eq!(batch_min_max(&[]), (f32::INFINITY, f32::NEG_INFINITY, 0));
+    }
+
+    /// Observed in one pass in memory order, each channel's extremes, count and the non-finite
+    /// total are those of its own lane, whichever axis holds the channels.
+    #[test]
+    fn per_channel_extremes_are_each_lanes_own() {
+        let x = ndarray::Array3::from_shape_fn((3, 5, 4), |(i, j, k)| {
+            match (i * 20 + j * 4 + k) % 17 {
+                3 => f32::NAN,
+                11 => f32::INFINITY,
+                5 if j == 2 => f32::NEG_INFINITY,
+                v => (v as f32 - 8.0) * (1.0 + k as f32) * if i == 1 { -0.5 } else { 1.0 },
+            }
+        })
+        .into_dyn();
+        for axis in 0..3 {
+            for view in [x.view(), x.view().reversed_axes()] {
+                let (mine, bad) = channel_extremes(&view, axis);
+                let mut want_bad = 0;
+                for (c, lane) in view.axis_iter(Axis(axis)).enumerate() {
+                    let lane: Vec<f32> = lane.iter().copied().collect();
+                    let mut m = MinMax::default();
+                    want_bad += m.observe_slice(&lane);
+                    assert_eq!(mine[c], m, "axis {axis}, channel {c}");
+                }
+                assert_eq!(bad, want_bad, "axis {axis}");
+            }
+        }
+        // a channel that saw only non-finite values has no range
+        let all_bad = ndarray::arr2(&[[f32::NAN, 1.0], [f32::INFINITY, 2.0]]).into_dyn();
+        let (mine, bad) = channel_extremes(&all_bad.view(), 1);
+        assert_eq!((mine[0].range(), mine[1].range(), bad), (None, Some((1.0, 2.0)), 2));
     }
 
     #[test]
