@@ -819,3 +819,51 @@ fn a_shapes_only_run_sees_the_shapes_a_full_run_computes() {
         );
     }
 }
+
+/// The transformer ops that tell their shapes without computing them (layer norm, softmax
+/// over the last axis and over another, erf, broadcasting arithmetic) hand a shapes-only run
+/// the dtypes and shapes a full run computes; on operands that do not fit, the run's own
+/// error comes out (the kernels are run, not skipped).
+#[test]
+fn transformer_ops_tell_the_shapes_they_compute() {
+    let module = |scale_len: usize| {
+        format!(
+            r#"module {{
+  func.func @main(%x: tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>) {{
+    %g = "arith.constant"() {{value = dense<1.5> : tensor<{scale_len}xf32>}} : () -> tensor<{scale_len}xf32>
+    %b = "arith.constant"() {{value = dense<0.25> : tensor<8xf32>}} : () -> tensor<8xf32>
+    %c = "arith.constant"() {{value = dense<0.5> : tensor<4x1xf32>}} : () -> tensor<4x1xf32>
+    %h = "onnx.LayerNormalization"(%x, %g, %b) {{axis = -1 : i64, epsilon = 1.0E-5 : f32}} : (tensor<2x4x8xf32>, tensor<{scale_len}xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+    %e = "onnx.Erf"(%h) : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+    %m = "onnx.Mul"(%e, %c) : (tensor<2x4x8xf32>, tensor<4x1xf32>) -> tensor<2x4x8xf32>
+    %s = "onnx.Softmax"(%m) {{axis = -1 : i64}} : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+    %t = "onnx.Softmax"(%m) {{axis = 1 : i64}} : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+    return %s, %t : tensor<2x4x8xf32>, tensor<2x4x8xf32>
+  }}
+}}"#
+        )
+    };
+    let x = vec![Tensor::F32(
+        ndarray::ArrayD::from_shape_fn(ndarray::IxDyn(&[2, 4, 8]), |i| (i[0] * 32 + i[1] * 8 + i[2]) as f32 * 0.1 - 3.0),
+    )];
+    let ctx = quantir::ir::new_context();
+    let m = quantir::ir::load_bytes(&ctx, module(8).as_bytes(), Path::new("t.mlir")).unwrap();
+    let (p, ps) = (Program::compile(&m, None).unwrap(), Program::compile_for_shapes(&m).unwrap());
+    let all: Vec<String> = p.values.iter().filter(|v| !v.constant).map(|v| v.key.clone()).collect();
+    let seen = |p: &Program| {
+        let mut types = std::collections::BTreeMap::new();
+        p.run_observed(&x, &p.watch(&all).unwrap(), &mut |k, t| {
+            types.insert(k.to_string(), (t.dtype(), t.shape().to_vec()));
+            Ok(())
+        })
+        .map(|_| types)
+    };
+    let full = seen(&p).unwrap();
+    assert_eq!(full.len(), 6, "{full:?}");
+    assert_eq!(seen(&ps).unwrap(), full);
+    // a norm scale that does not broadcast: the shapes-only run fails as the full one does
+    let bad = quantir::ir::load_bytes(&ctx, module(3).as_bytes(), Path::new("t.mlir")).unwrap();
+    let (p, ps) = (Program::compile(&bad, None).unwrap(), Program::compile_for_shapes(&bad).unwrap());
+    let (e1, e2) = (seen(&p).unwrap_err().to_string(), seen(&ps).unwrap_err().to_string());
+    assert_eq!(e1, e2);
+}

@@ -1,7 +1,7 @@
 //! Elementwise ops with NumPy broadcasting: binary arithmetic and comparisons, unary math.
 
 use super::{from_vec, KernelResult};
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 use ndarray::{ArrayD, IxDyn, Zip};
 
 /// The NumPy broadcast of two shapes.
@@ -374,7 +374,7 @@ pub fn unary_fn(op: UnOp) -> Box<dyn Fn(f32) -> f32 + Send + Sync> {
         }
         UnOp::Sigmoid => Box::new(|x: f32| 1.0 / (1.0 + (-x).exp())),
         UnOp::Tanh => Box::new(f32::tanh),
-        UnOp::Erf => Box::new(libm::erff),
+        UnOp::Erf => Box::new(super::erf::erf),
         UnOp::Exp => Box::new(f32::exp),
         UnOp::Log => Box::new(f32::ln),
         UnOp::Sqrt => Box::new(f32::sqrt),
@@ -384,7 +384,7 @@ pub fn unary_fn(op: UnOp) -> Box<dyn Fn(f32) -> f32 + Send + Sync> {
         UnOp::Abs => Box::new(f32::abs),
         UnOp::Reciprocal => Box::new(|x: f32| 1.0 / x),
         UnOp::Softplus => Box::new(|x: f32| if x > 20.0 { x } else { x.exp().ln_1p() }),
-        UnOp::Gelu => Box::new(|x: f32| 0.5 * x * (1.0 + libm::erff(x / std::f32::consts::SQRT_2))),
+        UnOp::Gelu => Box::new(super::erf::gelu),
         UnOp::Floor => Box::new(f32::floor),
         UnOp::Ceil => Box::new(f32::ceil),
         UnOp::Round => Box::new(f32::round_ties_even),
@@ -426,6 +426,11 @@ pub fn unary(op: UnOp, t: &Tensor) -> KernelResult<Tensor> {
         UnOp::Rsqrt => map_f32(a, |x| 1.0 / x.sqrt()),
         UnOp::Sqrt => map_f32(a, f32::sqrt),
         UnOp::Reciprocal => map_f32(a, |x| 1.0 / x),
+        UnOp::Erf | UnOp::Gelu => {
+            let mut y = a.to_owned();
+            apply_in_place(op, &mut y);
+            y
+        }
         other => {
             let f = unary_fn(other);
             map_f32(a, f)
@@ -554,6 +559,12 @@ fn apply_in_place(op: UnOp, a: &mut ArrayD<f32>) {
         UnOp::Relu6 => a.mapv_inplace(relu6),
         UnOp::Neg => a.mapv_inplace(|x| -x),
         UnOp::Square => a.mapv_inplace(|x| x * x),
+        // vectorised over the values in memory order (any contiguous layout)
+        UnOp::Erf | UnOp::Gelu => match (op, a.as_slice_memory_order_mut()) {
+            (UnOp::Erf, Some(xs)) => super::erf::erf_in_place(xs),
+            (_, Some(xs)) => super::erf::gelu_in_place(xs),
+            (_, None) => a.mapv_inplace(unary_fn(op)),
+        },
         other => {
             let f = unary_fn(other);
             a.mapv_inplace(f)
@@ -579,6 +590,13 @@ impl super::Kernel for UnaryKernel {
     }
     fn layout_free(&self) -> bool {
         true
+    }
+    /// Operand 0's shape, for f32 (the other types' rules are `unary`'s to apply).
+    fn result_shapes(&self, inputs: &[&Tensor]) -> super::ResultShapes {
+        match inputs.first() {
+            Some(Tensor::F32(a)) => Some(Ok(vec![(DType::F32, a.shape().to_vec())])),
+            _ => None,
+        }
     }
 }
 
@@ -654,5 +672,16 @@ impl super::Kernel for BinaryKernel {
     }
     fn layout_free(&self) -> bool {
         true
+    }
+    /// The broadcast shape, for two f32 operands that broadcast (else `arith` is run and
+    /// says what is wrong).
+    fn result_shapes(&self, inputs: &[&Tensor]) -> super::ResultShapes {
+        match inputs {
+            [Tensor::F32(a), Tensor::F32(b)] => {
+                let shape = broadcast_shape(a.shape(), b.shape()).ok()?;
+                Some(Ok(vec![(DType::F32, shape)]))
+            }
+            _ => None,
+        }
     }
 }

@@ -9,6 +9,7 @@ pub mod dot;
 pub mod einsum;
 pub mod elementwise;
 pub mod epilogue;
+pub mod erf;
 pub mod indexing;
 pub mod integer;
 pub mod join;
@@ -137,6 +138,28 @@ where
 {
     fn run(&self, inputs: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
         (self.0)(inputs)
+    }
+}
+
+/// A kernel from a closure and a second one that gives its results' types and shapes without
+/// the arithmetic ([`Kernel::result_shapes`]): normalizations and softmax, whose type
+/// inference on zeros would otherwise cost what a sample's run does.
+pub struct Shaped<F, S>(pub F, pub S);
+
+/// Results' element types and shapes, as [`Kernel::result_shapes`] gives them.
+pub type ResultShapes = Option<KernelResult<Vec<(DType, Vec<usize>)>>>;
+
+impl<F, S> Kernel for Shaped<F, S>
+where
+    F: Fn(&[&Tensor]) -> KernelResult<Vec<Tensor>> + Send + Sync,
+    S: Fn(&[&Tensor]) -> ResultShapes + Send + Sync,
+{
+    fn run(&self, inputs: &[&Tensor]) -> KernelResult<Vec<Tensor>> {
+        (self.0)(inputs)
+    }
+
+    fn result_shapes(&self, inputs: &[&Tensor]) -> ResultShapes {
+        (self.1)(inputs)
     }
 }
 

@@ -2,6 +2,7 @@
 //! normalizations and Resize, each reading its attributes once.
 
 use super::*;
+use crate::interp::kernels::elementwise::broadcast_shape;
 use crate::interp::kernels::permute::permute;
 
 pub(super) fn pads_of(d: &OpDesc) -> Result<Pads, String> {
@@ -465,19 +466,25 @@ pub(super) fn gemm(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
 
 pub(super) fn softmax_op(d: &OpDesc, log: bool) -> Result<Box<dyn Kernel>, String> {
     let axis = d.int_attr("axis", -1);
-    Ok(one(move |x| {
+    let run = move |x: &[&Tensor]| {
         let a = f32_arg(x, 0)?;
         let ax = norm_axis(axis, a.ndim())?;
         let last = a.ndim() - 1;
         if ax == last {
-            return Ok(Tensor::F32(softmax(a, log)?));
+            return Ok(vec![Tensor::F32(softmax(a, log)?)]);
         }
         let mut perm: Vec<usize> = (0..a.ndim()).collect();
         perm.swap(ax, last);
         let t = permute(a.view(), &perm);
         let y = softmax(&t, log)?;
-        Ok(Tensor::F32(permute(y.view(), &perm)))
-    }))
+        Ok(vec![Tensor::F32(permute(y.view(), &perm))])
+    };
+    // operand 0's shape, once its axis is known to be one of its own
+    let shapes = move |x: &[&Tensor]| match x.first() {
+        Some(Tensor::F32(a)) => norm_axis(axis, a.ndim()).ok().map(|_| Ok(vec![(DType::F32, a.shape().to_vec())])),
+        _ => None,
+    };
+    Ok(Box::new(Shaped(run, shapes)))
 }
 
 /// BatchNormalization. In training mode (deterministic, unlike Dropout's) the statistics are
@@ -551,7 +558,20 @@ pub(super) fn instance_norm(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
 pub(super) fn layer_norm(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
     let (axis, eps) = (d.int_attr("axis", -1), d.f64_attr("epsilon", 1e-5) as f32);
     let outputs = d.result_types.len().max(1);
-    Ok(Box::new(FnKernel(move |x: &[&Tensor]| {
+    // one output over f32 operands: the broadcast of the input, the scale and the bias (the
+    // Mean and InvStdDev outputs, other types and operands that do not fit are left to a run)
+    let shapes = move |x: &[&Tensor]| -> ResultShapes {
+        if outputs != 1 || x.len() < 2 || !x.iter().all(|t| matches!(t, Tensor::F32(_))) {
+            return None;
+        }
+        norm_axis(axis, x[0].shape().len()).ok()?;
+        let mut shape = broadcast_shape(x[0].shape(), x[1].shape()).ok()?;
+        if let Some(b) = x.get(2).filter(|b| !b.is_empty()) {
+            shape = broadcast_shape(&shape, b.shape()).ok()?;
+        }
+        Some(Ok(vec![(DType::F32, shape)]))
+    };
+    let run = move |x: &[&Tensor]| {
         let a = f32_arg(x, 0)?;
         let ax = norm_axis(axis, a.ndim())?;
         let y = Tensor::F32(normalize(a, ax, eps));
@@ -568,7 +588,8 @@ pub(super) fn layer_norm(d: &OpDesc) -> Result<Box<dyn Kernel>, String> {
             out.truncate(outputs);
         }
         Ok(out)
-    })))
+    };
+    Ok(Box::new(Shaped(run, shapes)))
 }
 
 /// Mean and 1/√(σ² + ε) of every slice over the dims from `axis` on, kept as size-1 dims.
