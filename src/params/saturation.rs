@@ -105,6 +105,34 @@ pub fn bounded_scale(w: &[f32], ranges: &[RawRange], scale: f64) -> f64 {
 /// falls as s grows, so a pair safe at `scale` is safe at every larger scale (a BERT layer's
 /// 768 × 3072 weights have a few such pairs per column, not 1536).
 pub fn safe_scale(w: &[f32], ranges: &[RawRange], scale: f64) -> f64 {
+    safe_scale_of(w, &Reading::new(ranges.to_vec()), scale)
+}
+
+/// The raw ranges of the activation elements a column multiplies, with each one's largest
+/// magnitude as f64: made once for all the columns that read the same elements (a MatMul's
+/// N columns all read the same K inputs), so that [`safe_scale_of`]'s screening of the pairs
+/// is a loop of f64 arithmetic that vectorises.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reading {
+    ranges: Vec<RawRange>,
+    magnitudes: Vec<f64>,
+}
+
+impl Reading {
+    pub fn new(ranges: Vec<RawRange>) -> Reading {
+        let magnitudes = ranges.iter().map(|r| r.lo.abs().max(r.hi.abs()) as f64).collect();
+        Reading { ranges, magnitudes }
+    }
+
+    pub fn ranges(&self) -> &[RawRange] {
+        &self.ranges
+    }
+}
+
+/// [`safe_scale`] with the ranges' magnitudes made already.
+pub fn safe_scale_of(w: &[f32], reading: &Reading, scale: f64) -> f64 {
+    let (ranges, magnitude) = (&reading.ranges, &reading.magnitudes);
+    debug_assert_eq!(w.len(), ranges.len());
     let q = |i: usize, s: f64| (w[i] as f64 / s).round_ties_even() as i64;
     // pair j at scale s, as `first_saturating_pair` reads it (a lone last element pairs with 0)
     let saturates = |j: usize, s: f64| {
@@ -120,20 +148,28 @@ pub fn safe_scale(w: &[f32], ranges: &[RawRange], scale: f64) -> f64 {
     // |round(w / s)| ≤ |w| / s + ½ and raw values are ≥ 0: a pair whose sum is bounded within
     // int16 by that (with a margin for the bound's own rounding) is passed over without
     // rounding its weights, which is most pairs of most columns
-    let magnitude = |i: usize| {
-        let r = ranges[i];
-        r.lo.abs().max(r.hi.abs()) as f64
-    };
     let inv = 1.0 / scale;
+    let limit = PAIR_LIMIT as f64 - 1.0;
+    let term = |i: usize| magnitude[i] * ((w[i] as f64).abs() * inv + 0.5);
     let may_saturate = |j: usize| {
         let (i0, i1) = (2 * j, 2 * j + 1);
-        let term = |i: usize| magnitude(i) * ((w[i] as f64).abs() * inv + 0.5);
         let second = if i1 < w.len() { term(i1) } else { 0.0 };
-        term(i0) + second > PAIR_LIMIT as f64 - 1.0
+        term(i0) + second > limit
     };
-    let risky: Vec<usize> = (0..w.len().div_ceil(2))
-        .filter(|&j| may_saturate(j) && saturates(j, scale))
-        .collect();
+    // screened 16 whole pairs at a time (a branch-free loop), pair by pair only in a block
+    // where one passes the bound; the lone last element after
+    let whole = w.len() / 2;
+    let mut risky: Vec<usize> = Vec::new();
+    for start in (0..whole).step_by(16) {
+        let end = (start + 16).min(whole);
+        let any = (start..end).fold(false, |any, j| any | (term(2 * j) + term(2 * j + 1) > limit));
+        if any {
+            risky.extend((start..end).filter(|&j| may_saturate(j) && saturates(j, scale)));
+        }
+    }
+    if w.len() % 2 == 1 && may_saturate(whole) && saturates(whole, scale) {
+        risky.push(whole);
+    }
     if risky.is_empty() {
         return scale;
     }

@@ -121,8 +121,17 @@ fn channel_min_max(w: &ArrayD<f32>, a: usize) -> (Vec<f64>, Vec<f64>) {
     let (mut lo, mut hi) = (vec![0f32; c], vec![0f32; c]);
     let standard = w.as_standard_layout();
     let flat = standard.as_slice().expect("standard layout");
-    // blocks of [C, inner]: channel ch owns the ch-th run of `inner` values of each block
+    // blocks of [C, inner]: channel ch owns the ch-th run of `inner` values of each block; a
+    // block of a matrix product's weight [K, N] (inner = 1) is a row, folded value by value
+    // into the channels' extremes (a loop that vectorises)
     for block in flat.chunks_exact((c * inner).max(1)) {
+        if inner == 1 {
+            for ((l, h), &x) in lo.iter_mut().zip(hi.iter_mut()).zip(block) {
+                *l = l.min(x);
+                *h = h.max(x);
+            }
+            continue;
+        }
         for ((l, h), run) in lo.iter_mut().zip(hi.iter_mut()).zip(block.chunks_exact(inner.max(1))) {
             for &x in run {
                 *l = l.min(x);

@@ -18,12 +18,11 @@ use crate::dialects::ort_u8s8::{activation_axis, columns, reduction, runs_int8, 
 use crate::ir::attrs::{op_attrs, AttrValue};
 use crate::ir::graph::op_name;
 use crate::ir::types::{tensor_type, Dim};
-use crate::params::saturation::{bounded_scale, first_saturating_pair, safe_scale, RawRange};
-use crate::params::{quantize, QuantParams, Rounding, StorageType};
+use crate::params::saturation::{bounded_scale, first_saturating_pair, safe_scale_of, RawRange, Reading};
+use crate::params::{quantize_slice, QuantParams, Rounding, StorageType};
 use crate::passes::report::Change;
 use crate::recipe::plan::fused_output;
 use crate::recipe::Plan;
-use crate::tensor::Tensor;
 use melior::ir::operation::OperationLike;
 use melior::ir::{OperationRef, ValueLike};
 use ndarray::ArrayD;
@@ -116,7 +115,7 @@ pub(super) fn widen_for_u8s8(layer: &U8s8Layer, wt: &ArrayD<f32>, p: &mut QuantP
     // the raw ranges of a column's activation elements depend on the column only through which
     // inputs it reads (first input, period, length): made once for each such reading, not once
     // per column (a MatMul's 3072 columns all read the same 768 inputs)
-    let mut readings: Vec<((usize, usize, usize), Vec<RawRange>)> = Vec::new();
+    let mut readings: Vec<((usize, usize, usize), Reading)> = Vec::new();
     let reading_of: Vec<usize> = cols
         .iter()
         .map(|c| {
@@ -128,13 +127,13 @@ pub(super) fn widen_for_u8s8(layer: &U8s8Layer, wt: &ArrayD<f32>, p: &mut QuantP
                         .inputs()
                         .map(|i| ranges.as_ref().and_then(|r| r.get(i).copied()).unwrap_or(whole))
                         .collect();
-                    readings.push((key, rs));
+                    readings.push((key, Reading::new(rs)));
                     readings.len() - 1
                 }
             }
         })
         .collect();
-    let col_ranges = |k: usize| -> &[RawRange] { &readings[reading_of[k]].1 };
+    let col_reading = |k: usize| -> &Reading { &readings[reading_of[k]].1 };
     // the columns of each scale, in order: scales are widened one column after another, and
     // different scales in parallel (the same result on any number of threads)
     let mut of_slot: Vec<Vec<usize>> = vec![Vec::new(); p.scale.len()];
@@ -144,39 +143,36 @@ pub(super) fn widen_for_u8s8(layer: &U8s8Layer, wt: &ArrayD<f32>, p: &mut QuantP
         }
     }
     // each scale folded over its columns by `step(column, scale, its ranges)`
-    let per_scale = |scales: &[f64], step: &(dyn Fn(usize, f64, &[RawRange]) -> f64 + Sync)| -> Vec<f64> {
+    let per_scale = |scales: &[f64], step: &(dyn Fn(usize, f64, &Reading) -> f64 + Sync)| -> Vec<f64> {
         of_slot
             .par_iter()
             .zip(scales.par_iter())
-            .map(|(ks, &s0)| ks.iter().fold(s0, |s, &k| step(k, s, col_ranges(k))))
+            .map(|(ks, &s0)| ks.iter().fold(s0, |s, &k| step(k, s, col_reading(k))))
             .collect()
     };
-    let scales = per_scale(&p.scale, &|k, s, rs| {
-        let wide = safe_scale(&cols[k].weights, rs, s);
+    let scales = per_scale(&p.scale, &|k, s, reading| {
+        let wide = safe_scale_of(&cols[k].weights, reading, s);
         if wide > s {
             up(wide)
         } else {
             s
         }
     });
-    // checked with the quantizer itself; a column that still saturates (its f32 division
-    // rounded a tie the other way) takes the bound that holds for any rounding. The quantized
-    // weight's columns come in the same order as the float one's.
-    let trial = QuantParams {
-        scale: scales.clone(),
-        ..p.clone()
-    };
-    let scales = match quantize(&wt.view(), &trial, Rounding::HalfEven) {
-        Ok(Tensor::I8(q)) => {
-            let qcols = columns(*red, &q, attrs).unwrap_or_default();
-            per_scale(&scales, &|k, s, rs| {
-                let Some(qc) = qcols.get(k) else { return s };
-                match first_saturating_pair(&qc.weights, rs) {
-                    Some(_) => up(bounded_scale(&cols[k].weights, rs, s)),
-                    None => s,
-                }
-            })
-        }
+    // checked with the quantizer itself, column by column at the scales just found (what
+    // quantizing the whole weight at them gives each column); a column that still saturates
+    // (its f32 division rounded a tie the other way) takes the bound that holds for any
+    // rounding
+    let scales = match p.dtype {
+        StorageType::Int8 | StorageType::Int4 => per_scale(&scales, &|k, s, reading| {
+            let (col, at) = (&cols[k], slot(&cols[k]));
+            let mut q = vec![0i8; col.weights.len()];
+            let (trial, zp) = (scales[at] as f32, p.zero_point[at]);
+            quantize_slice(&col.weights, &mut q, trial, zp, p.qmin, p.qmax, Rounding::HalfEven);
+            match first_saturating_pair(&q, reading.ranges()) {
+                Some(_) => up(bounded_scale(&col.weights, reading.ranges(), s)),
+                None => s,
+            }
+        }),
         _ => scales,
     };
     let widened = scales.iter().zip(&p.scale).filter(|(a, b)| a != b).count();
