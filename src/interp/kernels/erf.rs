@@ -13,7 +13,7 @@
 //! |x| > 4:       ±1 (erfc(4) = 1.5e-8 is below half a unit of 1)
 //! ```
 //!
-//! The coefficients are weighted least-squares fits (Lawson's iteration towards the minimax
+//! The exponential is `kernels::exp`'s. The coefficients are weighted least-squares fits (Lawson's iteration towards the minimax
 //! error, Chebyshev nodes, in f64) rounded to f32; the error was then measured with the f32
 //! evaluation itself. Q carries erf(x)/x − 1 rather than erf(x)/x so that its rounding errors
 //! are scaled by 0.13, not 1.13.
@@ -45,42 +45,7 @@ const LARGE: [f32; 9] = [
     -1.5426176,
 ];
 
-/// exp(r), r ∈ [−ln 2 / 2, ln 2 / 2], highest degree first.
-const EXP: [f32; 7] = [
-    0.0013836821,
-    0.008374816,
-    0.041668225,
-    0.1666642,
-    0.4999999,
-    1.0,
-    1.0,
-];
-
-/// ln 2 in two parts: n·LN2_HI is exact for the |n| ≤ 26 used here (Cody and Waite).
-const LN2_HI: f32 = 0.693_145_751_953_125;
-const LN2_LO: f32 = 1.4286068e-6;
-
-#[inline(always)]
-fn horner<const N: usize>(c: &[f32; N], x: f32) -> f32 {
-    c[1..].iter().fold(c[0], |r, &k| r.mul_add(x, k))
-}
-
-/// 1.5·2²³: adding it rounds a float below 2²² to an integer (ties to even), which it then
-/// holds in its low mantissa bits.
-const ROUNDER: f32 = 12_582_912.0;
-
-/// exp(a) for a ∈ [−18, −1.8] (what erf's large branch takes): a = n·ln 2 + r, 2ⁿ built
-/// from its exponent bits. n is taken from [`ROUNDER`]'s bits, not by a float-to-int cast,
-/// whose saturating semantics do not vectorise.
-#[inline(always)]
-fn exp_of_negative(a: f32) -> f32 {
-    let j = a * std::f32::consts::LOG2_E + ROUNDER;
-    let n = j - ROUNDER;
-    let r = n.mul_add(-LN2_HI, a);
-    let r = n.mul_add(-LN2_LO, r);
-    let biased = j.to_bits().wrapping_sub(ROUNDER.to_bits()).wrapping_add(127);
-    horner(&EXP, r) * f32::from_bits(biased << 23)
-}
+use super::exp::{exp_nonpositive, horner};
 
 /// erf(x); NaN stays NaN, erf(±0) = ±0, erf(±∞) = ±1.
 #[inline(always)]
@@ -89,7 +54,7 @@ pub fn erf(x: f32) -> f32 {
     let small = x.mul_add(horner(&SMALL, x * x), x);
     // NaN fails `z > 4` and stays NaN through the large branch
     let zc = if z > 4.0 { 4.0 } else { z };
-    let e = exp_of_negative((-zc).mul_add(zc, horner(&LARGE, zc - MID)));
+    let e = exp_nonpositive((-zc).mul_add(zc, horner(&LARGE, zc - MID)));
     let large = (1.0 - e).copysign(x);
     if z < 1.0 {
         small

@@ -10,6 +10,7 @@ pub mod einsum;
 pub mod elementwise;
 pub mod epilogue;
 pub mod erf;
+pub mod exp;
 pub mod indexing;
 pub mod integer;
 pub mod join;

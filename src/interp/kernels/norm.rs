@@ -1,5 +1,6 @@
 //! Softmax / LogSoftmax over the last axis, and batch normalisation in inference form.
 
+use super::exp::exp_shifted_in_place;
 use super::{from_vec, KernelResult};
 use ndarray::{ArrayD, Axis};
 
@@ -7,15 +8,24 @@ use ndarray::{ArrayD, Axis};
 pub fn softmax(x: &ArrayD<f32>, log: bool) -> KernelResult<ArrayD<f32>> {
     let mut out = x.as_standard_layout().into_owned();
     let last = out.ndim().checked_sub(1).ok_or("softmax of a scalar")?;
-    for mut lane in out.lanes_mut(Axis(last)) {
+    let n = out.shape()[last];
+    let Some(flat) = out.as_slice_mut() else {
+        return Err("softmax of a non-contiguous array".into());
+    };
+    let mut scratch = vec![0f32; if log { n } else { 0 }];
+    // each lane (contiguous: the last axis of a standard-layout array): its exps in one
+    // vectorised pass, their sum in order
+    for lane in flat.chunks_exact_mut(n.max(1)) {
         let m = lane.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         if log {
-            let lse = lane.iter().map(|&v| (v - m).exp()).sum::<f32>().ln() + m;
-            lane.mapv_inplace(|v| v - lse);
+            scratch.copy_from_slice(lane);
+            exp_shifted_in_place(&mut scratch, m);
+            let lse = scratch.iter().sum::<f32>().ln() + m;
+            lane.iter_mut().for_each(|v| *v -= lse);
         } else {
-            lane.mapv_inplace(|v| (v - m).exp());
+            exp_shifted_in_place(lane, m);
             let s: f32 = lane.iter().sum();
-            lane.mapv_inplace(|v| v / s);
+            lane.iter_mut().for_each(|v| *v /= s);
         }
     }
     Ok(out)
