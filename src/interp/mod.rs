@@ -29,6 +29,7 @@ use crate::params::Scheme;
 use crate::tensor::{DType, Tensor};
 use desc::OpDesc;
 pub use kernels::Kernel;
+use melior::ir::attribute::AttributeLike;
 use melior::ir::block::BlockLike;
 use melior::ir::operation::OperationLike;
 use melior::ir::{Module, RegionLike, Type, ValueLike};
@@ -167,6 +168,41 @@ pub struct Program {
     for_shapes: bool,
 }
 
+/// An attribute handle that may cross threads. MLIR attributes are immutable once made and
+/// live as long as their context, which outlives a compile; only read-only queries are made
+/// through it.
+#[derive(Clone, Copy)]
+struct SharedAttribute(mlir_sys::MlirAttribute);
+
+// SAFETY: see above
+unsafe impl Send for SharedAttribute {}
+unsafe impl Sync for SharedAttribute {}
+
+/// The value of every constant op in `func`'s body, by op address, read in parallel.
+fn read_constants(func: melior::ir::OperationRef, keys: &TensorKeys) -> HashMap<usize, Result<Tensor, IrError>> {
+    use rayon::prelude::*;
+    let work: Vec<(usize, SharedAttribute, String)> = body_ops(func)
+        .into_iter()
+        .filter(is_constant_op)
+        .filter_map(|op| {
+            let attr = op.attribute("value").ok()?;
+            let key = op
+                .result(0)
+                .ok()
+                .and_then(|r| keys.get(r.into()).map(str::to_string))
+                .unwrap_or_else(|| "-".into());
+            Some((op.to_raw().ptr as usize, SharedAttribute(attr.to_raw()), key))
+        })
+        .collect();
+    work.into_par_iter()
+        .map(|(id, a, key)| {
+            // SAFETY: the attribute is alive (its context outlives this call) and only read
+            let attr = unsafe { melior::ir::Attribute::from_raw(a.0) };
+            (id, attribute_to_tensor(attr, &key))
+        })
+        .collect()
+}
+
 /// What [`Program::run_observed`] hands each watched value to, with its key.
 type Observe<'a> = &'a mut dyn FnMut(&str, &Tensor) -> Result<(), String>;
 
@@ -293,6 +329,14 @@ impl Program {
                 r#type: crate::ir::type_text(v.r#type()),
             });
         }
+        // the constants' values read out of their attributes on every thread first (a shapes-only
+        // program reads few): copying a BERT encoder's 340 MB of weights is mostly the kernel
+        // faulting in and zeroing fresh pages, which it does on as many cores as fault
+        let mut read = if for_shapes {
+            HashMap::new()
+        } else {
+            read_constants(func, &keys)
+        };
         let mut steps = Vec::new();
         let mut outputs = Vec::new();
         let mut simulated = Vec::new();
@@ -336,7 +380,11 @@ impl Program {
                 let attr = op.attribute("value").map_err(|e| unsupported(e.to_string()))?;
                 let t = match for_shapes.then(|| infer_types::unread_weight(&op, attr)).flatten() {
                     Some(zeros) => zeros,
-                    None => attribute_to_tensor(attr, &first_key).map_err(|e| unsupported(e.to_string()))?,
+                    None => match read.remove(&(op.to_raw().ptr as usize)) {
+                        Some(t) => t,
+                        None => attribute_to_tensor(attr, &first_key),
+                    }
+                    .map_err(|e| unsupported(e.to_string()))?,
                 };
                 let r = op.result(0).map_err(|e| unsupported(e.to_string()))?;
                 let s = new_slot(r.into(), &name, &mut values, &mut consts, &mut slot_of);
