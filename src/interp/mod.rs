@@ -24,12 +24,12 @@ use crate::ir::keys::TensorKeys;
 use crate::ir::ops::{entry_function_names, is_constant_op, location_string};
 use crate::ir::quant::params_from_type;
 use crate::ir::types::{tensor_type, Dim, TensorType};
+use crate::ir::constants::SharedConstant;
 use crate::ir::{attribute_to_tensor, IrError};
 use crate::params::Scheme;
 use crate::tensor::{DType, Tensor};
 use desc::OpDesc;
 pub use kernels::Kernel;
-use melior::ir::attribute::AttributeLike;
 use melior::ir::block::BlockLike;
 use melior::ir::operation::OperationLike;
 use melior::ir::{Module, RegionLike, Type, ValueLike};
@@ -168,39 +168,21 @@ pub struct Program {
     for_shapes: bool,
 }
 
-/// An attribute handle that may cross threads. MLIR attributes are immutable once made and
-/// live as long as their context, which outlives a compile; only read-only queries are made
-/// through it.
-#[derive(Clone, Copy)]
-struct SharedAttribute(mlir_sys::MlirAttribute);
-
-// SAFETY: see above
-unsafe impl Send for SharedAttribute {}
-unsafe impl Sync for SharedAttribute {}
-
 /// The value of every constant op in `func`'s body, by op address, read in parallel.
 fn read_constants(func: melior::ir::OperationRef, keys: &TensorKeys) -> HashMap<usize, Result<Tensor, IrError>> {
     use rayon::prelude::*;
-    let work: Vec<(usize, SharedAttribute, String)> = body_ops(func)
+    let work: Vec<(usize, SharedConstant, String)> = body_ops(func)
         .into_iter()
-        .filter(is_constant_op)
         .filter_map(|op| {
-            let attr = op.attribute("value").ok()?;
             let key = op
                 .result(0)
                 .ok()
                 .and_then(|r| keys.get(r.into()).map(str::to_string))
                 .unwrap_or_else(|| "-".into());
-            Some((op.to_raw().ptr as usize, SharedAttribute(attr.to_raw()), key))
+            Some((op.to_raw().ptr as usize, SharedConstant::of(&op)?, key))
         })
         .collect();
-    work.into_par_iter()
-        .map(|(id, a, key)| {
-            // SAFETY: the attribute is alive (its context outlives this call) and only read
-            let attr = unsafe { melior::ir::Attribute::from_raw(a.0) };
-            (id, attribute_to_tensor(attr, &key))
-        })
-        .collect()
+    work.into_par_iter().map(|(id, c, key)| (id, c.value(&key))).collect()
 }
 
 /// What [`Program::run_observed`] hands each watched value to, with its key.

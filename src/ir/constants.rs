@@ -59,6 +59,35 @@ fn tensor_from_le_bytes(dtype: DType, shape: &[usize], bytes: &[u8], n: usize, w
     })
 }
 
+/// A constant's value attribute as a handle that may cross threads, so that many constants
+/// are read at once (copying a BERT encoder's 340 MB of weights out of their mapping is mostly
+/// the kernel faulting in and zeroing fresh pages, which it does on as many cores as fault).
+/// MLIR attributes are immutable once made and live as long as their context; only read-only
+/// queries are made through the handle, which must not outlive the context.
+#[derive(Clone, Copy)]
+pub struct SharedConstant(mlir_sys::MlirAttribute);
+
+// SAFETY: see above
+unsafe impl Send for SharedConstant {}
+unsafe impl Sync for SharedConstant {}
+
+impl SharedConstant {
+    /// The value attribute of constant op `op`.
+    pub fn of(op: &melior::ir::OperationRef) -> Option<SharedConstant> {
+        use melior::ir::operation::OperationLike;
+        crate::ir::ops::is_constant_op(op)
+            .then(|| op.attribute("value").ok())
+            .flatten()
+            .map(|a| SharedConstant(a.to_raw()))
+    }
+
+    /// Its value ([`attribute_to_tensor`]).
+    pub fn value(&self, what: &str) -> Result<Tensor, IrError> {
+        // SAFETY: the attribute is alive (its context outlives the handle) and only read
+        attribute_to_tensor(unsafe { Attribute::from_raw(self.0) }, what)
+    }
+}
+
 /// Reads a constant attribute (`dense<...>` in any form, including splat and hex, or
 /// `dense_resource<...>`) into a [`Tensor`]. `what` names the constant in errors.
 pub fn attribute_to_tensor(attr: Attribute, what: &str) -> Result<Tensor, IrError> {
