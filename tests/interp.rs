@@ -843,12 +843,16 @@ fn transformer_ops_tell_the_shapes_they_compute() {
 }}"#
         )
     };
-    let x = vec![Tensor::F32(
-        ndarray::ArrayD::from_shape_fn(ndarray::IxDyn(&[2, 4, 8]), |i| (i[0] * 32 + i[1] * 8 + i[2]) as f32 * 0.1 - 3.0),
-    )];
+    let x = vec![Tensor::F32(ndarray::ArrayD::from_shape_fn(
+        ndarray::IxDyn(&[2, 4, 8]),
+        |i| (i[0] * 32 + i[1] * 8 + i[2]) as f32 * 0.1 - 3.0,
+    ))];
     let ctx = quantir::ir::new_context();
     let m = quantir::ir::load_bytes(&ctx, module(8).as_bytes(), Path::new("t.mlir")).unwrap();
-    let (p, ps) = (Program::compile(&m, None).unwrap(), Program::compile_for_shapes(&m).unwrap());
+    let (p, ps) = (
+        Program::compile(&m, None).unwrap(),
+        Program::compile_for_shapes(&m).unwrap(),
+    );
     let all: Vec<String> = p.values.iter().filter(|v| !v.constant).map(|v| v.key.clone()).collect();
     let seen = |p: &Program| {
         let mut types = std::collections::BTreeMap::new();
@@ -863,7 +867,10 @@ fn transformer_ops_tell_the_shapes_they_compute() {
     assert_eq!(seen(&ps).unwrap(), full);
     // a norm scale that does not broadcast: the shapes-only run fails as the full one does
     let bad = quantir::ir::load_bytes(&ctx, module(3).as_bytes(), Path::new("t.mlir")).unwrap();
-    let (p, ps) = (Program::compile(&bad, None).unwrap(), Program::compile_for_shapes(&bad).unwrap());
+    let (p, ps) = (
+        Program::compile(&bad, None).unwrap(),
+        Program::compile_for_shapes(&bad).unwrap(),
+    );
     let (e1, e2) = (seen(&p).unwrap_err().to_string(), seen(&ps).unwrap_err().to_string());
     assert_eq!(e1, e2);
 }

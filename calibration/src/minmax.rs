@@ -261,7 +261,11 @@ fn rows_min_max_portable(flat: &[f32], lo: &mut [f32], hi: &mut [f32], non_finit
             for (((l, h), n), &x) in lo.iter_mut().zip(hi.iter_mut()).zip(count.iter_mut()).zip(row) {
                 // NaN and ±Inf both fail |x| < Inf
                 let finite = x.abs() < f32::INFINITY;
-                let (xl, xh) = if finite { (x, x) } else { (f32::INFINITY, f32::NEG_INFINITY) };
+                let (xl, xh) = if finite {
+                    (x, x)
+                } else {
+                    (f32::INFINITY, f32::NEG_INFINITY)
+                };
                 *l = if xl < *l { xl } else { *l };
                 *h = if xh > *h { xh } else { *h };
                 *n += u32::from(!finite);
@@ -407,13 +411,11 @@ mod tests {
     /// total are those of its own lane, whichever axis holds the channels.
     #[test]
     fn per_channel_extremes_are_each_lanes_own() {
-        let x = ndarray::Array3::from_shape_fn((3, 5, 4), |(i, j, k)| {
-            match (i * 20 + j * 4 + k) % 17 {
-                3 => f32::NAN,
-                11 => f32::INFINITY,
-                5 if j == 2 => f32::NEG_INFINITY,
-                v => (v as f32 - 8.0) * (1.0 + k as f32) * if i == 1 { -0.5 } else { 1.0 },
-            }
+        let x = ndarray::Array3::from_shape_fn((3, 5, 4), |(i, j, k)| match (i * 20 + j * 4 + k) % 17 {
+            3 => f32::NAN,
+            11 => f32::INFINITY,
+            5 if j == 2 => f32::NEG_INFINITY,
+            v => (v as f32 - 8.0) * (1.0 + k as f32) * if i == 1 { -0.5 } else { 1.0 },
         })
         .into_dyn();
         for axis in 0..3 {

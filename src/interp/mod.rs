@@ -19,12 +19,12 @@ pub mod tf;
 pub mod upstream;
 
 use crate::ir::attrs::op_attrs;
+use crate::ir::constants::read_constants;
 use crate::ir::graph::{body_ops, find_function, op_name};
 use crate::ir::keys::TensorKeys;
 use crate::ir::ops::{entry_function_names, is_constant_op, location_string};
 use crate::ir::quant::params_from_type;
 use crate::ir::types::{tensor_type, Dim, TensorType};
-use crate::ir::constants::SharedConstant;
 use crate::ir::{attribute_to_tensor, IrError};
 use crate::params::Scheme;
 use crate::tensor::{DType, Tensor};
@@ -168,23 +168,6 @@ pub struct Program {
     for_shapes: bool,
 }
 
-/// The value of every constant op in `func`'s body, by op address, read in parallel.
-fn read_constants(func: melior::ir::OperationRef, keys: &TensorKeys) -> HashMap<usize, Result<Tensor, IrError>> {
-    use rayon::prelude::*;
-    let work: Vec<(usize, SharedConstant, String)> = body_ops(func)
-        .into_iter()
-        .filter_map(|op| {
-            let key = op
-                .result(0)
-                .ok()
-                .and_then(|r| keys.get(r.into()).map(str::to_string))
-                .unwrap_or_else(|| "-".into());
-            Some((op.to_raw().ptr as usize, SharedConstant::of(&op)?, key))
-        })
-        .collect();
-    work.into_par_iter().map(|(id, c, key)| (id, c.value(&key))).collect()
-}
-
 /// What [`Program::run_observed`] hands each watched value to, with its key.
 type Observe<'a> = &'a mut dyn FnMut(&str, &Tensor) -> Result<(), String>;
 
@@ -311,14 +294,8 @@ impl Program {
                 r#type: crate::ir::type_text(v.r#type()),
             });
         }
-        // the constants' values read out of their attributes on every thread first (a shapes-only
-        // program reads few): copying a BERT encoder's 340 MB of weights is mostly the kernel
-        // faulting in and zeroing fresh pages, which it does on as many cores as fault
-        let mut read = if for_shapes {
-            HashMap::new()
-        } else {
-            read_constants(func, &keys)
-        };
+        // constants read on every thread first (a shapes-only program reads few of them)
+        let mut read = (!for_shapes).then(|| read_constants(func, &keys)).unwrap_or_default();
         let mut steps = Vec::new();
         let mut outputs = Vec::new();
         let mut simulated = Vec::new();
@@ -362,11 +339,9 @@ impl Program {
                 let attr = op.attribute("value").map_err(|e| unsupported(e.to_string()))?;
                 let t = match for_shapes.then(|| infer_types::unread_weight(&op, attr)).flatten() {
                     Some(zeros) => zeros,
-                    None => match read.remove(&(op.to_raw().ptr as usize)) {
-                        Some(t) => t,
-                        None => attribute_to_tensor(attr, &first_key),
-                    }
-                    .map_err(|e| unsupported(e.to_string()))?,
+                    None => (read.remove(&(op.to_raw().ptr as usize)))
+                        .unwrap_or_else(|| attribute_to_tensor(attr, &first_key))
+                        .map_err(|e| unsupported(e.to_string()))?,
                 };
                 let r = op.result(0).map_err(|e| unsupported(e.to_string()))?;
                 let s = new_slot(r.into(), &name, &mut values, &mut consts, &mut slot_of);

@@ -62,30 +62,52 @@ fn tensor_from_le_bytes(dtype: DType, shape: &[usize], bytes: &[u8], n: usize, w
 /// A constant's value attribute as a handle that may cross threads, so that many constants
 /// are read at once (copying a BERT encoder's 340 MB of weights out of their mapping is mostly
 /// the kernel faulting in and zeroing fresh pages, which it does on as many cores as fault).
-/// MLIR attributes are immutable once made and live as long as their context; only read-only
-/// queries are made through the handle, which must not outlive the context.
+/// MLIR attributes are immutable once made and live as long as their context, which the
+/// lifetime `'c` ties the handle to; only read-only queries are made through it.
 #[derive(Clone, Copy)]
-pub struct SharedConstant(mlir_sys::MlirAttribute);
+pub struct SharedConstant<'c>(mlir_sys::MlirAttribute, std::marker::PhantomData<&'c melior::Context>);
 
 // SAFETY: see above
-unsafe impl Send for SharedConstant {}
-unsafe impl Sync for SharedConstant {}
+unsafe impl Send for SharedConstant<'_> {}
+unsafe impl Sync for SharedConstant<'_> {}
 
-impl SharedConstant {
+impl<'c> SharedConstant<'c> {
     /// The value attribute of constant op `op`.
-    pub fn of(op: &melior::ir::OperationRef) -> Option<SharedConstant> {
+    pub fn of(op: &melior::ir::OperationRef<'c, '_>) -> Option<SharedConstant<'c>> {
         use melior::ir::operation::OperationLike;
         crate::ir::ops::is_constant_op(op)
             .then(|| op.attribute("value").ok())
             .flatten()
-            .map(|a| SharedConstant(a.to_raw()))
+            .map(|a| SharedConstant(a.to_raw(), std::marker::PhantomData))
     }
 
     /// Its value ([`attribute_to_tensor`]).
     pub fn value(&self, what: &str) -> Result<Tensor, IrError> {
-        // SAFETY: the attribute is alive (its context outlives the handle) and only read
+        // SAFETY: the attribute lives as long as its context, which outlives 'c, and is only read
         attribute_to_tensor(unsafe { Attribute::from_raw(self.0) }, what)
     }
+}
+
+/// The value of every constant op in `func`'s body, by op address, read on every thread
+/// (errors name each constant by its key in `keys`).
+pub fn read_constants(
+    func: melior::ir::OperationRef,
+    keys: &super::TensorKeys,
+) -> std::collections::HashMap<usize, Result<Tensor, IrError>> {
+    use melior::ir::operation::OperationLike;
+    use rayon::prelude::*;
+    let work: Vec<(usize, SharedConstant, String)> = crate::ir::graph::body_ops(func)
+        .into_iter()
+        .filter_map(|op| {
+            let key = op.result(0).ok().and_then(|r| keys.get(r.into()).map(str::to_string));
+            Some((
+                op.to_raw().ptr as usize,
+                SharedConstant::of(&op)?,
+                key.unwrap_or_else(|| "-".into()),
+            ))
+        })
+        .collect();
+    work.into_par_iter().map(|(id, c, key)| (id, c.value(&key))).collect()
 }
 
 /// Reads a constant attribute (`dense<...>` in any form, including splat and hex, or

@@ -91,7 +91,12 @@ macro_rules! in_place {
 }
 
 in_place!(erf_in_place, erf_avx2, erf, "[`erf`] of every value of `xs`, in place.");
-in_place!(gelu_in_place, gelu_avx2, gelu, "[`gelu`] of every value of `xs`, in place.");
+in_place!(
+    gelu_in_place,
+    gelu_avx2,
+    gelu,
+    "[`gelu`] of every value of `xs`, in place."
+);
 
 #[cfg(test)]
 mod tests {

@@ -91,7 +91,9 @@ mod tests {
 
     #[test]
     fn the_slice_form_is_the_scalar_form_bit_for_bit() {
-        let xs: Vec<f32> = (0..10_000).map(|i| ((i * 7919) % 10_000) as f32 * -0.011 + 3.0).collect();
+        let xs: Vec<f32> = (0..10_000)
+            .map(|i| ((i * 7919) % 10_000) as f32 * -0.011 + 3.0)
+            .collect();
         let mut got = xs.clone();
         exp_shifted_in_place(&mut got, 3.0);
         for (x, g) in xs.iter().zip(got) {

@@ -27,7 +27,9 @@ use super::kernels::reduce::{cumsum, reduce, Reduce};
 use super::kernels::resize::{resize, AxisResize, Coordinates, Filter, Mode, Nearest};
 use super::kernels::rotary::{rotary_embedding, Rotary};
 use super::kernels::scatter::{gather_nd, scatter_elements, scatter_nd, Reduction};
-use super::kernels::{f32_arg, int_arg, ints_of, norm_axis, one, FnKernel, Identity, Kernel, KernelResult, ResultShapes, Shaped};
+use super::kernels::{
+    f32_arg, int_arg, ints_of, norm_axis, one, FnKernel, Identity, Kernel, KernelResult, ResultShapes, Shaped,
+};
 use super::kernels::{join, layout};
 use super::tf::Builder;
 use crate::params::{dequantize, quantize, QuantParams, Rounding, Scheme, StorageType};

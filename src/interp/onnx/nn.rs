@@ -481,7 +481,9 @@ pub(super) fn softmax_op(d: &OpDesc, log: bool) -> Result<Box<dyn Kernel>, Strin
     };
     // operand 0's shape, once its axis is known to be one of its own
     let shapes = move |x: &[&Tensor]| match x.first() {
-        Some(Tensor::F32(a)) => norm_axis(axis, a.ndim()).ok().map(|_| Ok(vec![(DType::F32, a.shape().to_vec())])),
+        Some(Tensor::F32(a)) => norm_axis(axis, a.ndim())
+            .ok()
+            .map(|_| Ok(vec![(DType::F32, a.shape().to_vec())])),
         _ => None,
     };
     Ok(Box::new(Shaped(run, shapes)))

@@ -39,8 +39,8 @@ use melior::ir::operation::{OperationBuilder, OperationLike};
 use melior::ir::{Location, Module, OperationRef, Value, ValueLike};
 use ndarray::{ArrayD, Axis};
 use std::collections::HashMap;
-use u8s8::{u8s8_layer, widen_for_u8s8, U8s8Layer};
 pub use u8s8::U8_WEIGHTS_ABOVE_DB;
+use u8s8::{u8s8_layer, widen_for_u8s8, U8s8Layer};
 
 /// Per-channel (or global) symmetric parameters of a weight.
 /// A weight channel whose largest |w| is at most this fraction of its layer's largest is dead
@@ -375,7 +375,8 @@ pub fn run_with_plan<'c, 'a>(
                 state.report.count(Change::BiasesAdded);
             }
         }
-        let widens = config.runtime == Runtime::Onnxruntime && site.res.weights == WeightMode::Int8 && !site.res.reduce_range;
+        let widens =
+            config.runtime == Runtime::Onnxruntime && site.res.weights == WeightMode::Int8 && !site.res.reduce_range;
         bytes += site.values.len() * std::mem::size_of::<f32>();
         batch.push(Job {
             op,
@@ -474,7 +475,9 @@ impl<'c, 'a> State<'c, 'a> {
             .collect::<Vec<_>>()
             .par_iter()
             .map(|(fit, (p, rounded))| match (p, fit.res.weights) {
-                (Some(p), _) => quantize(&rounded.as_ref().unwrap_or(&fit.values).view(), p, Rounding::HalfEven).map_err(err),
+                (Some(p), _) => {
+                    quantize(&rounded.as_ref().unwrap_or(&fit.values).view(), p, Rounding::HalfEven).map_err(err)
+                }
                 (None, WeightMode::Bf16) => Ok(Tensor::BF16(to_bf16(&fit.values.view()))),
                 (None, _) => Ok(Tensor::F16(to_f16(&fit.values.view()))),
             })
@@ -514,8 +517,8 @@ impl<'c, 'a> State<'c, 'a> {
             if let Some(shift) = config.bias_shifts.get(out_key).filter(|s| s.len() == bvals.len()) {
                 bvals.iter_mut().zip(shift).for_each(|(b, s)| *b -= s);
             }
-            let q = quantize_bias(bvals.as_slice().unwrap_or(&[]), &s_in, &p.scale, config.bias_overflow)
-                .map_err(err)?;
+            let q =
+                quantize_bias(bvals.as_slice().unwrap_or(&[]), &s_in, &p.scale, config.bias_overflow).map_err(err)?;
             // how small the channel's weights are, next to the layer's largest
             let absmax = |c: Option<usize>| -> f64 {
                 match (axis, c) {
@@ -572,8 +575,7 @@ impl<'c, 'a> State<'c, 'a> {
         {
             // a float input: the bias stays float, and takes the weights' shift alone
             // (measured so where calibration had quantized that input)
-            if let Some((owner, bidx, bdef, mut bvals)) = float_bias(op, r).filter(|b| b.3.len() == shift.len())
-            {
+            if let Some((owner, bidx, bdef, mut bvals)) = float_bias(op, r).filter(|b| b.3.len() == shift.len()) {
                 bvals.iter_mut().zip(shift).for_each(|(b, s)| *b -= s);
                 let nc = insert_constant(
                     owner,

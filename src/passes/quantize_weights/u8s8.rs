@@ -57,10 +57,11 @@ pub(super) fn u8s8_layer(op: OperationRef, plan: &Plan) -> Option<U8s8Layer> {
         return None;
     }
     let attrs = op_attrs(&op);
-    let channels = tensor_type(x.r#type()).and_then(|t| match t.dims.get(activation_axis(red, t.dims.len(), &attrs)?)? {
-        Dim::Static(n) => Some(*n),
-        _ => None,
-    });
+    let channels =
+        tensor_type(x.r#type()).and_then(|t| match t.dims.get(activation_axis(red, t.dims.len(), &attrs)?)? {
+            Dim::Static(n) => Some(*n),
+            _ => None,
+        });
     let channel_range = plan
         .channel_range_of(x)
         .filter(|(lo, hi)| Some(lo.len()) == channels && hi.len() == lo.len())
@@ -86,7 +87,9 @@ pub(super) fn widen_for_u8s8(layer: &U8s8Layer, wt: &ArrayD<f32>, p: &mut QuantP
         channels,
         channel_range,
     } = layer;
-    let Some(cols) = columns(*red, wt, attrs) else { return changes };
+    let Some(cols) = columns(*red, wt, attrs) else {
+        return changes;
+    };
     changes.push((Change::U8s8Layers, 1));
     // the kernel sees int8 storage as u8 (q + 128): raw values count from the type's minimum
     let storage_min = xp.dtype.full_range().0;
