@@ -94,7 +94,6 @@ pub fn read_constants(
     func: melior::ir::OperationRef,
     keys: &super::TensorKeys,
 ) -> std::collections::HashMap<usize, Result<Tensor, IrError>> {
-    use melior::ir::operation::OperationLike;
     use rayon::prelude::*;
     let work: Vec<(usize, SharedConstant, String)> = crate::ir::graph::body_ops(func)
         .into_iter()
