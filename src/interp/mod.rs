@@ -19,10 +19,9 @@ pub mod tf;
 pub mod upstream;
 
 use crate::ir::attrs::op_attrs;
-use crate::ir::constants::read_constants;
 use crate::ir::graph::{body_ops, find_function, op_name};
 use crate::ir::keys::TensorKeys;
-use crate::ir::ops::{entry_function_names, is_constant_op, location_string};
+use crate::ir::ops::{entry_function_names, is_constant_op, location_string, read_constants};
 use crate::ir::quant::params_from_type;
 use crate::ir::types::{tensor_type, Dim, TensorType};
 use crate::ir::{attribute_to_tensor, IrError};

@@ -72,13 +72,11 @@ unsafe impl Send for SharedConstant<'_> {}
 unsafe impl Sync for SharedConstant<'_> {}
 
 impl<'c> SharedConstant<'c> {
-    /// The value attribute of constant op `op`.
+    /// The `value` attribute of `op` (a constant op: `ir::ops::is_constant_op`).
     pub fn of(op: &melior::ir::OperationRef<'c, '_>) -> Option<SharedConstant<'c>> {
         use melior::ir::operation::OperationLike;
-        crate::ir::ops::is_constant_op(op)
-            .then(|| op.attribute("value").ok())
-            .flatten()
-            .map(|a| SharedConstant(a.to_raw(), std::marker::PhantomData))
+        let a = op.attribute("value").ok()?;
+        Some(SharedConstant(a.to_raw(), std::marker::PhantomData))
     }
 
     /// Its value ([`attribute_to_tensor`]).
@@ -86,27 +84,6 @@ impl<'c> SharedConstant<'c> {
         // SAFETY: the attribute lives as long as its context, which outlives 'c, and is only read
         attribute_to_tensor(unsafe { Attribute::from_raw(self.0) }, what)
     }
-}
-
-/// The value of every constant op in `func`'s body, by op address, read on every thread
-/// (errors name each constant by its key in `keys`).
-pub fn read_constants(
-    func: melior::ir::OperationRef,
-    keys: &super::TensorKeys,
-) -> std::collections::HashMap<usize, Result<Tensor, IrError>> {
-    use rayon::prelude::*;
-    let work: Vec<(usize, SharedConstant, String)> = crate::ir::graph::body_ops(func)
-        .into_iter()
-        .filter_map(|op| {
-            let key = op.result(0).ok().and_then(|r| keys.get(r.into()).map(str::to_string));
-            Some((
-                op.to_raw().ptr as usize,
-                SharedConstant::of(&op)?,
-                key.unwrap_or_else(|| "-".into()),
-            ))
-        })
-        .collect();
-    work.into_par_iter().map(|(id, c, key)| (id, c.value(&key))).collect()
 }
 
 /// Reads a constant attribute (`dense<...>` in any form, including splat and hex, or

@@ -136,3 +136,25 @@ pub fn erase_with_dead_constants(op: melior::ir::OperationRef) -> Result<(), IrE
     }
     Ok(())
 }
+
+/// The value of every constant op in `func`'s body, by op address, read on every thread
+/// (errors name each constant by its key in `keys`).
+pub fn read_constants(
+    func: melior::ir::OperationRef,
+    keys: &super::TensorKeys,
+) -> std::collections::HashMap<usize, Result<Tensor, IrError>> {
+    use rayon::prelude::*;
+    let work: Vec<(usize, super::constants::SharedConstant, String)> = crate::ir::graph::body_ops(func)
+        .into_iter()
+        .filter(is_constant_op)
+        .filter_map(|op| {
+            let key = op.result(0).ok().and_then(|r| keys.get(r.into()).map(str::to_string));
+            Some((
+                op.to_raw().ptr as usize,
+                super::constants::SharedConstant::of(&op)?,
+                key.unwrap_or_else(|| "-".into()),
+            ))
+        })
+        .collect();
+    work.into_par_iter().map(|(id, c, key)| (id, c.value(&key))).collect()
+}
