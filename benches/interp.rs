@@ -1,6 +1,8 @@
 //! Interpreter speed: whole MobileNet v2 0.35 per sample (single thread, TF-dialect and ONNX
 //! exports), an NCHW → NHWC permutation, the conv and
-//! depthwise shapes it runs, the digits MLP matmuls, and transformer-sized batch matmuls.
+//! depthwise shapes it runs, the digits MLP matmuls, transformer-sized batch matmuls, and a
+//! BERT-base layer's elementwise kernels (erf/GELU, softmax, layer norm) beside the scalar
+//! forms they replaced.
 mod common;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -9,7 +11,10 @@ use quantir::interp::kernels::conv::{conv2d, Padding};
 use quantir::interp::kernels::depthwise::depthwise_conv2d;
 use quantir::interp::kernels::elementwise::UnOp;
 use quantir::interp::kernels::epilogue::Epilogue;
+use quantir::interp::kernels::erf::{erf_in_place, gelu_in_place};
+use quantir::interp::kernels::exp::exp_shifted_in_place;
 use quantir::interp::kernels::matmul::{batch_matmul, gemm_strided, matmul};
+use quantir::interp::kernels::norm::{normalize, softmax};
 use quantir::interp::kernels::packed_gemm::{gemm_packed, PackedMatrix, Strides};
 use quantir::interp::Program;
 use quantir::tensor::Tensor;
@@ -128,5 +133,66 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// One BERT-base layer's elementwise work on a sequence of 128: the FFN's GELU over
+/// [128 × 3072] (erf branch-free and vectorised, against libm's `erff` value by value), the
+/// exps of softmax over the 12 heads' [128 × 128] scores (against `f32::exp`), the whole
+/// softmax, and the layer norm over [128 × 768].
+fn transformer(c: &mut Criterion) {
+    let mut g = c.benchmark_group("transformer");
+    let ffn = arr(&[128, 3072]).mapv(|v| 6.0 * v);
+    let ffn = ffn.as_slice().unwrap().to_vec();
+    let mut buf = ffn.clone();
+    g.bench_function("erf_128x3072", |b| {
+        b.iter(|| {
+            buf.copy_from_slice(&ffn);
+            erf_in_place(black_box(&mut buf));
+        })
+    });
+    g.bench_function("erf_libm_128x3072", |b| {
+        b.iter(|| {
+            buf.copy_from_slice(&ffn);
+            buf.iter_mut().for_each(|v| *v = libm::erff(*v));
+            black_box(&buf);
+        })
+    });
+    g.bench_function("gelu_128x3072", |b| {
+        b.iter(|| {
+            buf.copy_from_slice(&ffn);
+            gelu_in_place(black_box(&mut buf));
+        })
+    });
+    let scores = arr(&[12, 128, 128]).mapv(|v| 8.0 * v);
+    let rows = scores.as_slice().unwrap().to_vec();
+    let mut lanes = rows.clone();
+    g.bench_function("softmax_exps_12x128x128", |b| {
+        b.iter(|| {
+            lanes.copy_from_slice(&rows);
+            for row in lanes.chunks_exact_mut(128) {
+                let m = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                exp_shifted_in_place(row, m);
+            }
+            black_box(&lanes);
+        })
+    });
+    g.bench_function("softmax_exps_std_12x128x128", |b| {
+        b.iter(|| {
+            lanes.copy_from_slice(&rows);
+            for row in lanes.chunks_exact_mut(128) {
+                let m = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                row.iter_mut().for_each(|v| *v = (*v - m).exp());
+            }
+            black_box(&lanes);
+        })
+    });
+    g.bench_function("softmax_12x128x128", |b| {
+        b.iter(|| softmax(black_box(&scores), false).unwrap())
+    });
+    let hidden = arr(&[1, 128, 768]);
+    g.bench_function("layer_norm_128x768", |b| {
+        b.iter(|| normalize(black_box(&hidden), 2, 1e-12))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench, transformer);
 criterion_main!(benches);
