@@ -160,33 +160,38 @@ pub fn columns<T: Copy>(r: Reduction, w: &ArrayD<T>, attrs: &BTreeMap<String, At
             let batches = w.len() / (k * n).max(1);
             let flat = w.as_standard_layout();
             let flat = flat.as_slice()?;
-            // each batch's [K, N] transposed tile by tile (gathering one column at a time
-            // strides through the whole weight), then cut into columns
+            // each batch's [K, N] gathered into its columns tile by tile (gathering one column
+            // at a time strides through the whole weight): one copy of the weight, no
+            // transposed one in between
             let mut cols = Vec::with_capacity(batches * n);
             for mat in flat.chunks_exact((k * n).max(1)).take(batches) {
-                let t = transposed(mat, k, n);
-                cols.extend(t.chunks_exact(k.max(1)).take(n).enumerate().map(|(j, col)| Column {
-                    channel: j,
-                    weights: col.to_vec(),
-                    first_input: 0,
-                    period: k,
-                }));
+                cols.extend(
+                    columns_of(mat, k, n)
+                        .into_iter()
+                        .enumerate()
+                        .map(|(j, weights)| Column {
+                            channel: j,
+                            weights,
+                            first_input: 0,
+                            period: k,
+                        }),
+                );
             }
             Some(cols)
         }
     }
 }
 
-/// `m` ([rows, cols], row-major) transposed, in 32 × 32 tiles that stay in cache.
-fn transposed<T: Copy>(m: &[T], rows: usize, cols: usize) -> Vec<T> {
+/// The columns of `m` ([rows, cols], row-major), each as a vector of `rows` values, filled
+/// in 32 × 32 tiles that stay in cache.
+fn columns_of<T: Copy>(m: &[T], rows: usize, cols: usize) -> Vec<Vec<T>> {
     const TILE: usize = 32;
-    let mut out = m.to_vec();
+    let mut out: Vec<Vec<T>> = (0..cols).map(|_| Vec::with_capacity(rows)).collect();
     for r0 in (0..rows).step_by(TILE) {
+        let r1 = (r0 + TILE).min(rows);
         for c0 in (0..cols).step_by(TILE) {
-            for r in r0..(r0 + TILE).min(rows) {
-                for c in c0..(c0 + TILE).min(cols) {
-                    out[c * rows + r] = m[r * cols + c];
-                }
+            for (c, col) in out.iter_mut().enumerate().skip(c0).take(TILE) {
+                col.extend((r0..r1).map(|r| m[r * cols + c]));
             }
         }
     }
@@ -246,5 +251,18 @@ mod tests {
         assert_eq!(cols[2].weights, vec![20., 21.]);
         assert_eq!(activation_axis(Reduction::Gemm, 2, &attrs(&[("transA", 1)])), Some(0));
         assert_eq!(activation_axis(Reduction::MatMul, 3, &attrs(&[])), Some(2));
+    }
+
+    #[test]
+    fn matmul_columns_are_the_weights_columns_across_tiles() {
+        // [K, N] spanning several 32 × 32 tiles, with partial ones on both axes
+        let (k, n) = (70, 45);
+        let w = ArrayD::from_shape_fn(vec![k, n], |i| (1000 * i[0] + i[1]) as f32);
+        let cols = columns(Reduction::MatMul, &w, &attrs(&[])).unwrap();
+        assert_eq!(cols.len(), n);
+        for (j, c) in cols.iter().enumerate() {
+            let want: Vec<f32> = (0..k).map(|r| (1000 * r + j) as f32).collect();
+            assert_eq!((c.channel, &c.weights), (j, &want), "column {j}");
+        }
     }
 }
