@@ -1,5 +1,6 @@
-//! FNV-1a 64, the stable hash of calibration-cache keys and model identities (not for
-//! security: it only has to tell models and data sets apart, the same on every machine).
+//! FNV-1a 64, the stable hash of calibration-cache keys (not for security: it only has to tell
+//! data sets and options apart, the same on every machine). Model identities, which read every
+//! weight, are XXH3-64 (`ir::identity`).
 
 /// FNV-1a 64 state.
 #[derive(Clone, Copy)]
@@ -18,18 +19,6 @@ impl Fnv {
             self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
         }
         self
-    }
-    /// Bulk bytes (a constant's data), length-prefixed, eight at a time: FNV-1a's step on
-    /// little-endian 64-bit words, the tail byte by byte. Eight times fewer dependent
-    /// multiplies than [`Fnv::bytes`], for hashing hundreds of megabytes of weights.
-    pub fn words(&mut self, b: &[u8]) -> &mut Self {
-        self.bytes(&(b.len() as u64).to_le_bytes());
-        let mut chunks = b.chunks_exact(8);
-        for c in &mut chunks {
-            self.0 ^= u64::from_le_bytes(c.try_into().expect("8 bytes"));
-            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        self.bytes(chunks.remainder())
     }
     /// A length-prefixed field, so that ("ab", "c") and ("a", "bc") differ.
     pub fn field(&mut self, s: &str) -> &mut Self {

@@ -356,11 +356,11 @@ fn every_bad_input_of_the_second_table_is_one_line_and_writes_nothing() {
         &arg(&d.join("mlp.json")),
     ]));
     let stats = std::fs::read_to_string(d.join("mlp.json")).unwrap();
-    assert!(stats.contains("\"format_version\": 1"), "{stats}");
+    assert!(stats.contains("\"format_version\": 2"), "{stats}");
     write(
         "v9.json",
         stats
-            .replace("\"format_version\": 1", "\"format_version\": 9")
+            .replace("\"format_version\": 2", "\"format_version\": 9")
             .as_bytes(),
     );
     // recipes: a bad value, an override without a pattern, a pattern of the wrong type

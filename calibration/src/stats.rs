@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Bumped whenever the document's meaning changes; older files are refused, not guessed at.
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: `model_hash` is quantir's XXH3-64 module identity (1: FNV-1a, which a file of version 1
+/// still holds and no longer matches).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// One tensor's statistics and the range chosen from them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
