@@ -153,11 +153,16 @@ fn stats_file_round_trips_and_refuses_mismatches() {
     assert_eq!(s.tensors["weight"].channel_max, Some(vec![1.0, 4.0, 2.0]));
     let text = s.to_json().unwrap();
     assert_eq!(StatsFile::from_json(&text).unwrap(), s);
-    let v2 = text.replacen("\"format_version\": 1", "\"format_version\": 2", 1);
-    assert!(StatsFile::from_json(&v2)
-        .unwrap_err()
-        .to_string()
-        .contains("format_version 2 is not supported"));
+    // an older version (1: FNV-1a model hashes) and a newer one are refused, naming theirs
+    let current = format!("\"format_version\": {FORMAT_VERSION}");
+    assert!(text.contains(&current), "{text}");
+    for other in [1, FORMAT_VERSION + 1] {
+        let t = text.replacen(&current, &format!("\"format_version\": {other}"), 1);
+        assert!(StatsFile::from_json(&t)
+            .unwrap_err()
+            .to_string()
+            .contains(&format!("format_version {other} is not supported")));
+    }
     assert!(StatsFile::from_json("{}")
         .unwrap_err()
         .to_string()
