@@ -11,6 +11,9 @@
 //! the model twice (the statistics' identity, then their check), and FNV-1a, one dependent
 //! multiply per 8 bytes, took 0.08 s a pass over BERT-base's weights on top of reading them.
 
+use melior::ir::Module;
+use mlir_sys::{MlirAttribute, MlirOperation, MlirStringRef, MlirWalkResult};
+
 /// The running identity hash: XXH3-64 over the module's parts in order, bulk bytes
 /// length-prefixed (so that ("ab", "c") and ("a", "bc") differ).
 struct Digest(xxhash_rust::xxh3::Xxh3);
@@ -35,8 +38,6 @@ impl Digest {
         format!("{:016x}", self.0.digest())
     }
 }
-use melior::ir::Module;
-use mlir_sys::{MlirAttribute, MlirOperation, MlirStringRef, MlirWalkResult};
 
 /// Dense constants of more elements than this are printed as `dense_resource<__elided__>`
 /// and hashed from their bytes (splats are printed whatever their size).
