@@ -338,7 +338,8 @@ impl Program {
                 let attr = op.attribute("value").map_err(|e| unsupported(e.to_string()))?;
                 let t = match for_shapes.then(|| infer_types::unread_weight(&op, attr)).flatten() {
                     Some(zeros) => zeros,
-                    None => (read.remove(&(op.to_raw().ptr as usize)))
+                    None => read
+                        .remove(&(op.to_raw().ptr as usize))
                         .unwrap_or_else(|| attribute_to_tensor(attr, &first_key))
                         .map_err(|e| unsupported(e.to_string()))?,
                 };

@@ -14,8 +14,7 @@
 use melior::ir::Module;
 use mlir_sys::{MlirAttribute, MlirOperation, MlirStringRef, MlirWalkResult};
 
-/// The running identity hash: XXH3-64 over the module's parts in order, bulk bytes
-/// length-prefixed (so that ("ab", "c") and ("a", "bc") differ).
+/// The running identity hash: XXH3-64 over the module's parts in order.
 struct Digest(xxhash_rust::xxh3::Xxh3);
 
 impl Default for Digest {
@@ -29,7 +28,9 @@ impl Digest {
         self.0.update(b);
     }
 
-    fn words(&mut self, b: &[u8]) {
+    /// Bulk bytes (a constant's data), length-prefixed, so that ("ab", "c") and ("a", "bc")
+    /// differ.
+    fn bulk(&mut self, b: &[u8]) {
         self.0.update(&(b.len() as u64).to_le_bytes());
         self.0.update(b);
     }
@@ -157,7 +158,7 @@ unsafe fn resource_bytes(attr: MlirAttribute, h: &mut Digest) -> bool {
         mlir_sys::mlirTypePrint(mlir_sys::mlirAttributeGetType(attr), cb, data)
     });
     if crate::ir::blobs::with_bytes(a, |b| {
-        h.words(b);
+        h.bulk(b);
     })
     .is_some()
     {
@@ -165,7 +166,7 @@ unsafe fn resource_bytes(attr: MlirAttribute, h: &mut Digest) -> bool {
     }
     match crate::ir::attribute_to_tensor(a, "") {
         Ok(t) => {
-            h.words(&crate::ir::constants::tensor_le_bytes(&t));
+            h.bulk(&crate::ir::constants::tensor_le_bytes(&t));
             true
         }
         Err(_) => false,
@@ -184,7 +185,7 @@ unsafe extern "C" fn hash_attributes(op: MlirOperation, data: *mut std::ffi::c_v
             }
             match dense_bytes(attr) {
                 Some(bytes) => {
-                    h.words(bytes);
+                    h.bulk(bytes);
                 }
                 None => hash_printed(h, |cb, data| mlir_sys::mlirAttributePrint(attr, cb, data)),
             }
