@@ -3,7 +3,7 @@
 //! neighbouring elements are added in int16 on CPUs without VNNI). Sorted by op name.
 
 use crate::ir::attrs::AttrValue;
-use ndarray::{ArrayD, Axis, Ix2};
+use ndarray::ArrayD;
 use std::collections::BTreeMap;
 
 /// How an op's weight is laid out along the GEMM's reduction.
@@ -71,18 +71,19 @@ pub fn is_depthwise(w: &[usize], attrs: &BTreeMap<String, AttrValue>) -> bool {
     w.len() >= 3 && w[1] == 1 && w[0] == group
 }
 
-/// One GEMM column: the output channel it belongs to (the weight's per-channel index), its
-/// weights in reduction order, and the activation channel each multiplies: element i reads
+/// One GEMM column's place: the output channel it belongs to (the weight's per-channel
+/// index), its length, and the activation channel each element multiplies: element i reads
 /// channel `first_input + i % period` (a conv's taps repeat its group's channels; a matrix
 /// product reads each input once), so no per-element index list is built.
-pub struct Column<T = f32> {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Column {
     pub channel: usize,
-    pub weights: Vec<T>,
+    pub len: usize,
     pub first_input: usize,
     pub period: usize,
 }
 
-impl<T> Column<T> {
+impl Column {
     /// The activation channel element `i` multiplies.
     pub fn input(&self, i: usize) -> usize {
         self.first_input + i % self.period.max(1)
@@ -90,7 +91,130 @@ impl<T> Column<T> {
 
     /// The activation channel of each element, in reduction order.
     pub fn inputs(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.weights.len()).map(|i| self.input(i))
+        (0..self.len).map(|i| self.input(i))
+    }
+}
+
+/// Where a weight's GEMM columns are in its row-major elements.
+enum Layout {
+    /// Conv W[M, C/group, taps]: column o is W[o, c, t] taps-major, channels innermost.
+    Conv {
+        group: usize,
+        m: usize,
+        cg: usize,
+        taps: usize,
+    },
+    /// `batches` matrices [K, N]: column (b, n) is rows 0..K of column n of matrix b.
+    Matrix { batches: usize, k: usize, n: usize },
+    /// One matrix [N, K] (Gemm's B with transB = 1): column n is row n.
+    Rows { n: usize, k: usize },
+}
+
+/// A weight's GEMM columns in the kernel's reduction order, each gathered when asked for:
+/// a BERT layer's [768, 3072] weight is read in place rather than copied column by column.
+pub struct Columns<'a, T: Clone> {
+    flat: std::borrow::Cow<'a, [T]>,
+    layout: Layout,
+}
+
+impl<T: Copy> Columns<'_, T> {
+    pub fn len(&self) -> usize {
+        match self.layout {
+            Layout::Conv { m, .. } => m,
+            Layout::Matrix { batches, n, .. } => batches * n,
+            Layout::Rows { n, .. } => n,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Column `c`'s place.
+    pub fn column(&self, c: usize) -> Column {
+        match self.layout {
+            Layout::Conv { group, m, cg, taps } => Column {
+                channel: c,
+                len: taps * cg,
+                first_input: c / (m / group) * cg,
+                period: cg,
+            },
+            Layout::Matrix { k, n, .. } => Column {
+                channel: c % n.max(1),
+                len: k,
+                first_input: 0,
+                period: k,
+            },
+            Layout::Rows { k, .. } => Column {
+                channel: c,
+                len: k,
+                first_input: 0,
+                period: k,
+            },
+        }
+    }
+
+    /// Column `c`'s weights, in reduction order, into `out` (cleared first).
+    pub fn gather(&self, c: usize, out: &mut Vec<T>) {
+        let flat = &self.flat[..];
+        out.clear();
+        match self.layout {
+            Layout::Conv { cg, taps, .. } => {
+                let filter = &flat[c * cg * taps..(c + 1) * cg * taps];
+                out.extend((0..taps).flat_map(|t| filter[t..].iter().step_by(taps).take(cg).copied()));
+            }
+            Layout::Matrix { k, n, .. } => {
+                let (b, j) = (c / n, c % n);
+                out.extend(flat[b * k * n + j..].iter().step_by(n).take(k).copied());
+            }
+            Layout::Rows { k, .. } => out.extend_from_slice(&flat[c * k..(c + 1) * k]),
+        }
+    }
+
+    /// The length of every column.
+    pub fn column_len(&self) -> usize {
+        match self.layout {
+            Layout::Conv { cg, taps, .. } => cg * taps,
+            Layout::Matrix { k, .. } | Layout::Rows { k, .. } => k,
+        }
+    }
+
+    /// Columns `first..first + count` one after another into `out` (cleared first): a block
+    /// of a matrix's neighbouring columns is read row by row, a cache line a row, where
+    /// gathering them one by one would read every line of the block once per column.
+    pub fn gather_block(&self, first: usize, count: usize, out: &mut Vec<T>) {
+        let len = self.column_len();
+        match self.layout {
+            Layout::Matrix { k, n, .. } if count > 0 && first / n == (first + count - 1) / n => {
+                let (b, j) = (first / n, first % n);
+                out.clear();
+                out.resize(count * len, self.flat[b * k * n + j]);
+                for (r, row) in self.flat[b * k * n..(b + 1) * k * n].chunks_exact(n).enumerate() {
+                    for (i, &v) in row[j..j + count].iter().enumerate() {
+                        out[i * len + r] = v;
+                    }
+                }
+            }
+            _ => {
+                let mut col = Vec::with_capacity(len);
+                out.clear();
+                for c in first..first + count {
+                    self.gather(c, &mut col);
+                    out.extend_from_slice(&col);
+                }
+            }
+        }
+    }
+
+    /// Every column's weights (tests; the pass gathers blocks).
+    pub fn to_vecs(&self) -> Vec<Vec<T>> {
+        (0..self.len())
+            .map(|c| {
+                let mut v = Vec::new();
+                self.gather(c, &mut v);
+                v
+            })
+            .collect()
     }
 }
 
@@ -102,9 +226,13 @@ impl<T> Column<T> {
 ///                                                        W[o,0,0,1] W[o,1,0,1] W[o,2,0,1]
 /// pairs: (c0 c1 @tap0) (c2 @tap0, c0 @tap1) (c1 c2 @tap1)
 /// ```
-pub fn columns<T: Copy>(r: Reduction, w: &ArrayD<T>, attrs: &BTreeMap<String, AttrValue>) -> Option<Vec<Column<T>>> {
+pub fn columns<'a, T: Copy>(
+    r: Reduction,
+    w: &'a ArrayD<T>,
+    attrs: &BTreeMap<String, AttrValue>,
+) -> Option<Columns<'a, T>> {
     let shape = w.shape();
-    match r {
+    let layout = match r {
         Reduction::Conv => {
             if shape.len() < 3 || is_depthwise(shape, attrs) {
                 return None;
@@ -114,88 +242,42 @@ pub fn columns<T: Copy>(r: Reduction, w: &ArrayD<T>, attrs: &BTreeMap<String, At
             if m % group != 0 {
                 return None;
             }
-            let taps: usize = shape[2..].iter().product();
-            let flat = w.as_standard_layout();
-            let flat = flat.as_slice()?;
-            Some(
-                (0..m)
-                    .map(|o| {
-                        let g = o / (m / group);
-                        let mut weights = Vec::with_capacity(taps * cg);
-                        for t in 0..taps {
-                            for c in 0..cg {
-                                weights.push(flat[(o * cg + c) * taps + t]);
-                            }
-                        }
-                        Column {
-                            channel: o,
-                            weights,
-                            first_input: g * cg,
-                            period: cg,
-                        }
-                    })
-                    .collect(),
-            )
+            let taps = shape[2..].iter().product();
+            Layout::Conv { group, m, cg, taps }
         }
         Reduction::Gemm => {
-            let b = w.view().into_dimensionality::<Ix2>().ok()?;
-            let b = if flag(attrs, "transB") { b.reversed_axes() } else { b };
-            Some(
-                b.axis_iter(Axis(1))
-                    .enumerate()
-                    .map(|(n, col)| Column {
-                        channel: n,
-                        weights: col.to_vec(),
-                        first_input: 0,
-                        period: col.len(),
-                    })
-                    .collect(),
-            )
+            if shape.len() != 2 {
+                return None;
+            }
+            match flag(attrs, "transB") {
+                true => Layout::Rows {
+                    n: shape[0],
+                    k: shape[1],
+                },
+                false => Layout::Matrix {
+                    batches: 1,
+                    k: shape[0],
+                    n: shape[1],
+                },
+            }
         }
         Reduction::MatMul => {
             if shape.len() < 2 {
                 return None;
             }
             let (k, n) = (shape[shape.len() - 2], shape[shape.len() - 1]);
-            let batches = w.len() / (k * n).max(1);
-            let flat = w.as_standard_layout();
-            let flat = flat.as_slice()?;
-            // each batch's [K, N] gathered into its columns tile by tile (gathering one column
-            // at a time strides through the whole weight): one copy of the weight, no
-            // transposed one in between
-            let mut cols = Vec::with_capacity(batches * n);
-            for mat in flat.chunks_exact((k * n).max(1)).take(batches) {
-                cols.extend(
-                    columns_of(mat, k, n)
-                        .into_iter()
-                        .enumerate()
-                        .map(|(j, weights)| Column {
-                            channel: j,
-                            weights,
-                            first_input: 0,
-                            period: k,
-                        }),
-                );
-            }
-            Some(cols)
-        }
-    }
-}
-
-/// The columns of `m` ([rows, cols], row-major), each as a vector of `rows` values, filled
-/// in 32 × 32 tiles that stay in cache.
-fn columns_of<T: Copy>(m: &[T], rows: usize, cols: usize) -> Vec<Vec<T>> {
-    const TILE: usize = 32;
-    let mut out: Vec<Vec<T>> = (0..cols).map(|_| Vec::with_capacity(rows)).collect();
-    for r0 in (0..rows).step_by(TILE) {
-        let r1 = (r0 + TILE).min(rows);
-        for c0 in (0..cols).step_by(TILE) {
-            for (c, col) in out.iter_mut().enumerate().skip(c0).take(TILE) {
-                col.extend((r0..r1).map(|r| m[r * cols + c]));
+            Layout::Matrix {
+                batches: w.len().checked_div(k * n).unwrap_or(0),
+                k,
+                n,
             }
         }
-    }
-    out
+    };
+    let flat = match w.as_slice() {
+        Some(s) => std::borrow::Cow::Borrowed(s),
+        None => std::borrow::Cow::Owned(w.iter().copied().collect()),
+    };
+    Some(Columns { flat, layout })
 }
 
 #[cfg(test)]
@@ -217,16 +299,16 @@ mod tests {
         // W[o, c, 0, t] = 100·o + 10·c + t
         let w = ArrayD::from_shape_fn(vec![2, 3, 1, 2], |i| (100 * i[0] + 10 * i[1] + i[3]) as f32);
         let cols = columns(Reduction::Conv, &w, &attrs(&[])).unwrap();
-        assert_eq!(cols[1].weights, vec![100., 110., 120., 101., 111., 121.]);
-        assert_eq!(cols[1].inputs().collect::<Vec<_>>(), vec![0, 1, 2, 0, 1, 2]);
+        assert_eq!(cols.to_vecs()[1], vec![100., 110., 120., 101., 111., 121.]);
+        assert_eq!(cols.column(1).inputs().collect::<Vec<_>>(), vec![0, 1, 2, 0, 1, 2]);
     }
 
     #[test]
     fn grouped_conv_columns_read_their_groups_channels() {
         let w = ArrayD::from_shape_fn(vec![4, 2, 1, 1], |i| (10 * i[0] + i[1]) as f32);
         let cols = columns(Reduction::Conv, &w, &attrs(&[("group", 2)])).unwrap();
-        assert_eq!(cols[3].weights, vec![30., 31.]);
-        assert_eq!(cols[3].inputs().collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(cols.to_vecs()[3], vec![30., 31.]);
+        assert_eq!(cols.column(3).inputs().collect::<Vec<_>>(), vec![2, 3]);
         // depthwise: no pairs
         let dw = ArrayD::<f32>::zeros(vec![8, 1, 3, 3]);
         assert!(columns(Reduction::Conv, &dw, &attrs(&[("group", 8)])).is_none());
@@ -236,33 +318,47 @@ mod tests {
     fn gemm_and_matmul_columns_follow_k() {
         let w = ArrayD::from_shape_fn(vec![3, 2], |i| (10 * i[0] + i[1]) as f32); // [K, N]
         let cols = columns(Reduction::MatMul, &w, &attrs(&[])).unwrap();
-        assert_eq!(cols[1].weights, vec![1., 11., 21.]);
-        assert_eq!(cols[1].inputs().collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(cols.to_vecs()[1], vec![1., 11., 21.]);
+        assert_eq!(cols.column(1).inputs().collect::<Vec<_>>(), vec![0, 1, 2]);
         // a batched weight [B, K, N]: batch b's columns follow batch b − 1's
         let w3 = ArrayD::from_shape_fn(vec![2, 3, 2], |i| (100 * i[0] + 10 * i[1] + i[2]) as i8 as i32);
         let cols3 = columns(Reduction::MatMul, &w3, &attrs(&[])).unwrap();
         assert_eq!(cols3.len(), 4);
-        assert_eq!((cols3[3].channel, cols3[3].weights.clone()), (1, vec![101, 111, 121]));
+        assert_eq!(
+            (cols3.column(3).channel, cols3.to_vecs()[3].clone()),
+            (1, vec![101, 111, 121])
+        );
         let cols = columns(Reduction::Gemm, &w, &attrs(&[])).unwrap();
-        assert_eq!(cols[1].weights, vec![1., 11., 21.]);
+        assert_eq!(cols.to_vecs()[1], vec![1., 11., 21.]);
         // transB: [N, K]
         let cols = columns(Reduction::Gemm, &w, &attrs(&[("transB", 1)])).unwrap();
         assert_eq!(cols.len(), 3);
-        assert_eq!(cols[2].weights, vec![20., 21.]);
+        assert_eq!(cols.to_vecs()[2], vec![20., 21.]);
         assert_eq!(activation_axis(Reduction::Gemm, 2, &attrs(&[("transA", 1)])), Some(0));
         assert_eq!(activation_axis(Reduction::MatMul, 3, &attrs(&[])), Some(2));
     }
 
     #[test]
-    fn matmul_columns_are_the_weights_columns_across_tiles() {
-        // [K, N] spanning several 32 × 32 tiles, with partial ones on both axes
+    fn matmul_columns_are_the_weights_columns_in_any_layout() {
         let (k, n) = (70, 45);
+        let want = |j: usize| (0..k).map(|r| (1000 * r + j) as f32).collect::<Vec<f32>>();
         let w = ArrayD::from_shape_fn(vec![k, n], |i| (1000 * i[0] + i[1]) as f32);
-        let cols = columns(Reduction::MatMul, &w, &attrs(&[])).unwrap();
-        assert_eq!(cols.len(), n);
-        for (j, c) in cols.iter().enumerate() {
-            let want: Vec<f32> = (0..k).map(|r| (1000 * r + j) as f32).collect();
-            assert_eq!((c.channel, &c.weights), (j, &want), "column {j}");
+        // the same [K, N] values held transposed in memory (not standard layout): gathered
+        // from a standard-layout copy
+        let wt = ArrayD::from_shape_fn(vec![n, k], |i| (1000 * i[1] + i[0]) as f32).reversed_axes();
+        assert!(!wt.is_standard_layout());
+        for w in [w, wt] {
+            let cols = columns(Reduction::MatMul, &w, &attrs(&[])).unwrap();
+            assert_eq!(cols.len(), n);
+            let mut buf = vec![-1.0; 3];
+            for j in 0..n {
+                cols.gather(j, &mut buf);
+                assert_eq!(
+                    (cols.column(j).channel, cols.column(j).len, &buf),
+                    (j, k, &want(j)),
+                    "column {j}"
+                );
+            }
         }
     }
 }

@@ -268,11 +268,13 @@ pub fn plan<'t>(
     let cols = columns(r, w, &attrs)?;
     let n_cols = cols.len();
     let mut risky = Vec::new();
-    for (index, c) in cols.iter().enumerate() {
+    let mut weights = Vec::new();
+    for index in 0..n_cols {
+        let c = cols.column(index);
         let ch = if wq.scale.len() > 1 { c.channel } else { 0 };
         let (s, zp) = (*wq.scale.get(ch)?, *wq.zero_point.get(ch)?);
-        let q: Vec<i32> = c
-            .weights
+        cols.gather(index, &mut weights);
+        let q: Vec<i32> = weights
             .iter()
             .map(|&x| ((x as f64 / s).round() as i64 + zp).clamp(-128, 127) as i32)
             .collect();

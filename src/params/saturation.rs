@@ -82,17 +82,36 @@ pub fn first_saturating_pair<Q: Copy + Into<i64>>(q: &[Q], ranges: &[RawRange]) 
 /// s ≥ (hi0·|w0| + hi1·|w1|) / (32767 − (hi0 + hi1) / 2).
 pub fn bounded_scale(w: &[f32], ranges: &[RawRange], scale: f64) -> f64 {
     debug_assert_eq!(w.len(), ranges.len());
-    let mut s = scale;
-    for j in 0..w.len() / 2 {
-        let (w0, w1) = (w[2 * j] as f64, w[2 * j + 1] as f64);
-        if w0 * w1 <= 0.0 {
-            continue;
+    bounded_scale_of(w, &Reading::new(ranges.to_vec()), scale)
+}
+
+/// [`bounded_scale`] with the ranges' highs and the pairs' denominators made already: four
+/// running maxima (a maximum is the same in any order) and no branch on the pairs' signs,
+/// which are as often alike as not.
+pub fn bounded_scale_of(w: &[f32], reading: &Reading, scale: f64) -> f64 {
+    let (highs, denominators) = (&reading.highs, &reading.denominators);
+    debug_assert_eq!(w.len(), highs.len());
+    let need = |w0: f32, w1: f32, h0: f64, h1: f64, d: f64| {
+        let (w0, w1) = (w0 as f64, w1 as f64);
+        let n = (h0 * w0.abs() + h1 * w1.abs()) / d;
+        if w0 * w1 > 0.0 {
+            n
+        } else {
+            f64::NEG_INFINITY
         }
-        let (h0, h1) = (ranges[2 * j].hi as f64, ranges[2 * j + 1].hi as f64);
-        let need = (h0 * w0.abs() + h1 * w1.abs()) / (PAIR_LIMIT as f64 - (h0 + h1) / 2.0);
-        if need > s {
-            s = need;
+    };
+    let max = |a: f64, b: f64| if b > a { b } else { a };
+    let mut lanes = [scale; 4];
+    let (w4, h4, d4) = (w.chunks_exact(8), highs.chunks_exact(8), denominators.chunks_exact(4));
+    let (w_rest, h_rest, d_rest) = (w4.remainder(), h4.remainder(), d4.remainder());
+    for ((w, h), d) in w4.zip(h4).zip(d4) {
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            *lane = max(*lane, need(w[2 * l], w[2 * l + 1], h[2 * l], h[2 * l + 1], d[l]));
         }
+    }
+    let mut s = lanes.into_iter().fold(scale, max);
+    for ((w, h), &d) in w_rest.chunks_exact(2).zip(h_rest.chunks_exact(2)).zip(d_rest) {
+        s = max(s, need(w[0], w[1], h[0], h[1], d));
     }
     s
 }
@@ -116,22 +135,111 @@ pub fn safe_scale(w: &[f32], ranges: &[RawRange], scale: f64) -> f64 {
 pub struct Reading {
     ranges: Vec<RawRange>,
     magnitudes: Vec<f64>,
+    /// Each element's highest raw value, and each whole pair's [`bounded_scale`] denominator
+    /// 32767 − (hi0 + hi1) / 2: the same for every column of the reading.
+    highs: Vec<f64>,
+    denominators: Vec<f64>,
 }
 
 impl Reading {
     pub fn new(ranges: Vec<RawRange>) -> Reading {
         let magnitudes = ranges.iter().map(|r| r.lo.abs().max(r.hi.abs()) as f64).collect();
-        Reading { ranges, magnitudes }
+        let highs: Vec<f64> = ranges.iter().map(|r| r.hi as f64).collect();
+        let denominators = highs
+            .chunks_exact(2)
+            .map(|h| PAIR_LIMIT as f64 - (h[0] + h[1]) / 2.0)
+            .collect();
+        Reading {
+            ranges,
+            magnitudes,
+            highs,
+            denominators,
+        }
     }
 
     pub fn ranges(&self) -> &[RawRange] {
         &self.ranges
     }
+
+    /// The pairs (index j of elements 2j, 2j+1; a lone last element pairs with 0) of `w` whose
+    /// sum |q0|·m0 + |q1|·m1 the bound |q| ≤ |w| · inv + ½ does not keep within int16 (with a
+    /// margin of 1 for the bound's own rounding, and for f32's in w / s): every pair that can
+    /// saturate at the scale 1 / `inv`, and a few that cannot. Screened 16 whole pairs at a
+    /// time (a branch-free loop), pair by pair only in a block where one passes the bound.
+    fn unbounded_pairs(&self, w: &[f32], inv: f64) -> Vec<usize> {
+        let limit = PAIR_LIMIT as f64 - 1.0;
+        let term = |m: f64, w: f32| m * ((w as f64).abs() * inv + 0.5);
+        let pair = |m: &[f64], w: &[f32]| term(m[0], w[0]) + term(m[1], w[1]) > limit;
+        let whole = w.len() / 2;
+        let (w2, m2) = (&w[..2 * whole], &self.magnitudes[..2 * whole]);
+        let mut out = Vec::new();
+        for (block, (wb, mb)) in w2.chunks(32).zip(m2.chunks(32)).enumerate() {
+            let any = wb
+                .chunks_exact(2)
+                .zip(mb.chunks_exact(2))
+                .fold(false, |any, (w, m)| any | pair(m, w));
+            if any {
+                let pairs = wb.chunks_exact(2).zip(mb.chunks_exact(2)).enumerate();
+                out.extend(pairs.filter(|(_, (w, m))| pair(m, w)).map(|(j, _)| 16 * block + j));
+            }
+        }
+        if w.len() % 2 == 1 && term(self.magnitudes[2 * whole], w[2 * whole]) > limit {
+            out.push(whole);
+        }
+        out
+    }
+}
+
+/// True when `w`, one column in the kernel's reduction order, quantized as
+/// [`quantize_slice`](super::quantize_slice) quantizes it (ties to even, into [qmin, qmax] of
+/// int8 or int4 storage) has a pair sum that can leave int16 for activations in `reading`:
+/// `first_saturating_pair` of the whole quantized column, with only the pairs the bound does
+/// not clear quantized. With a zero point other than 0 the bound does not hold, and the
+/// whole column is quantized.
+pub fn quantized_saturates(w: &[f32], reading: &Reading, scale: f32, zero_point: i64, q: (i64, i64)) -> bool {
+    let unbounded = match zero_point {
+        0 => reading.unbounded_pairs(w, 1.0 / scale as f64),
+        _ => Vec::new(),
+    };
+    quantized_pairs_saturate(w, reading, scale, zero_point, q, &unbounded)
+}
+
+/// [`quantized_saturates`] given the pairs the bound does not clear at `scale` (from
+/// [`safe_scale_screened`] at that scale).
+pub fn quantized_pairs_saturate(
+    w: &[f32],
+    reading: &Reading,
+    scale: f32,
+    zero_point: i64,
+    (qmin, qmax): (i64, i64),
+    unbounded: &[usize],
+) -> bool {
+    use super::{quantize_slice, Rounding};
+    debug_assert_eq!(w.len(), reading.ranges.len());
+    let quantized = |w: &[f32]| {
+        let mut q = vec![0i8; w.len()];
+        quantize_slice(w, &mut q, scale, zero_point, qmin, qmax, Rounding::HalfEven);
+        q
+    };
+    // |q| ≤ |w / s| + ½ needs the clamp to hold 0 and no offset
+    if zero_point != 0 || qmin > 0 || qmax < 0 {
+        return first_saturating_pair(&quantized(w), &reading.ranges).is_some();
+    }
+    unbounded.iter().any(|&j| {
+        let at = 2 * j..(2 * j + 2).min(w.len());
+        first_saturating_pair(&quantized(&w[at.clone()]), &reading.ranges[at]).is_some()
+    })
 }
 
 /// [`safe_scale`] with the ranges' magnitudes made already.
 pub fn safe_scale_of(w: &[f32], reading: &Reading, scale: f64) -> f64 {
-    let (ranges, magnitude) = (&reading.ranges, &reading.magnitudes);
+    safe_scale_screened(w, reading, scale).0
+}
+
+/// [`safe_scale_of`], and the pairs the bound does not clear at `scale` (which a check of the
+/// column quantized at `scale` itself reads again).
+pub fn safe_scale_screened(w: &[f32], reading: &Reading, scale: f64) -> (f64, Vec<usize>) {
+    let ranges = &reading.ranges;
     debug_assert_eq!(w.len(), ranges.len());
     let q = |i: usize, s: f64| (w[i] as f64 / s).round_ties_even() as i64;
     // pair j at scale s, as `first_saturating_pair` reads it (a lone last element pairs with 0)
@@ -146,34 +254,14 @@ pub fn safe_scale_of(w: &[f32], reading: &Reading, scale: f64) -> f64 {
         lo < -PAIR_LIMIT - 1 || hi > PAIR_LIMIT
     };
     // |round(w / s)| ≤ |w| / s + ½ and raw values are ≥ 0: a pair whose sum is bounded within
-    // int16 by that (with a margin for the bound's own rounding) is passed over without
-    // rounding its weights, which is most pairs of most columns
-    let inv = 1.0 / scale;
-    let limit = PAIR_LIMIT as f64 - 1.0;
-    let term = |i: usize| magnitude[i] * ((w[i] as f64).abs() * inv + 0.5);
-    let may_saturate = |j: usize| {
-        let (i0, i1) = (2 * j, 2 * j + 1);
-        let second = if i1 < w.len() { term(i1) } else { 0.0 };
-        term(i0) + second > limit
-    };
-    // screened 16 whole pairs at a time (a branch-free loop), pair by pair only in a block
-    // where one passes the bound; the lone last element after
-    let whole = w.len() / 2;
-    let mut risky: Vec<usize> = Vec::new();
-    for start in (0..whole).step_by(16) {
-        let end = (start + 16).min(whole);
-        let any = (start..end).fold(false, |any, j| any | (term(2 * j) + term(2 * j + 1) > limit));
-        if any {
-            risky.extend((start..end).filter(|&j| may_saturate(j) && saturates(j, scale)));
-        }
-    }
-    if w.len() % 2 == 1 && may_saturate(whole) && saturates(whole, scale) {
-        risky.push(whole);
-    }
+    // int16 by that is passed over without rounding its weights, which is most pairs of most
+    // columns
+    let unbounded = reading.unbounded_pairs(w, 1.0 / scale);
+    let risky: Vec<usize> = unbounded.iter().copied().filter(|&j| saturates(j, scale)).collect();
     if risky.is_empty() {
-        return scale;
+        return (scale, unbounded);
     }
-    let (mut lo, mut hi) = (scale, bounded_scale(w, ranges, scale));
+    let (mut lo, mut hi) = (scale, bounded_scale_of(w, reading, scale));
     for _ in 0..30 {
         let mid = 0.5 * (lo + hi);
         if !risky.iter().any(|&j| saturates(j, mid)) {
@@ -182,12 +270,13 @@ pub fn safe_scale_of(w: &[f32], reading: &Reading, scale: f64) -> f64 {
             lo = mid;
         }
     }
-    hi
+    (hi, unbounded)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn q(w: &[f32], s: f64) -> Vec<i64> {
         w.iter().map(|&x| (x as f64 / s).round_ties_even() as i64).collect()
@@ -277,5 +366,58 @@ mod tests {
         let qs = q(&w, s);
         assert_eq!(first_saturating_pair(&qs, &r), None);
         assert!(qs[0] >= 90, "{qs:?}");
+    }
+
+    /// The bound as written before the readings carried it: one division per same-sign pair.
+    fn bounded_scale_pair_by_pair(w: &[f32], ranges: &[RawRange], scale: f64) -> f64 {
+        let mut s = scale;
+        for j in 0..w.len() / 2 {
+            let (w0, w1) = (w[2 * j] as f64, w[2 * j + 1] as f64);
+            if w0 * w1 > 0.0 {
+                let (h0, h1) = (ranges[2 * j].hi as f64, ranges[2 * j + 1].hi as f64);
+                s = s.max((h0 * w0.abs() + h1 * w1.abs()) / (PAIR_LIMIT as f64 - (h0 + h1) / 2.0));
+            }
+        }
+        s
+    }
+
+    fn column() -> impl Strategy<Value = (Vec<f32>, Vec<RawRange>)> {
+        (1usize..40).prop_flat_map(|n| {
+            (
+                proptest::collection::vec(-2.0f32..2.0, n),
+                proptest::collection::vec((0i64..=255, 0i64..=255), n).prop_map(|v| {
+                    v.into_iter()
+                        .map(|(a, b)| RawRange {
+                            lo: a.min(b),
+                            hi: a.max(b),
+                        })
+                        .collect()
+                }),
+            )
+        })
+    }
+
+    proptest! {
+        /// Checking only the pairs the bound does not clear says what checking every pair of
+        /// the quantized column says, at any scale and with or without a zero point.
+        #[test]
+        fn the_screened_check_is_the_whole_columns((w, r) in column(), scale in 0.002f32..0.03, zp in prop_oneof![Just(0i64), -3i64..3]) {
+            let mut q = vec![0i8; w.len()];
+            crate::params::quantize_slice(&w, &mut q, scale, zp, -127, 127, crate::params::Rounding::HalfEven);
+            let whole = first_saturating_pair(&q, &r).is_some();
+            let reading = Reading::new(r.clone());
+            prop_assert_eq!(quantized_saturates(&w, &reading, scale, zp, (-127, 127)), whole);
+            // the pairs screened at a scale serve the check at that scale
+            let (wide, unbounded) = safe_scale_screened(&w, &reading, scale as f64);
+            if wide == scale as f64 {
+                prop_assert_eq!(quantized_pairs_saturate(&w, &reading, scale, zp, (-127, 127), &unbounded), whole);
+            }
+        }
+
+        /// The branch-free bound over precomputed highs is the pair-by-pair one, bit for bit.
+        #[test]
+        fn the_bound_is_the_pair_by_pair_one((w, r) in column(), scale in 0.0001f64..0.1) {
+            prop_assert_eq!(bounded_scale(&w, &r, scale).to_bits(), bounded_scale_pair_by_pair(&w, &r, scale).to_bits());
+        }
     }
 }

@@ -14,12 +14,15 @@
 //! the pass's thread; the widening itself ([`widen_for_u8s8`]) needs only that and the weight,
 //! so the pass widens several layers at once.
 
-use crate::dialects::ort_u8s8::{activation_axis, columns, reduction, runs_int8, Reduction};
+use crate::dialects::ort_u8s8::{activation_axis, columns, reduction, runs_int8, Column, Reduction};
 use crate::ir::attrs::{op_attrs, AttrValue};
 use crate::ir::graph::op_name;
 use crate::ir::types::{tensor_type, Dim};
-use crate::params::saturation::{bounded_scale, first_saturating_pair, safe_scale_of, RawRange, Reading};
-use crate::params::{quantize_slice, QuantParams, Rounding, StorageType};
+use crate::params::saturation::{
+    bounded_scale_of, quantized_pairs_saturate, quantized_saturates, safe_scale_of, safe_scale_screened, RawRange,
+    Reading,
+};
+use crate::params::{QuantParams, StorageType};
 use crate::passes::report::Change;
 use crate::recipe::plan::fused_output;
 use crate::recipe::Plan;
@@ -114,15 +117,16 @@ pub(super) fn widen_for_u8s8(layer: &U8s8Layer, wt: &ArrayD<f32>, p: &mut QuantP
             f as f64
         }
     };
-    let slot = |c: &crate::dialects::ort_u8s8::Column| if p.scale.len() == 1 { 0 } else { c.channel };
+    let slot = |c: &Column| if p.scale.len() == 1 { 0 } else { c.channel };
+    let places: Vec<Column> = (0..cols.len()).map(|k| cols.column(k)).collect();
     // the raw ranges of a column's activation elements depend on the column only through which
     // inputs it reads (first input, period, length): made once for each such reading, not once
     // per column (a MatMul's 3072 columns all read the same 768 inputs)
     let mut readings: Vec<((usize, usize, usize), Reading)> = Vec::new();
-    let reading_of: Vec<usize> = cols
+    let reading_of: Vec<usize> = places
         .iter()
         .map(|c| {
-            let key = (c.first_input, c.period, c.weights.len());
+            let key = (c.first_input, c.period, c.len);
             match readings.iter().position(|(k, _)| *k == key) {
                 Some(at) => at,
                 None => {
@@ -140,43 +144,86 @@ pub(super) fn widen_for_u8s8(layer: &U8s8Layer, wt: &ArrayD<f32>, p: &mut QuantP
     // the columns of each scale, in order: scales are widened one column after another, and
     // different scales in parallel (the same result on any number of threads)
     let mut of_slot: Vec<Vec<usize>> = vec![Vec::new(); p.scale.len()];
-    for (k, c) in cols.iter().enumerate() {
+    for (k, c) in places.iter().enumerate() {
         if let Some(v) = of_slot.get_mut(slot(c)) {
             v.push(k);
         }
     }
-    // each scale folded over its columns by `step(column, scale, its ranges)`
-    let per_scale = |scales: &[f64], step: &(dyn Fn(usize, f64, &Reading) -> f64 + Sync)| -> Vec<f64> {
-        of_slot
-            .par_iter()
-            .zip(scales.par_iter())
-            .map(|(ks, &s0)| ks.iter().fold(s0, |s, &k| step(k, s, col_reading(k))))
-            .collect()
-    };
-    let scales = per_scale(&p.scale, &|k, s, reading| {
-        let wide = safe_scale_of(&cols[k].weights, reading, s);
+    let q = (p.qmin, p.qmax);
+    // a column's scale s widened where its pair sums could saturate
+    let widen = |w: &[f32], s: f64, reading: &Reading| {
+        let wide = safe_scale_of(w, reading, s);
         if wide > s {
             up(wide)
         } else {
             s
         }
-    });
-    // checked with the quantizer itself, column by column at the scales just found (what
-    // quantizing the whole weight at them gives each column); a column that still saturates
-    // (its f32 division rounded a tie the other way) takes the bound that holds for any
-    // rounding
-    let scales = match p.dtype {
-        StorageType::Int8 | StorageType::Int4 => per_scale(&scales, &|k, s, reading| {
-            let (col, at) = (&cols[k], slot(&cols[k]));
-            let mut q = vec![0i8; col.weights.len()];
-            let (trial, zp) = (scales[at] as f32, p.zero_point[at]);
-            quantize_slice(&col.weights, &mut q, trial, zp, p.qmin, p.qmax, Rounding::HalfEven);
-            match first_saturating_pair(&q, reading.ranges()) {
-                Some(_) => up(bounded_scale(&col.weights, reading.ranges(), s)),
-                None => s,
+    };
+    // checked with the quantizer itself at `trial`, its scale's widened value (what quantizing
+    // the whole weight gives the column); a column that still saturates (its f32 division
+    // rounded a tie the other way) takes the bound that holds for any rounding
+    let check = |w: &[f32], s: f64, trial: f64, at: usize, reading: &Reading| match p.dtype {
+        StorageType::Int8 | StorageType::Int4 => {
+            match quantized_saturates(w, reading, trial as f32, p.zero_point[at], q) {
+                true => up(bounded_scale_of(w, reading, s)),
+                false => s,
             }
-        }),
-        _ => scales,
+        }
+        _ => s,
+    };
+    let one_each = p.scale.len() == cols.len() && of_slot.iter().enumerate().all(|(s, ks)| ks[..] == [s]);
+    let scales: Vec<f64> = if one_each {
+        // column k is scale k's only one (per-channel weights of one matrix or conv, the common
+        // case): widened and checked at once, in blocks of neighbouring columns gathered together
+        const BLOCK: usize = 16;
+        let len = cols.column_len();
+        p.scale
+            .par_chunks(BLOCK)
+            .enumerate()
+            .map_init(Vec::new, |buf, (b, ss)| {
+                cols.gather_block(b * BLOCK, ss.len(), buf);
+                let one = |(i, &s): (usize, &f64)| {
+                    let (k, w) = (b * BLOCK + i, &buf[i * len..(i + 1) * len]);
+                    let reading = col_reading(k);
+                    let (wide, unbounded) = safe_scale_screened(w, reading, s);
+                    if wide > s {
+                        return check(w, up(wide), up(wide), k, reading);
+                    }
+                    // not widened, and stored as it is: the pairs to check are those screened
+                    match (p.dtype, s as f32 as f64 == s) {
+                        (StorageType::Int8 | StorageType::Int4, true) => {
+                            match quantized_pairs_saturate(w, reading, s as f32, p.zero_point[k], q, &unbounded) {
+                                true => up(bounded_scale_of(w, reading, s)),
+                                false => s,
+                            }
+                        }
+                        _ => check(w, s, s, k, reading),
+                    }
+                };
+                ss.iter().enumerate().map(one).collect::<Vec<_>>()
+            })
+            .flatten_iter()
+            .collect()
+    } else {
+        // each scale folded over its columns in order by `step(column's weights, column, scale,
+        // its ranges)`, different scales in parallel (the same result on any number of threads)
+        let per_scale = |scales: &[f64], step: &(dyn Fn(&[f32], usize, f64, &Reading) -> f64 + Sync)| -> Vec<f64> {
+            of_slot
+                .par_iter()
+                .zip(scales.par_iter())
+                .map_init(Vec::new, |buf, (ks, &s0)| {
+                    ks.iter().fold(s0, |s, &k| {
+                        cols.gather(k, buf);
+                        step(buf, k, s, col_reading(k))
+                    })
+                })
+                .collect()
+        };
+        let wide = per_scale(&p.scale, &|w, _, s, reading| widen(w, s, reading));
+        per_scale(&wide, &|w, k, s, reading| {
+            let at = slot(&places[k]);
+            check(w, s, wide[at], at, reading)
+        })
     };
     let widened = scales.iter().zip(&p.scale).filter(|(a, b)| a != b).count();
     if widened == 0 {
