@@ -122,7 +122,7 @@ fn guard<T>(py: Python<'_>, call: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
 }
 
 /// Runs `work` with the GIL released, Ctrl-C and the `progress` callable checked after every
-/// chunk of samples, and a panic turned into a `QuantirError`. An exception a Python callback
+/// sample, and a panic turned into a `QuantirError`. An exception a Python callback
 /// raised (the generator, the reader, `progress`, KeyboardInterrupt) is raised again as is.
 fn detached<T: Send>(
     py: Python<'_>,
