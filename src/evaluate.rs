@@ -15,6 +15,9 @@ use std::collections::{BTreeMap, HashSet};
 pub struct EvalOptions {
     pub threads: usize,
     pub limit: Option<usize>,
+    /// The `limit` samples evenly spread over the data instead of the first ones (a data set in
+    /// order — by recording, by class — has its first samples alike).
+    pub spread: bool,
     /// Name of an integer array of class labels in the data.
     pub labels: Option<String>,
     pub per_layer: bool,
@@ -24,6 +27,20 @@ pub struct EvalOptions {
     /// How the quantized model's int8 ops compute: exactly, or as onnxruntime's x86 int8
     /// kernels without VNNI do (`interp::ort_x86`).
     pub numerics: crate::interp::ort_x86::Numerics,
+}
+
+/// The samples of `total` that `limit` and `spread` pick, in order: the first `limit`, or
+/// `limit` of them evenly spread (sample ⌊i · total / limit⌋ for i < limit).
+///
+/// ```text
+/// total 32, limit 16: first 0 1 2 … 15; spread 0 2 4 … 30
+/// ```
+pub fn picked_samples(total: usize, limit: Option<usize>, spread: bool) -> Vec<usize> {
+    let n = limit.map_or(total, |l| l.min(total));
+    match spread {
+        true => (0..n).map(|i| i * total / n).collect(),
+        false => (0..n).collect(),
+    }
 }
 
 /// An SQNR this many dB below the previous layer's (one bit's worth) marks a sharp drop.
@@ -323,7 +340,8 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
     );
     let (wf, wq) = (pf.watch(&float_keys)?, pq.watch(&layer_keys)?);
     let paired: HashSet<String> = layer_keys.iter().cloned().collect();
-    let n = opts.limit.map_or(binding.samples, |l| l.min(binding.samples));
+    let indices = picked_samples(binding.samples, opts.limit, opts.spread);
+    let n = indices.len();
     let mut outputs = vec![Energy::default(); pf.output_names.len()];
     let mut layers: BTreeMap<String, Energy> = BTreeMap::new();
     let (mut agree, mut fcorrect, mut qcorrect) = (0usize, 0usize, 0usize);
@@ -370,7 +388,6 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
         }
         Ok(())
     };
-    let indices: Vec<usize> = (0..n).collect();
     run_side_by_side(
         [&pf, &pq],
         Feed::Indexed {
@@ -557,6 +574,20 @@ impl std::fmt::Display for EvalReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spread_samples_cover_the_data_in_order() {
+        assert_eq!(
+            picked_samples(32, Some(16), true),
+            (0..16).map(|i| 2 * i).collect::<Vec<_>>()
+        );
+        assert_eq!(picked_samples(32, Some(16), false), (0..16).collect::<Vec<_>>());
+        assert_eq!(picked_samples(10, Some(4), true), vec![0, 2, 5, 7]);
+        // fewer samples than asked: all of them, either way
+        assert_eq!(picked_samples(5, Some(16), true), (0..5).collect::<Vec<_>>());
+        assert_eq!(picked_samples(7, None, true), (0..7).collect::<Vec<_>>());
+        assert!(picked_samples(0, Some(16), true).is_empty());
+    }
 
     fn layer(key: &str, order: usize, sqnr_db: Option<f64>) -> LayerReport {
         LayerReport {

@@ -364,10 +364,12 @@ fn cmd_evaluate(a: &EvaluateArgs, signature: Option<&str>) -> Result<()> {
     let ctx = ir::new_context();
     let float = load(&ctx, float_model, signature)?;
     let quant = load(&ctx, quant_model, signature)?;
-    let dataset = a.images.open(data, a.feed.limit)?;
+    // spread samples are picked from all of them
+    let dataset = a.images.open(data, a.feed.limit.filter(|_| !a.spread))?;
     let opts = quantir::evaluate::EvalOptions {
         threads: a.feed.threads,
         limit: a.feed.limit,
+        spread: a.spread,
         labels: a.labels.clone(),
         per_layer: a.per_layer || report.is_some(),
         histograms: report.is_some(),
@@ -376,6 +378,7 @@ fn cmd_evaluate(a: &EvaluateArgs, signature: Option<&str>) -> Result<()> {
             Some(r) => quantir::interp::ort_x86::Numerics::of_runtime(name_of(r).parse().map_err(anyhow::Error::msg)?),
             None => Default::default(),
         },
+        ..Default::default()
     };
     let r = quantir::evaluate::evaluate(&float, &quant, &dataset, &opts).map_err(|e| match e {
         quantir::evaluate::EvalError::Mismatch(m) => anyhow::anyhow!("{}: {m}", quant_model.display()),

@@ -5,9 +5,10 @@ mod common;
 
 use common::{arg, data, example, ok, quantir, stderr};
 
-fn sqnr_on_first_16(float: &str, quant: &str, calib: &str) -> f64 {
+/// The first output's SQNR on the 16 samples spread over `calib` that a target is scored on.
+fn sqnr_on_scored_16(float: &str, quant: &str, calib: &str) -> f64 {
     let o = ok(quantir(&[
-        "evaluate", float, quant, "--data", calib, "--limit", "16", "--json",
+        "evaluate", float, quant, "--data", calib, "--limit", "16", "--spread", "--json",
     ]));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     r["outputs"][0]["sqnr_db"].as_f64().unwrap()
@@ -33,7 +34,7 @@ fn a_reachable_target_raises_the_fewest_activations_and_holds() {
             "-o",
             &arg(&all_int8),
         ]));
-        let base = sqnr_on_first_16(&model, &arg(&all_int8), &calib);
+        let base = sqnr_on_scored_16(&model, &arg(&all_int8), &calib);
         let target = base + 0.5;
         let o = ok(quantir(&[
             "quantize",
@@ -55,11 +56,11 @@ fn a_reachable_target_raises_the_fewest_activations_and_holds() {
             "{t}"
         );
         // the model written is the one scored: its SQNR on those samples is the search's
-        let got = sqnr_on_first_16(&model, &arg(&out), &calib);
+        let got = sqnr_on_scored_16(&model, &arg(&out), &calib);
         assert!(got >= target, "{model}: {got} dB < target {target:.2} ({t})");
         assert!((got - t["sqnr_db"].as_f64().unwrap()).abs() < 1e-9, "{got} vs {t}");
         // and held-out data gain too
-        assert!(sqnr_on_first_16(&model, &arg(&out), &test) > sqnr_on_first_16(&model, &arg(&all_int8), &test));
+        assert!(sqnr_on_scored_16(&model, &arg(&out), &test) > sqnr_on_scored_16(&model, &arg(&all_int8), &test));
         assert!(
             stderr(&o).contains(&format!("target {target:.2} dB reached")),
             "{}",
@@ -166,7 +167,7 @@ fn a_target_beyond_the_weights_leaves_the_fewest_ops_float() {
         "-o",
         &arg(&weights_only),
     ]));
-    let target = sqnr_on_first_16(&model, &arg(&weights_only), &calib) + 3.0;
+    let target = sqnr_on_scored_16(&model, &arg(&weights_only), &calib) + 3.0;
     let out = dir.path().join("t.mlir");
     let o = ok(quantir(&[
         "quantize",
@@ -202,7 +203,7 @@ fn a_target_beyond_the_weights_leaves_the_fewest_ops_float() {
             "{op}"
         );
     }
-    let got = sqnr_on_first_16(&model, &arg(&out), &calib);
+    let got = sqnr_on_scored_16(&model, &arg(&out), &calib);
     assert!(got >= target, "{got} dB < target {target:.2}");
     assert!(stderr(&o).contains("compute ops left float"), "{}", stderr(&o));
 }
@@ -227,7 +228,7 @@ fn a_target_scored_on_validation_data_holds_there() {
         "-o",
         &arg(&all_int8),
     ]));
-    let base = sqnr_on_first_16(&model, &arg(&all_int8), &test);
+    let base = sqnr_on_scored_16(&model, &arg(&all_int8), &test);
     let target = base + 0.5;
     let o = ok(quantir(&[
         "quantize",
@@ -252,7 +253,7 @@ fn a_target_scored_on_validation_data_holds_there() {
         (t["int8_sqnr_db"].as_f64().unwrap() - base).abs() < 1e-9,
         "{base} vs {t}"
     );
-    let got = sqnr_on_first_16(&model, &arg(&out), &test);
+    let got = sqnr_on_scored_16(&model, &arg(&out), &test);
     assert!(got >= target, "{got} dB < target {target:.2} ({t})");
     assert!((got - t["sqnr_db"].as_f64().unwrap()).abs() < 1e-9, "{got} vs {t}");
     assert!(stderr(&o).contains("on 16 validation samples"), "{}", stderr(&o));
@@ -374,11 +375,11 @@ fn a_target_on_equalized_layers_searches_the_calibrated_keys() {
     let all_int8 = arg(&dir.path().join("int8.mlir"));
     let o = quantize(&[], &all_int8);
     assert!(stderr(&o).contains("2 layer pairs"), "{}", stderr(&o));
-    let target = format!("{:.2}", sqnr_on_first_16(&model, &all_int8, &calib) + 0.5);
+    let target = format!("{:.2}", sqnr_on_scored_16(&model, &all_int8, &calib) + 0.5);
     let out = arg(&dir.path().join("t.mlir"));
     let o = quantize(&["--target-sqnr", &target, "--json"], &out);
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(!doc["target"]["raised"].as_array().unwrap().is_empty(), "{doc:#}");
-    let got = sqnr_on_first_16(&model, &out, &calib);
+    let got = sqnr_on_scored_16(&model, &out, &calib);
     assert!(got >= target.parse::<f64>().unwrap(), "{got} dB < target {target}");
 }

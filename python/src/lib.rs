@@ -442,6 +442,7 @@ fn evaluate(
             histograms: report.is_some(),
             overrides: calib.inputs.clone(),
             numerics,
+            ..Default::default()
         };
         detached(py, progress, &raised, move || {
             let ctx = quantir::ir::new_context();
