@@ -260,10 +260,10 @@ fn an_input_a_target_raises_to_float_takes_its_weights_shift_alone() {
     ndarray_npy::write_npy(&data, &x).unwrap();
     let q = dir.path().join("q.onnx");
     let said = quantize_with(&m, &arg(&data), &q, &["--bias-correction", "--target-sqnr", "90"]);
-    // int8 leaves the rounding's spread (60 dB); int16 with the int8 input's shift, or float
-    // with it, a constant error of a tenth of a step (63.5 dB); float with the weights' shift
-    // alone none
-    assert!(said.contains("all int8: 60.49 dB"), "{said}");
+    // int8 leaves the rounding's spread (60 dB on the 16 samples spread over the 32 the target
+    // scores); int16 with the int8 input's shift, or float with it, a constant error of a tenth
+    // of a step (63.5 dB); float with the weights' shift alone none
+    assert!(said.contains("all int8: 60.69 dB"), "{said}");
     assert!(
         said.contains("1 of 1 activations raised (0 to int16, 1 to float)"),
         "{said}"
