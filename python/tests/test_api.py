@@ -213,9 +213,14 @@ def test_a_quality_target_matches_the_cli(tmp_path, cli, digits):
     want = tmp_path / "cli.mlir"
     cli("quantize", digits["mlir"], "--data", digits["calib"], "--no-cache", "--target-sqnr", "43.5", "-o", want)
     got = tmp_path / "py.mlir"
-    s = quantir.quantize(digits["mlir"], got, calibration=one_by_one(digits["x"], "x"), target_sqnr=43.5)
+    # the same samples as arrays: a target scores on 16 spread over them, as on the file
+    s = quantir.quantize(digits["mlir"], got, calibration={"x": digits["x"]}, target_sqnr=43.5)
     assert got.read_bytes() == want.read_bytes()
     assert s.target["sqnr_db"] >= 43.5 and s.target["raised"]
+    # a stream is scored on its first 16 samples (it is read once, its length unknown)
+    streamed = tmp_path / "stream.mlir"
+    s = quantir.quantize(digits["mlir"], streamed, calibration=one_by_one(digits["x"], "x"), target_sqnr=43.5)
+    assert s.target["sqnr_db"] >= 43.5 and s.target["samples"] == 16
 
 
 def test_a_quality_target_on_validation_data_matches_the_cli(tmp_path, cli, digits):
