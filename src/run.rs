@@ -308,9 +308,9 @@ type Outcome<S> = (usize, usize, std::thread::Result<Result<(Vec<Tensor>, S), Ru
 /// one is free; `combine` sees (sample, outputs, state) in sample order, as each becomes next.
 /// At most 2 × the pool's size of samples are read, running or waiting to be combined at once.
 /// There is no barrier between groups of samples: a worker that finishes early takes the next
-/// sample instead of waiting for the slowest of its group (which left a core idle for up to a
-/// sample's time per group, ~10 % of calibrating a BERT-base encoder on 2 threads). `feed` is
-/// read on this thread, in order. Returns the number of samples run.
+/// sample instead of waiting for the slowest of its group (a per-thread timeline of calibrating
+/// a BERT-base encoder on 2 threads showed a core idle for up to a sample's time per group).
+/// `feed` is read on this thread, in order. Returns the number of samples run.
 fn run_jobs<S: Send>(
     mut feed: Feed,
     pool: rayon::ThreadPool,
