@@ -592,6 +592,16 @@ mod tests {
         (0..n).map(|i| Ok((i, Vec::new())))
     }
 
+    /// [`run_jobs`] over `n` samples of a stream, on 2 workers.
+    fn run_stream<S: Send>(
+        n: usize,
+        run_one: &(dyn Fn(usize, Vec<Tensor>) -> Result<(Vec<Tensor>, S), RunError> + Sync),
+        combine: &mut dyn FnMut(usize, Vec<Tensor>, S) -> Result<(), RunError>,
+    ) -> Result<usize, RunError> {
+        let mut items = stream(n);
+        run_jobs(Feed::Stream(&mut items), pool(2).unwrap(), run_one, combine, "test")
+    }
+
     #[test]
     fn samples_are_combined_in_order_however_their_runs_end() {
         let (started, combined) = (AtomicUsize::new(0), AtomicUsize::new(0));
@@ -604,18 +614,11 @@ mod tests {
             Ok((Vec::new(), i * 10))
         };
         let mut seen = Vec::new();
-        let mut items = stream(12);
-        let n = run_jobs(
-            Feed::Stream(&mut items),
-            pool(2).unwrap(),
-            &run_one,
-            &mut |i, _, state| {
-                seen.push((i, state));
-                combined.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            },
-            "test",
-        )
+        let n = run_stream(12, &run_one, &mut |i, _, state| {
+            seen.push((i, state));
+            combined.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
         .unwrap();
         assert_eq!(n, 12);
         assert_eq!(seen, (0..12).map(|i| (i, i * 10)).collect::<Vec<_>>());
@@ -630,17 +633,10 @@ mod tests {
             _ => Ok((Vec::new(), i)),
         };
         let mut seen = Vec::new();
-        let mut items = stream(12);
-        let err = run_jobs(
-            Feed::Stream(&mut items),
-            pool(2).unwrap(),
-            &run_one,
-            &mut |i, _, _| {
-                seen.push(i);
-                Ok(())
-            },
-            "test",
-        )
+        let err = run_stream(12, &run_one, &mut |i, _, _| {
+            seen.push(i);
+            Ok(())
+        })
         .unwrap_err();
         assert_eq!(err.to_string(), "sample 5 fails");
         assert_eq!(seen, vec![0, 1, 2, 3, 4]);
@@ -678,14 +674,7 @@ mod tests {
             Ok((Vec::new(), ()))
         };
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let mut items = stream(8);
-            run_jobs(
-                Feed::Stream(&mut items),
-                pool(2).unwrap(),
-                &run_one,
-                &mut |_, _, _| Ok(()),
-                "test",
-            )
+            run_stream(8, &run_one, &mut |_, _, _| Ok(()))
         }));
         let panic = caught.expect_err("the worker's panic is raised again");
         assert_eq!(panic.downcast_ref::<&str>(), Some(&"a bug on sample 2"));
