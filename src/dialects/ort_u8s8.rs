@@ -110,6 +110,10 @@ enum Layout {
     Rows { n: usize, k: usize },
 }
 
+/// The neighbouring columns [`Columns::gather_block`] is asked for at once: a 64-byte cache
+/// line of each row of an f32 matrix.
+pub const BLOCK: usize = 16;
+
 /// A weight's GEMM columns in the kernel's reduction order, each gathered when asked for:
 /// a BERT layer's [768, 3072] weight is read in place rather than copied column by column.
 pub struct Columns<'a, T: Clone> {
@@ -132,32 +136,29 @@ impl<T: Copy> Columns<'_, T> {
 
     /// Column `c`'s place.
     pub fn column(&self, c: usize) -> Column {
-        match self.layout {
-            Layout::Conv { group, m, cg, taps } => Column {
-                channel: c,
-                len: taps * cg,
-                first_input: c / (m / group) * cg,
-                period: cg,
-            },
-            Layout::Matrix { k, n, .. } => Column {
-                channel: c % n.max(1),
-                len: k,
-                first_input: 0,
-                period: k,
-            },
-            Layout::Rows { k, .. } => Column {
-                channel: c,
-                len: k,
-                first_input: 0,
-                period: k,
-            },
+        let len = self.column_len();
+        let (channel, first_input, period) = match self.layout {
+            Layout::Conv { group, m, cg, .. } => (c, c / (m / group) * cg, cg),
+            Layout::Matrix { k, n, .. } => (c % n.max(1), 0, k),
+            Layout::Rows { k, .. } => (c, 0, k),
+        };
+        Column {
+            channel,
+            len,
+            first_input,
+            period,
         }
     }
 
     /// Column `c`'s weights, in reduction order, into `out` (cleared first).
     pub fn gather(&self, c: usize, out: &mut Vec<T>) {
-        let flat = &self.flat[..];
         out.clear();
+        self.extend_with(c, out);
+    }
+
+    /// Column `c`'s weights, in reduction order, appended to `out`.
+    fn extend_with(&self, c: usize, out: &mut Vec<T>) {
+        let flat = &self.flat[..];
         match self.layout {
             Layout::Conv { cg, taps, .. } => {
                 let filter = &flat[c * cg * taps..(c + 1) * cg * taps];
@@ -196,17 +197,16 @@ impl<T: Copy> Columns<'_, T> {
                 }
             }
             _ => {
-                let mut col = Vec::with_capacity(len);
                 out.clear();
                 for c in first..first + count {
-                    self.gather(c, &mut col);
-                    out.extend_from_slice(&col);
+                    self.extend_with(c, out);
                 }
             }
         }
     }
 
-    /// Every column's weights (tests; the pass gathers blocks).
+    /// Every column's weights.
+    #[cfg(test)]
     pub fn to_vecs(&self) -> Vec<Vec<T>> {
         (0..self.len())
             .map(|c| {
@@ -359,6 +359,24 @@ mod tests {
                     "column {j}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_block_is_its_columns_one_after_another() {
+        // [2, 5, 3] batched MatMul weight: a block inside one matrix (read row by row) and one
+        // across the two (column by column); a conv's block
+        let w = ArrayD::from_shape_fn(vec![2, 5, 3], |i| (100 * i[0] + 10 * i[1] + i[2]) as f32);
+        let conv = ArrayD::from_shape_fn(vec![4, 2, 1, 2], |i| (100 * i[0] + 10 * i[1] + i[3]) as f32);
+        let mut block = vec![-1.0; 2];
+        for (cols, first, count) in [
+            (columns(Reduction::MatMul, &w, &attrs(&[])).unwrap(), 0, 3),
+            (columns(Reduction::MatMul, &w, &attrs(&[])).unwrap(), 1, 4),
+            (columns(Reduction::Conv, &conv, &attrs(&[])).unwrap(), 1, 3),
+        ] {
+            cols.gather_block(first, count, &mut block);
+            let want: Vec<f32> = cols.to_vecs()[first..first + count].concat();
+            assert_eq!(block, want, "columns {first}..{}", first + count);
         }
     }
 }

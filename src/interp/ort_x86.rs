@@ -22,7 +22,7 @@ use super::kernels::conv_nchw::same_pads;
 use super::kernels::{Kernel, KernelResult};
 use super::ort_fusion::{dequantized, output_quantized};
 use crate::dialects::conv_window::{onnx_window, ConvPads, ConvWindow};
-use crate::dialects::ort_u8s8::{columns, is_depthwise, reduction, runs_int8, Reduction};
+use crate::dialects::ort_u8s8::{columns, is_depthwise, reduction, runs_int8, Reduction, BLOCK};
 use crate::ir::attrs::{op_attrs, AttrValue};
 use crate::ir::graph::op_name;
 use crate::ir::types::tensor_type;
@@ -268,13 +268,20 @@ pub fn plan<'t>(
     let cols = columns(r, w, &attrs)?;
     let n_cols = cols.len();
     let mut risky = Vec::new();
-    let mut weights = Vec::new();
+    // neighbouring columns gathered together: one by one, each would read every row's line
+    let (mut block, len) = (Vec::new(), cols.column_len());
     for index in 0..n_cols {
-        let c = cols.column(index);
-        let ch = if wq.scale.len() > 1 { c.channel } else { 0 };
+        let (first, i) = (index - index % BLOCK, index % BLOCK);
+        if i == 0 {
+            cols.gather_block(first, BLOCK.min(n_cols - first), &mut block);
+        }
+        let ch = if wq.scale.len() > 1 {
+            cols.column(index).channel
+        } else {
+            0
+        };
         let (s, zp) = (*wq.scale.get(ch)?, *wq.zero_point.get(ch)?);
-        cols.gather(index, &mut weights);
-        let q: Vec<i32> = weights
+        let q: Vec<i32> = block[i * len..(i + 1) * len]
             .iter()
             .map(|&x| ((x as f64 / s).round() as i64 + zp).clamp(-128, 127) as i32)
             .collect();
