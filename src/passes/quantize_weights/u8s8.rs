@@ -14,13 +14,12 @@
 //! the pass's thread; the widening itself ([`widen_for_u8s8`]) needs only that and the weight,
 //! so the pass widens several layers at once.
 
-use crate::dialects::ort_u8s8::{activation_axis, columns, reduction, runs_int8, Column, Reduction};
+use crate::dialects::ort_u8s8::{activation_axis, columns, reduction, runs_int8, Column, Reduction, BLOCK};
 use crate::ir::attrs::{op_attrs, AttrValue};
 use crate::ir::graph::op_name;
 use crate::ir::types::{tensor_type, Dim};
 use crate::params::saturation::{
-    bounded_scale_of, quantized_pairs_saturate, quantized_saturates, safe_scale_of, safe_scale_screened, RawRange,
-    Reading,
+    bounded_scale_of, quantized_pairs_saturate, quantized_saturates, safe_scale_screened, RawRange, Reading,
 };
 use crate::params::{QuantParams, StorageType};
 use crate::passes::report::Change;
@@ -118,14 +117,13 @@ pub(super) fn widen_for_u8s8(layer: &U8s8Layer, wt: &ArrayD<f32>, p: &mut QuantP
         }
     };
     let slot = |c: &Column| if p.scale.len() == 1 { 0 } else { c.channel };
-    let places: Vec<Column> = (0..cols.len()).map(|k| cols.column(k)).collect();
     // the raw ranges of a column's activation elements depend on the column only through which
     // inputs it reads (first input, period, length): made once for each such reading, not once
     // per column (a MatMul's 3072 columns all read the same 768 inputs)
     let mut readings: Vec<((usize, usize, usize), Reading)> = Vec::new();
-    let reading_of: Vec<usize> = places
-        .iter()
-        .map(|c| {
+    let reading_of: Vec<usize> = (0..cols.len())
+        .map(|k| {
+            let c = cols.column(k);
             let key = (c.first_input, c.period, c.len);
             match readings.iter().position(|(k, _)| *k == key) {
                 Some(at) => at,
@@ -144,38 +142,40 @@ pub(super) fn widen_for_u8s8(layer: &U8s8Layer, wt: &ArrayD<f32>, p: &mut QuantP
     // the columns of each scale, in order: scales are widened one column after another, and
     // different scales in parallel (the same result on any number of threads)
     let mut of_slot: Vec<Vec<usize>> = vec![Vec::new(); p.scale.len()];
-    for (k, c) in places.iter().enumerate() {
-        if let Some(v) = of_slot.get_mut(slot(c)) {
+    for k in 0..cols.len() {
+        if let Some(v) = of_slot.get_mut(slot(&cols.column(k))) {
             v.push(k);
         }
     }
     let q = (p.qmin, p.qmax);
-    // a column's scale s widened where its pair sums could saturate
+    // a column's scale s widened where its pair sums could saturate; when it stays s, and s is
+    // stored as it is, also the pairs screened there (a check at s reads the same ones)
     let widen = |w: &[f32], s: f64, reading: &Reading| {
-        let wide = safe_scale_of(w, reading, s);
-        if wide > s {
-            up(wide)
-        } else {
-            s
+        let (wide, screened) = safe_scale_screened(w, reading, s);
+        match wide > s {
+            true => (up(wide), None),
+            false => (s, (s as f32 as f64 == s).then_some(screened)),
         }
     };
     // checked with the quantizer itself at `trial`, its scale's widened value (what quantizing
-    // the whole weight gives the column); a column that still saturates (its f32 division
-    // rounded a tie the other way) takes the bound that holds for any rounding
-    let check = |w: &[f32], s: f64, trial: f64, at: usize, reading: &Reading| match p.dtype {
-        StorageType::Int8 | StorageType::Int4 => {
-            match quantized_saturates(w, reading, trial as f32, p.zero_point[at], q) {
-                true => up(bounded_scale_of(w, reading, s)),
-                false => s,
-            }
+    // the whole weight gives the column; `screened`: the pairs screened at `trial`, when
+    // known); a column that still saturates (its f32 division rounded a tie the other way)
+    // takes the bound that holds for any rounding
+    let check = |w: &[f32], s: f64, trial: f64, at: usize, reading: &Reading, screened: Option<&[usize]>| {
+        let (trial, zp) = (trial as f32, p.zero_point[at]);
+        let saturates = |pairs: Option<&[usize]>| match pairs {
+            Some(pairs) => quantized_pairs_saturate(w, reading, trial, zp, q, pairs),
+            None => quantized_saturates(w, reading, trial, zp, q),
+        };
+        match p.dtype {
+            StorageType::Int8 | StorageType::Int4 if saturates(screened) => up(bounded_scale_of(w, reading, s)),
+            _ => s,
         }
-        _ => s,
     };
     let one_each = p.scale.len() == cols.len() && of_slot.iter().enumerate().all(|(s, ks)| ks[..] == [s]);
     let scales: Vec<f64> = if one_each {
         // column k is scale k's only one (per-channel weights of one matrix or conv, the common
         // case): widened and checked at once, in blocks of neighbouring columns gathered together
-        const BLOCK: usize = 16;
         let len = cols.column_len();
         p.scale
             .par_chunks(BLOCK)
@@ -184,21 +184,8 @@ pub(super) fn widen_for_u8s8(layer: &U8s8Layer, wt: &ArrayD<f32>, p: &mut QuantP
                 cols.gather_block(b * BLOCK, ss.len(), buf);
                 let one = |(i, &s): (usize, &f64)| {
                     let (k, w) = (b * BLOCK + i, &buf[i * len..(i + 1) * len]);
-                    let reading = col_reading(k);
-                    let (wide, unbounded) = safe_scale_screened(w, reading, s);
-                    if wide > s {
-                        return check(w, up(wide), up(wide), k, reading);
-                    }
-                    // not widened, and stored as it is: the pairs to check are those screened
-                    match (p.dtype, s as f32 as f64 == s) {
-                        (StorageType::Int8 | StorageType::Int4, true) => {
-                            match quantized_pairs_saturate(w, reading, s as f32, p.zero_point[k], q, &unbounded) {
-                                true => up(bounded_scale_of(w, reading, s)),
-                                false => s,
-                            }
-                        }
-                        _ => check(w, s, s, k, reading),
-                    }
+                    let (wide, screened) = widen(w, s, col_reading(k));
+                    check(w, wide, wide, k, col_reading(k), screened.as_deref())
                 };
                 ss.iter().enumerate().map(one).collect::<Vec<_>>()
             })
@@ -219,10 +206,10 @@ pub(super) fn widen_for_u8s8(layer: &U8s8Layer, wt: &ArrayD<f32>, p: &mut QuantP
                 })
                 .collect()
         };
-        let wide = per_scale(&p.scale, &|w, _, s, reading| widen(w, s, reading));
+        let wide = per_scale(&p.scale, &|w, _, s, reading| widen(w, s, reading).0);
         per_scale(&wide, &|w, k, s, reading| {
-            let at = slot(&places[k]);
-            check(w, s, wide[at], at, reading)
+            let at = slot(&cols.column(k));
+            check(w, s, wide[at], at, reading, None)
         })
     };
     let widened = scales.iter().zip(&p.scale).filter(|(a, b)| a != b).count();
