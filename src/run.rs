@@ -128,37 +128,23 @@ impl Job<'_> {
     }
 }
 
-/// The next at most `n` samples from `feed`, `pos` samples in. A bound data set read
-/// from a stream (lazy `.npz` rows) and a [`Feed::Stream`] are read here, in sample order, so
-/// that the decoder never goes back.
-fn next_jobs<'d>(feed: &mut Feed<'d>, pos: usize, n: usize) -> Vec<Job<'d>> {
+/// The next sample from `feed`, `pos` samples in. A bound data set read from a stream (lazy
+/// `.npz` rows) and a [`Feed::Stream`] are read here, in sample order, so that the decoder
+/// never goes back; a stream's error is the job at its place.
+fn next_job<'d>(feed: &mut Feed<'d>, pos: usize) -> Option<Job<'d>> {
     match feed {
         Feed::Indexed { data, indices } => {
             let data: &'d Binding = data;
-            let stream = data.streams();
-            let end = (pos + n).min(indices.len());
-            indices[pos.min(end)..end]
-                .iter()
-                .map(|&i| match stream {
-                    true => Job::Read(i, data.sample(i)),
-                    false => Job::Row(i, data),
-                })
-                .collect()
+            let &i = indices.get(pos)?;
+            Some(match data.streams() {
+                true => Job::Read(i, data.sample(i)),
+                false => Job::Row(i, data),
+            })
         }
-        Feed::Stream(items) => {
-            let mut jobs = Vec::with_capacity(n);
-            for item in items.take(n) {
-                match item {
-                    Ok((i, inputs)) => jobs.push(Job::Read(i, Ok(inputs))),
-                    Err(e) => {
-                        // the samples before it run; the error ends the run at its place
-                        jobs.push(Job::Read(pos + jobs.len(), Err(e)));
-                        break;
-                    }
-                }
-            }
-            jobs
-        }
+        Feed::Stream(items) => Some(match items.next()? {
+            Ok((i, inputs)) => Job::Read(i, Ok(inputs)),
+            Err(e) => Job::Read(pos, Err(e)),
+        }),
     }
 }
 
@@ -353,7 +339,7 @@ fn run_jobs<S: Send>(
         let mut waiting: std::collections::BTreeMap<usize, (usize, _)> = std::collections::BTreeMap::new();
         loop {
             while more && taken < done + window {
-                match next_jobs(&mut feed, taken, 1).pop() {
+                match next_job(&mut feed, taken) {
                     Some(job) => {
                         // a stream's error ends the run at its place: nothing is read after it
                         more = !matches!(job, Job::Read(_, Err(_)));
