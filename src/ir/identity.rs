@@ -15,13 +15,8 @@ use melior::ir::Module;
 use mlir_sys::{MlirAttribute, MlirOperation, MlirStringRef, MlirWalkResult};
 
 /// The running identity hash: XXH3-64 over the module's parts in order.
+#[derive(Default)]
 struct Digest(xxhash_rust::xxh3::Xxh3);
-
-impl Default for Digest {
-    fn default() -> Self {
-        Digest(xxhash_rust::xxh3::Xxh3::new())
-    }
-}
 
 impl Digest {
     fn bytes(&mut self, b: &[u8]) {
