@@ -182,7 +182,7 @@ pub struct RaisedPoint {
 }
 
 /// What the search found. For an SQNR goal `target_db`, `int8_sqnr_db` and `sqnr_db` (the
-/// mean output SQNR on the scoring samples: all int8, then with the raised points); for a
+/// worst output's SQNR on the scoring samples: all int8, then with the raised points); for a
 /// top-1 goal `target_top1`, `int8_top1` and `top1`, and `top1_of` what it is measured against.
 #[derive(Debug, Clone, Serialize)]
 pub struct TargetReport {

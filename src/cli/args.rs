@@ -148,8 +148,9 @@ pub struct QuantizeArgs {
     /// The methods --choose-method and --choose-range try.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "minmax,percentile,mse")]
     pub candidates: Vec<MethodArg>,
-    /// Raise the fewest activations from int8 to int16, then to float, until the mean output
-    /// SQNR on the first 16 calibration samples reaches DB (needs --data).
+    /// Raise the fewest activations from int8 to int16, then to float (or, where that cannot or
+    /// keeps fewer MACs int8, leave the fewest compute ops float), until the SQNR of every output
+    /// on 16 calibration samples spread over the data reaches DB (needs --data).
     #[arg(long, value_name = "DB", requires = "data", group = "target")]
     pub target_sqnr: Option<f64>,
     /// As --target-sqnr, for top-1 on every scoring sample: the share whose first output's
@@ -159,9 +160,9 @@ pub struct QuantizeArgs {
     /// The integer array of class labels in the scoring data, for --target-top1.
     #[arg(long, value_name = "NAME", requires = "target_top1", conflicts_with = "target_sqnr")]
     pub labels: Option<String>,
-    /// Score the target on these held-out data (--target-sqnr on their first 16 samples)
-    /// instead of the calibration data (the ranges, GPTQ and bias correction are fitted to
-    /// those).
+    /// Score the target on these held-out data (--target-sqnr on 16 of their samples spread
+    /// over them) instead of the calibration data (the ranges, GPTQ and bias correction are
+    /// fitted to those).
     #[arg(long, value_name = "DATA", requires = "target")]
     pub validation: Option<PathBuf>,
     #[command(flatten)]
