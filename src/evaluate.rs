@@ -5,7 +5,7 @@
 use crate::formats::data::{bind, Dataset};
 use crate::interp::Program;
 use crate::quantize::prepare;
-use crate::run::{run_side_by_side, Feed, RunError, SideBySide};
+use crate::run::{picked_samples, run_side_by_side, Feed, RunError, SideBySide};
 use crate::tensor::Tensor;
 use melior::ir::Module;
 use serde::Serialize;
@@ -27,20 +27,6 @@ pub struct EvalOptions {
     /// How the quantized model's int8 ops compute: exactly, or as onnxruntime's x86 int8
     /// kernels without VNNI do (`interp::ort_x86`).
     pub numerics: crate::interp::ort_x86::Numerics,
-}
-
-/// The samples of `total` that `limit` and `spread` pick, in order: the first `limit`, or
-/// `limit` of them evenly spread (sample ⌊i · total / limit⌋ for i < limit).
-///
-/// ```text
-/// total 32, limit 16: first 0 1 2 … 15; spread 0 2 4 … 30
-/// ```
-pub fn picked_samples(total: usize, limit: Option<usize>, spread: bool) -> Vec<usize> {
-    let n = limit.map_or(total, |l| l.min(total));
-    match spread {
-        true => (0..n).map(|i| i * total / n).collect(),
-        false => (0..n).collect(),
-    }
 }
 
 /// An SQNR this many dB below the previous layer's (one bit's worth) marks a sharp drop.
@@ -574,20 +560,6 @@ impl std::fmt::Display for EvalReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spread_samples_cover_the_data_in_order() {
-        assert_eq!(
-            picked_samples(32, Some(16), true),
-            (0..16).map(|i| 2 * i).collect::<Vec<_>>()
-        );
-        assert_eq!(picked_samples(32, Some(16), false), (0..16).collect::<Vec<_>>());
-        assert_eq!(picked_samples(10, Some(4), true), vec![0, 2, 5, 7]);
-        // fewer samples than asked: all of them, either way
-        assert_eq!(picked_samples(5, Some(16), true), (0..5).collect::<Vec<_>>());
-        assert_eq!(picked_samples(7, None, true), (0..7).collect::<Vec<_>>());
-        assert!(picked_samples(0, Some(16), true).is_empty());
-    }
 
     fn layer(key: &str, order: usize, sqnr_db: Option<f64>) -> LayerReport {
         LayerReport {

@@ -246,7 +246,7 @@ fn cmd_run(a: &RunArgs, signature: Option<&str>) -> Result<()> {
     let mut binding = formats::data::bind(&dataset, &program.inputs, &overrides)?;
     binding.allow_non_finite = true;
     let t0 = std::time::Instant::now();
-    let indices = quantir::evaluate::picked_samples(binding.samples, feed.limit, false);
+    let indices = quantir::run::picked_samples(binding.samples, feed.limit, false);
     let outs = run::run_samples(
         &program,
         &binding,

@@ -24,6 +24,22 @@ pub enum RunError {
     Stopped(String),
 }
 
+/// The samples of `total` that `limit` and `spread` pick, in order: the first `limit`, or
+/// `limit` of them evenly spread (sample ⌊i · total / limit⌋ for i < limit). The one rule of
+/// `--limit` for calibration (whose shards then split these), evaluation, `run` and a target's
+/// scoring samples.
+///
+/// ```text
+/// total 32, limit 16: first 0 1 2 … 15; spread 0 2 4 … 30
+/// ```
+pub fn picked_samples(total: usize, limit: Option<usize>, spread: bool) -> Vec<usize> {
+    let n = limit.map_or(total, |l| l.min(total));
+    match spread {
+        true => (0..n).map(|i| i * total / n).collect(),
+        false => (0..n).collect(),
+    }
+}
+
 /// Where a run's samples come from.
 pub enum Feed<'a> {
     /// Samples `indices` of a bound data set, read by the worker that runs them (in sample
@@ -570,6 +586,20 @@ pub fn write_npz(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spread_samples_cover_the_data_in_order() {
+        assert_eq!(
+            picked_samples(32, Some(16), true),
+            (0..16).map(|i| 2 * i).collect::<Vec<_>>()
+        );
+        assert_eq!(picked_samples(32, Some(16), false), (0..16).collect::<Vec<_>>());
+        assert_eq!(picked_samples(10, Some(4), true), vec![0, 2, 5, 7]);
+        // fewer samples than asked: all of them, either way
+        assert_eq!(picked_samples(5, Some(16), true), (0..5).collect::<Vec<_>>());
+        assert_eq!(picked_samples(7, None, true), (0..7).collect::<Vec<_>>());
+        assert!(picked_samples(0, Some(16), true).is_empty());
+    }
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 

@@ -286,7 +286,7 @@ fn rank_points(
     let keys: Vec<String> = sources.keys().cloned().collect();
     let watch = program.watch(&keys)?;
     let binding = bind(data, &program.inputs, &opts.overrides)?;
-    let indices = crate::evaluate::picked_samples(binding.samples, opts.limit, opts.spread);
+    let indices = crate::run::picked_samples(binding.samples, opts.limit, opts.spread);
     let mut energy: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     run_samples(
         &program,

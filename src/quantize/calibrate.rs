@@ -6,7 +6,7 @@ use super::{model_hash, plan, prepare_with, QuantConfig};
 use crate::calibration::{ChannelMoments, Method, NonFinitePolicy, PerChannelMinMax, StatsFile};
 use crate::formats::data::{Binding, DataError, Fingerprint};
 use crate::interp::Program;
-use crate::run::{run_feed, run_samples_fold, Feed, RunError};
+use crate::run::{picked_samples, run_feed, run_samples_fold, Feed, RunError};
 use crate::tensor::Tensor;
 use melior::ir::Module;
 use std::collections::BTreeMap;
@@ -58,16 +58,17 @@ pub enum CalibrateError {
     NoSamples,
 }
 
-/// The sample indices of a run: the first `limit` samples, then every n-th from i.
+/// The sample indices of a run: the samples `--limit` picks ([`picked_samples`]), then every
+/// k-th of them from the i-th (shard i of k).
 pub fn sample_indices(
     total: usize,
     limit: Option<usize>,
     shard: Option<(usize, usize)>,
 ) -> Result<Vec<usize>, CalibrateError> {
-    let n = limit.map_or(total, |l| l.min(total));
+    let picked = picked_samples(total, limit, false);
     match shard {
-        None => Ok((0..n).collect()),
-        Some((i, k)) if k > 0 && i < k => Ok((i..n).step_by(k).collect()),
+        None => Ok(picked),
+        Some((i, k)) if k > 0 && i < k => Ok(picked.into_iter().skip(i).step_by(k).collect()),
         Some((i, k)) => Err(CalibrateError::Shard(i, k)),
     }
 }
@@ -487,4 +488,29 @@ fn run_observation(
     stats.num_samples = ran as u64;
     stats.finalize()?;
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_split_the_samples_the_limit_picks() {
+        assert_eq!(sample_indices(10, None, None).unwrap(), (0..10).collect::<Vec<_>>());
+        assert_eq!(sample_indices(10, Some(4), None).unwrap(), vec![0, 1, 2, 3]);
+        // shard i of k: every k-th of the picked samples from the i-th; together, all of them once
+        assert_eq!(sample_indices(10, Some(7), Some((0, 3))).unwrap(), vec![0, 3, 6]);
+        assert_eq!(sample_indices(10, Some(7), Some((1, 3))).unwrap(), vec![1, 4]);
+        assert_eq!(sample_indices(10, Some(7), Some((2, 3))).unwrap(), vec![2, 5]);
+        assert_eq!(sample_indices(3, Some(16), Some((1, 2))).unwrap(), vec![1]);
+        assert!(sample_indices(2, None, Some((2, 5))).unwrap().is_empty());
+        assert!(matches!(
+            sample_indices(10, None, Some((3, 3))),
+            Err(CalibrateError::Shard(3, 3))
+        ));
+        assert!(matches!(
+            sample_indices(10, None, Some((0, 0))),
+            Err(CalibrateError::Shard(0, 0))
+        ));
+    }
 }
