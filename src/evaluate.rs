@@ -5,7 +5,7 @@
 use crate::formats::data::{bind, Dataset};
 use crate::interp::Program;
 use crate::quantize::prepare;
-use crate::run::{picked_samples, run_side_by_side, Feed, RunError, SideBySide};
+use crate::run::{picked_among, picked_samples, run_side_by_side, Feed, RunError, SideBySide};
 use crate::tensor::Tensor;
 use melior::ir::Module;
 use serde::Serialize;
@@ -15,9 +15,12 @@ use std::collections::{BTreeMap, HashSet};
 pub struct EvalOptions {
     pub threads: usize,
     pub limit: Option<usize>,
-    /// The `limit` samples evenly spread over the data instead of the first ones (a data set in
-    /// order — by recording, by class — has its first samples alike).
+    /// The `limit` samples spread over the data (`run::picked_samples`) instead of the first
+    /// ones (a data set in order — by recording, by class — has its first samples alike).
     pub spread: bool,
+    /// With `spread`: the `limit` samples spread over this many spread over the data
+    /// (`run::picked_among`) rather than over all of them.
+    pub among: Option<usize>,
     /// Name of an integer array of class labels in the data.
     pub labels: Option<String>,
     pub per_layer: bool,
@@ -326,7 +329,10 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
     );
     let (wf, wq) = (pf.watch(&float_keys)?, pq.watch(&layer_keys)?);
     let paired: HashSet<String> = layer_keys.iter().cloned().collect();
-    let indices = picked_samples(binding.samples, opts.limit, opts.spread);
+    let indices = match (opts.spread, opts.among, opts.limit) {
+        (true, Some(among), Some(limit)) => picked_among(binding.samples, among, limit),
+        _ => picked_samples(binding.samples, opts.limit, opts.spread),
+    };
     let n = indices.len();
     let mut outputs = vec![Energy::default(); pf.output_names.len()];
     let mut layers: BTreeMap<String, Energy> = BTreeMap::new();

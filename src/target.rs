@@ -250,8 +250,8 @@ pub struct Reached {
     pub report: TargetReport,
 }
 
-/// The samples a target is scored on, spread over the calibration or validation data (its first
-/// ones when the calibration data stream).
+/// The samples a target is scored on, spread over the calibration or validation data
+/// (`run::picked_samples`; a calibration stream keeps the same ones as it is read).
 pub const TARGET_SAMPLES: usize = 16;
 
 /// Ranks the observed activation points of `config`'s plan by the SQNR of their own int8
@@ -451,8 +451,10 @@ pub fn reach_target<'c>(
     let evaluations = std::cell::Cell::new(0);
     // how many samples a score is over (fewer than asked where the data hold fewer)
     let scored = std::cell::Cell::new(0);
+    // among the scoring samples, as a stream's kept ones give them
     let few = EvalOptions {
         limit: Some(SENSITIVITY_SAMPLES),
+        among: Some(TARGET_SAMPLES),
         ..opts.clone()
     };
     // the evaluation of `c`'s model, and the MACs of the op keyed `macs_of` in it

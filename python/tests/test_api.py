@@ -217,10 +217,11 @@ def test_a_quality_target_matches_the_cli(tmp_path, cli, digits):
     s = quantir.quantize(digits["mlir"], got, calibration={"x": digits["x"]}, target_sqnr=43.5)
     assert got.read_bytes() == want.read_bytes()
     assert s.target["sqnr_db"] >= 43.5 and s.target["raised"]
-    # a stream is scored on its first 16 samples (it is read once, its length unknown)
+    # a stream, read once and its length unknown, keeps the same 16 as it goes (decimating)
     streamed = tmp_path / "stream.mlir"
     s = quantir.quantize(digits["mlir"], streamed, calibration=one_by_one(digits["x"], "x"), target_sqnr=43.5)
     assert s.target["sqnr_db"] >= 43.5 and s.target["samples"] == 16
+    assert streamed.read_bytes() == want.read_bytes()
 
 
 def test_a_quality_target_on_validation_data_matches_the_cli(tmp_path, cli, digits):

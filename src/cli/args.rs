@@ -194,8 +194,8 @@ pub struct EvaluateArgs {
     /// SQNR of every layer both models compute, worst first.
     #[arg(long)]
     pub per_layer: bool,
-    /// With --limit N: N samples evenly spread over the data instead of the first N (the
-    /// samples `quantize --target-sqnr` scores on)
+    /// With --limit N: N samples spread over the data instead of the first N (the samples
+    /// `quantize --target-sqnr` scores on)
     #[arg(long, requires = "limit")]
     pub spread: bool,
     /// Write an HTML report (per-layer chart and histograms).

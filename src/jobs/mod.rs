@@ -168,20 +168,36 @@ pub fn calibrate(
     opts: &CalibrateOptions,
     cache: Option<&Path>,
 ) -> Result<Calibrated, JobError> {
-    Ok(calibrate_keeping(module, samples, flags, opts, cache, 0)?.0)
+    Ok(calibrate_keeping(module, samples, flags, opts, cache, Keep::default())?.0)
 }
 
-/// [`calibrate`], keeping the first `keep` samples of a stream as a data set (one array per
-/// input, named as the input; `None` for file data, which can be read again, and for samples
-/// whose shapes differ).
+/// The samples of a calibration stream kept for what reads them again once it has ended.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Keep {
+    /// The first ones (GPTQ, bias correction, `--choose-range`).
+    pub first: usize,
+    /// This many spread over the whole stream, the ones `run::picked_samples` spreads over a
+    /// file of its length (a target's scoring samples).
+    pub spread: usize,
+}
+
+/// The samples [`Keep`] asked for, each as a data set (one array per input, named as the
+/// input); `None` for file data, which can be read again, and for samples whose shapes differ.
+#[derive(Default)]
+pub struct Kept {
+    pub first: Option<Dataset>,
+    pub spread: Option<Dataset>,
+}
+
+/// [`calibrate`], keeping the samples of a stream that `keep` asks for.
 pub fn calibrate_keeping(
     module: &Module,
     samples: Samples,
     flags: &CalibFlags,
     opts: &CalibrateOptions,
     cache: Option<&Path>,
-    keep: usize,
-) -> Result<(Calibrated, Option<Dataset>), JobError> {
+    keep: Keep,
+) -> Result<(Calibrated, Kept), JobError> {
     // the inputs' specs, from a program that holds no copy of the large weights: calibration
     // compiles its own, and both at once would hold the weights three times
     let inputs = interp::Program::compile_for_shapes(module)?.inputs;
@@ -190,11 +206,16 @@ pub fn calibrate_keeping(
             let binding = data::bind(dataset, &inputs, &flags.overrides)?;
             // arrays in memory have no file to key a cache entry by
             let cache = cache.filter(|_| dataset.path.exists());
-            Ok((quantize::calibrate_cached(module, &binding, opts, cache)?, None))
+            Ok((
+                quantize::calibrate_cached(module, &binding, opts, cache)?,
+                Kept::default(),
+            ))
         }
         Samples::Stream(items) => {
             let mut n = 0usize;
-            let mut kept: Vec<Vec<Tensor>> = Vec::new();
+            let mut first: Vec<Vec<Tensor>> = Vec::new();
+            let mut spread = crate::run::Decimator::new(keep.spread);
+            let mut read = 0usize;
             let mut samples = items
                 .flat_map(|item| {
                     n += 1;
@@ -206,14 +227,23 @@ pub fn calibrate_keeping(
                     }
                 })
                 .inspect(|s| {
-                    if let (Ok(s), true) = (s, kept.len() < keep) {
-                        kept.push(s.clone());
+                    if let Ok(s) = s {
+                        if first.len() < keep.first {
+                            first.push(s.clone());
+                        }
+                        spread.offer(read, || s.clone());
+                        read += 1;
                     }
                 })
                 .fuse();
             let c = quantize::calibrate::calibrate_stream(module, &mut samples, opts)?;
             drop(samples);
-            Ok((c, stacked(&inputs, &kept)))
+            let spread: Vec<Vec<Tensor>> = spread.finish(read).into_iter().map(|(_, s)| s).collect();
+            let kept = Kept {
+                first: stacked(&inputs, &first),
+                spread: stacked(&inputs, &spread),
+            };
+            Ok((c, kept))
         }
     }
 }
@@ -524,7 +554,7 @@ pub fn quantize(
             )));
         }
     }
-    let mut kept: Option<Dataset> = None;
+    let mut kept = Kept::default();
     if let Some(l) = &lowered {
         say(l.clone());
     }
@@ -578,15 +608,21 @@ pub fn quantize(
                     // every candidate is read off one histogram: calibrate with a histogram method
                     let histogram = per_point.as_ref().map(|_| "mse");
                     let opts = calibrate_options(cf, &config, histogram)?;
-                    let keep = match (&flags.target, &per_point) {
-                        (Some(_), _) => crate::target::TARGET_SAMPLES.max(CHOOSE_SAMPLES),
-                        (None, Some(_)) => CHOOSE_SAMPLES,
-                        (None, None) => 0,
-                    }
-                    .max(if config.bias_correction || config.gptq { BIAS_SAMPLES } else { 0 });
-                    let (c, first) = calibrate_keeping(&module, samples, cf, &opts, cache.as_deref(), keep)
+                    let keep = Keep {
+                        first: match &per_point {
+                            Some(_) => CHOOSE_SAMPLES,
+                            None => 0,
+                        }
+                        .max(if config.bias_correction || config.gptq { BIAS_SAMPLES } else { 0 }),
+                        // held-out validation data score the target instead
+                        spread: match (&flags.target, validation) {
+                            (Some(_), None) => crate::target::TARGET_SAMPLES,
+                            _ => 0,
+                        },
+                    };
+                    let (c, k) = calibrate_keeping(&module, samples, cf, &opts, cache.as_deref(), keep)
                         .map_err(|e| e.within(model))?;
-                    kept = first;
+                    kept = k;
                     if let Some(w) = &c.cache_warning {
                         say(format!("warning: calibration cache: {w}"));
                     }
@@ -599,7 +635,7 @@ pub fn quantize(
                     }
                     let mut stats = c.stats;
                     if let Some(candidates) = &per_point {
-                        let scored = dataset.or(kept.as_ref()).ok_or_else(|| {
+                        let scored = dataset.or(kept.first.as_ref()).ok_or_else(|| {
                             usage("choosing ranges needs the calibration stream's first samples to have one shape; give the data as a file or arrays")
                         })?;
                         let samples = first_samples(&module, scored, &cf.overrides, CHOOSE_SAMPLES)?;
@@ -623,7 +659,7 @@ pub fn quantize(
     };
     let mut config = config;
     // the samples GPTQ, bias correction and a quality target measure on
-    let first = target_data.or(kept.as_ref());
+    let first = target_data.or(kept.first.as_ref());
     // GPTQ where quantir calibrates; from a stats file the weights round to nearest
     let gptq = config.gptq
         && stats_source_calibrates
@@ -667,7 +703,7 @@ pub fn quantize(
     // bias correction can hold there and not on other inputs
     let (scored, scored_on) = match validation {
         Some(v) => (Some(v), "validation"),
-        None => (first, "calibration"),
+        None => (target_data.or(kept.spread.as_ref()), "calibration"),
     };
     let (config, target) = match (&flags.target, scored) {
         (Some(goal), Some(data)) => {
@@ -698,7 +734,7 @@ pub fn quantize(
         }
         (Some(_), None) => {
             return Err(usage(
-                "a quality target is scored on the calibration stream's first samples, but their shapes differ; give the data as a file or arrays",
+                "a quality target is scored on samples kept from the calibration stream, but their shapes differ; give the data as a file or arrays",
             ))
         }
         (None, _) => (config, None),

@@ -2,6 +2,10 @@
 //! Python generator): samples in parallel (each on one thread, so results never depend on the
 //! thread count), outputs in sample order.
 
+mod picks;
+
+pub use picks::{picked_among, picked_samples, Decimator};
+
 use crate::formats::data::{Binding, DataError};
 use crate::interp::{InterpError, Program, Watch};
 use crate::tensor::Tensor;
@@ -22,22 +26,6 @@ pub enum RunError {
     /// The caller's [`Tick`] stopped the run (Ctrl-C in Python).
     #[error("{0}")]
     Stopped(String),
-}
-
-/// The samples of `total` that `limit` and `spread` pick, in order: the first `limit`, or
-/// `limit` of them evenly spread (sample ⌊i · total / limit⌋ for i < limit). The one rule of
-/// `--limit` for calibration (whose shards then split these), evaluation, `run` and a target's
-/// scoring samples.
-///
-/// ```text
-/// total 32, limit 16: first 0 1 2 … 15; spread 0 2 4 … 30
-/// ```
-pub fn picked_samples(total: usize, limit: Option<usize>, spread: bool) -> Vec<usize> {
-    let n = limit.map_or(total, |l| l.min(total));
-    match spread {
-        true => (0..n).map(|i| i * total / n).collect(),
-        false => (0..n).collect(),
-    }
 }
 
 /// Where a run's samples come from.
@@ -587,19 +575,6 @@ pub fn write_npz(
 mod tests {
     use super::*;
 
-    #[test]
-    fn spread_samples_cover_the_data_in_order() {
-        assert_eq!(
-            picked_samples(32, Some(16), true),
-            (0..16).map(|i| 2 * i).collect::<Vec<_>>()
-        );
-        assert_eq!(picked_samples(32, Some(16), false), (0..16).collect::<Vec<_>>());
-        assert_eq!(picked_samples(10, Some(4), true), vec![0, 2, 5, 7]);
-        // fewer samples than asked: all of them, either way
-        assert_eq!(picked_samples(5, Some(16), true), (0..5).collect::<Vec<_>>());
-        assert_eq!(picked_samples(7, None, true), (0..7).collect::<Vec<_>>());
-        assert!(picked_samples(0, Some(16), true).is_empty());
-    }
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
