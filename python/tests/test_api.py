@@ -251,5 +251,9 @@ def test_ranges_chosen_per_activation_match_the_cli(tmp_path, cli, digits):
     s = quantir.quantize(digits["onnx"], got, calibration={"x": digits["x"]}, choose_range=True)
     assert got.read_bytes() == want.read_bytes()
     assert any(m.startswith("ranges chosen per activation") for m in s.messages), s.messages
+    # a stream keeps the 16 samples spread over it that the file scores on
+    streamed = tmp_path / "stream.onnx"
+    quantir.quantize(digits["onnx"], streamed, calibration=one_by_one(digits["x"], "x"), choose_range=True)
+    assert streamed.read_bytes() == want.read_bytes()
     with pytest.raises(ValueError, match="not both"):
         quantir.quantize(digits["onnx"], got, calibration={"x": digits["x"]}, choose_range=True, choose_method=True)

@@ -141,7 +141,7 @@ pub struct QuantizeArgs {
     #[arg(long, requires = "data", conflicts_with = "method")]
     pub choose_method: bool,
     /// Choose each activation's range on its own: of --candidates, the one whose rounding
-    /// changes the outputs of the ops reading it least on the first 16 calibration samples
+    /// changes the outputs of the ops reading it least on 16 calibration samples spread over the data
     /// (one histogram calibration serves every candidate; needs --data).
     #[arg(long, requires = "data", conflicts_with_all = ["method", "choose_method"])]
     pub choose_range: bool,

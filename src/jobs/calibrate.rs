@@ -111,10 +111,10 @@ pub fn calibrate(
 /// The samples of a calibration stream kept for what reads them again once it has ended.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Keep {
-    /// The first ones (GPTQ, bias correction, `--choose-range`).
+    /// The first ones (GPTQ, bias correction).
     pub first: usize,
     /// This many spread over the whole stream, the ones `run::picked_samples` spreads over a
-    /// file of its length (a target's scoring samples).
+    /// file of its length (a target's scoring samples, `--choose-range`'s).
     pub spread: usize,
 }
 

@@ -96,8 +96,8 @@ fn range_candidates(names: &[String], percentile: Option<f64>) -> Result<Vec<(St
         .collect()
 }
 
-/// The first `n` samples of `data` as inputs of `module`'s function.
-fn first_samples(
+/// `n` samples spread over `data` (`run::picked_samples`) as inputs of `module`'s function.
+fn spread_samples(
     module: &Module,
     data: &Dataset,
     overrides: &[(String, String)],
@@ -105,7 +105,8 @@ fn first_samples(
 ) -> Result<Vec<Vec<Tensor>>, JobError> {
     let inputs = interp::Program::compile_for_shapes(module)?.inputs;
     let binding = data::bind(data, &inputs, overrides)?;
-    Ok((0..binding.samples.min(n))
+    Ok(crate::run::picked_samples(binding.samples, Some(n), true)
+        .into_iter()
         .map(|i| binding.sample(i))
         .collect::<Result<_, _>>()?)
 }
@@ -140,7 +141,7 @@ pub const CHOOSE_SAMPLES: usize = 16;
 
 /// `--choose-method`: quantizes a fresh copy of the model (`load`) with each candidate range
 /// method and returns the statistics of the one whose model is closest to the float model on
-/// the first [`CHOOSE_SAMPLES`] calibration samples — the mean over the outputs of their SQNR in
+/// [`CHOOSE_SAMPLES`] calibration samples spread over the data — the mean over the outputs of their SQNR in
 /// quantir's interpreter (which reproduces onnxruntime's QDQ semantics), and a line saying
 /// each candidate's score. One method for the whole model: per-layer choice is not made.
 pub fn choose_method<'c>(
@@ -155,6 +156,8 @@ pub fn choose_method<'c>(
     let opts = evaluate::EvalOptions {
         threads: flags.threads,
         limit: Some(CHOOSE_SAMPLES),
+        // a data set in order has its first samples alike (ppocr_cls's first 16 are easy)
+        spread: true,
         labels: None,
         per_layer: false,
         histograms: false,
@@ -407,16 +410,17 @@ pub fn quantize(
                     let histogram = per_point.as_ref().map(|_| "mse");
                     let opts = calibrate_options(cf, &config, histogram)?;
                     let keep = Keep {
-                        first: match &per_point {
+                        first: if config.bias_correction || config.gptq { BIAS_SAMPLES } else { 0 },
+                        // what the range choice and the target score on (held-out validation
+                        // data score the target instead)
+                        spread: match &per_point {
                             Some(_) => CHOOSE_SAMPLES,
                             None => 0,
                         }
-                        .max(if config.bias_correction || config.gptq { BIAS_SAMPLES } else { 0 }),
-                        // held-out validation data score the target instead
-                        spread: match (&flags.target, validation) {
+                        .max(match (&flags.target, validation) {
                             (Some(_), None) => crate::target::TARGET_SAMPLES,
                             _ => 0,
-                        },
+                        }),
                     };
                     let (c, k) = calibrate_keeping(&module, samples, cf, &opts, cache.as_deref(), keep)
                         .map_err(|e| e.within(model))?;
@@ -433,10 +437,10 @@ pub fn quantize(
                     }
                     let mut stats = c.stats;
                     if let Some(candidates) = &per_point {
-                        let scored = dataset.or(kept.first.as_ref()).ok_or_else(|| {
-                            usage("choosing ranges needs the calibration stream's first samples to have one shape; give the data as a file or arrays")
+                        let scored = dataset.or(kept.spread.as_ref()).ok_or_else(|| {
+                            usage("choosing ranges needs the samples kept from the calibration stream to have one shape; give the data as a file or arrays")
                         })?;
-                        let samples = first_samples(&module, scored, &cf.overrides, CHOOSE_SAMPLES)?;
+                        let samples = spread_samples(&module, scored, &cf.overrides, CHOOSE_SAMPLES)?;
                         let choice = quantize::choose_range::choose_ranges(&module, &mut stats, &config, candidates, &samples)
                             .map_err(|e| JobError::from(e).within(model))?;
                         say(choice.to_string());
