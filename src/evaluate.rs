@@ -488,7 +488,7 @@ fn write_simulated(f: &mut std::fmt::Formatter<'_>, ops: &[crate::interp::ort_x8
     let at_risk = ops.iter().filter(|o| o.channels_at_risk > 0).count();
     writeln!(
         f,
-        "simulated onnxruntime on x86 without VNNI (int16 pair sums of its u8s8 GEMM): {} ops in that GEMM, {at_risk} with output channels whose weights can saturate, {} saturated",
+        "simulated onnxruntime on x86 without VNNI (int16 pair sums of its u8s8 GEMM): {} ops in that GEMM, {at_risk} with output channels whose weights could saturate on some uint8 input (beyond the calibrated ranges), {} saturated on these samples",
         ops.len(),
         hit.len()
     )?;

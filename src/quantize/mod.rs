@@ -276,7 +276,7 @@ impl std::fmt::Display for QuantizeReport {
                 f,
                 "onnxruntime u8s8 GEMM (x86 without VNNI): {u8s8} layers; {} at full range, {layers} with {channels} \
                  output channels given a wider weight scale, {u8u8} with uint8 weights (its u8u8 GEMM): no int16 \
-                 pair sum can saturate{}",
+                 pair sum can saturate while each input channel stays within its calibrated range{}",
                 u8s8 - layers - u8u8,
                 if blind > 0 {
                     format!(" ({blind} bounded at the whole u8 range: no per-channel input statistics)")
