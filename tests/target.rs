@@ -383,3 +383,47 @@ fn a_target_on_equalized_layers_searches_the_calibrated_keys() {
     let got = sqnr_on_scored_16(&model, &out, &calib);
     assert!(got >= target.parse::<f64>().unwrap(), "{got} dB < target {target}");
 }
+
+/// `--limit N` holds for everything read from the calibration data: a target's scoring samples
+/// are spread over the first N (as a stream, which stops reading at N, keeps them), so the
+/// model written is the one a file of those N samples alone gives.
+#[test]
+fn a_target_under_a_limit_reads_only_the_first_samples() {
+    use ndarray::{ArrayD, Axis, Slice};
+    let dir = tempfile::tempdir().unwrap();
+    let calib = example("digits_calib.npz");
+    let mut r = ndarray_npy::NpzReader::new(std::fs::File::open(&calib).unwrap()).unwrap();
+    let x: ArrayD<f32> = r.by_name("x").unwrap();
+    assert!(x.shape()[0] > 40);
+    let first = dir.path().join("first40.npz");
+    let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(&first).unwrap());
+    w.add_array("x", &x.slice_axis(Axis(0), Slice::from(0..40)).to_owned())
+        .unwrap();
+    w.finish().unwrap();
+    let model = arg(&example("digits_cnn.mlir"));
+    let run = |data: &std::path::Path, limit: Option<&str>, out: &str| -> serde_json::Value {
+        let out = arg(&dir.path().join(out));
+        let data = arg(data);
+        let mut args = vec![
+            "quantize",
+            &model,
+            "--data",
+            &data,
+            "--no-cache",
+            "--target-sqnr",
+            "43.5",
+        ];
+        if let Some(n) = limit {
+            args.extend(["--limit", n]);
+        }
+        args.extend(["--json", "-o", &out]);
+        let o = ok(quantir(&args));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let limited = run(&calib, Some("40"), "limited.mlir");
+    let alone = run(&first, None, "alone.mlir");
+    assert_eq!(limited["target"]["sqnr_db"], alone["target"]["sqnr_db"], "{limited}");
+    assert_eq!(limited["target"]["raised"], alone["target"]["raised"]);
+    let bytes = |f: &str| std::fs::read(dir.path().join(f)).unwrap();
+    assert!(bytes("limited.mlir") == bytes("alone.mlir"));
+}

@@ -93,6 +93,8 @@ pub struct Dataset {
     pub arrays: Vec<(String, Arc<Array>)>,
     /// A folder of images (then `arrays` is empty).
     pub images: Option<ImageFolder>,
+    /// At most this many samples, the first ones, are bound ([`Dataset::first`]); `None`: all.
+    pub rows: Option<usize>,
 }
 
 /// An array of a data set: in memory, or read row by row from its file.
@@ -228,6 +230,7 @@ impl Dataset {
                     path: path.into(),
                     arrays: Vec::new(),
                     images: Some(ImageFolder::open(path, images)?),
+                    rows: None,
                 });
             }
             files.sort();
@@ -259,7 +262,16 @@ impl Dataset {
             path: path.into(),
             arrays: arrays.into_iter().map(|(n, a)| (n, Arc::new(a))).collect(),
             images: None,
+            rows: None,
         })
+    }
+
+    /// The data set's first `n` samples (`--limit`), as a view: nothing is read or copied.
+    pub fn first(&self, n: usize) -> Dataset {
+        Dataset {
+            rows: Some(self.rows.map_or(n, |r| r.min(n))),
+            ..self.clone()
+        }
     }
 
     pub fn array(&self, name: &str) -> Option<&Array> {
@@ -414,6 +426,20 @@ fn bind_images(path: &Path, folder: &ImageFolder, inputs: &[InputSpec]) -> Resul
 /// Matches arrays to inputs (by name, override, or the only fitting array) and checks every
 /// shape and dtype before any sample runs.
 pub fn bind(data: &Dataset, inputs: &[InputSpec], overrides: &[(String, String)]) -> Result<Binding, DataError> {
+    let mut b = bind_all(data, inputs, overrides)?;
+    if let Some(n) = data.rows {
+        if n == 0 {
+            return Err(DataError::NoSamples {
+                path: data.path.clone(),
+            });
+        }
+        b.samples = b.samples.min(n);
+    }
+    Ok(b)
+}
+
+/// [`bind`] over every sample of the data.
+fn bind_all(data: &Dataset, inputs: &[InputSpec], overrides: &[(String, String)]) -> Result<Binding, DataError> {
     let path = &data.path;
     if let Some(folder) = &data.images {
         return bind_images(path, folder, inputs);
@@ -599,6 +625,7 @@ impl Dataset {
                 .map(|(n, t)| (n, Arc::new(Array::Loaded(t))))
                 .collect(),
             images: None,
+            rows: None,
         })
     }
 }

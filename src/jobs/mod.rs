@@ -326,12 +326,21 @@ pub fn quantize(
         StatsSource::File(p) => Some(*p),
         _ => None,
     };
-    // the data a quality target is scored on: the calibration data, read again
+    // the calibration data, read again by a target, the range choice, GPTQ and bias
+    // correction: its first --limit samples only, as calibration reads (and a stream stops at)
+    let limited: Option<Dataset> = match &stats {
+        StatsSource::Calibrate {
+            samples: Samples::Data(d),
+            flags,
+            ..
+        } => flags.limit.map(|n| d.first(n)),
+        _ => None,
+    };
     let target_data: Option<&Dataset> = match &stats {
         StatsSource::Calibrate {
             samples: Samples::Data(d),
             ..
-        } => Some(*d),
+        } => Some(limited.as_ref().unwrap_or(d)),
         _ => None,
     };
     // the threads and input bindings it runs with
@@ -379,7 +388,8 @@ pub fn quantize(
             choose,
         } => {
             let chosen = match (choose, samples) {
-                (Some(Choose::Method(candidates)), Samples::Data(dataset)) => {
+                (Some(Choose::Method(candidates)), Samples::Data(whole)) => {
+                    let dataset = target_data.unwrap_or(whole);
                     let twin = || {
                         let m = load(&ctx, model, signature)?;
                         if onnx {
@@ -402,7 +412,7 @@ pub fn quantize(
                         _ => None,
                     };
                     let (dataset, from) = match &samples {
-                        Samples::Data(d) => (Some(*d), d.path.display().to_string()),
+                        Samples::Data(d) => (target_data, d.path.display().to_string()),
                         Samples::Stream(_) => (None, "calibration stream".into()),
                     };
                     let t = std::time::Instant::now();
