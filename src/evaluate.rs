@@ -167,6 +167,14 @@ pub struct EvalReport {
     pub simulated_onnxruntime_x86: Option<Vec<crate::interp::ort_x86::SimulatedOp>>,
 }
 
+impl EvalReport {
+    /// Each output's SQNR in dB, an exact output (and any above 100 dB) as 100 dB: the figures
+    /// `--choose-method` averages and a target takes the worst of.
+    pub fn output_sqnrs_db(&self) -> impl Iterator<Item = f64> + '_ {
+        self.outputs.iter().map(|o| o.sqnr_db.unwrap_or(100.0).min(100.0))
+    }
+}
+
 /// Sorts `layers` into program order and marks the first whose SQNR lies more than
 /// [`SHARP_DROP_DB`] below the previous layer with a finite SQNR (exact layers are skipped);
 /// returns its key.

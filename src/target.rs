@@ -161,10 +161,7 @@ impl std::fmt::Display for Goal {
 /// The mean let basic_pitch's onset output sit at 26 dB under a 30 dB target, its two other
 /// outputs at 35 and 38.
 fn worst_sqnr_db(r: &EvalReport) -> f64 {
-    r.outputs
-        .iter()
-        .map(|o| o.sqnr_db.unwrap_or(100.0).min(100.0))
-        .fold(100.0, f64::min)
+    r.output_sqnrs_db().fold(100.0, f64::min)
 }
 
 /// An activation, or a compute op, the search raised above int8.

@@ -172,12 +172,7 @@ pub fn choose_method<'c>(
         let stats = calibrate(&module, Samples::Data(dataset), flags, &calib, cache)?.stats;
         quantize::quantize_module(&module, &stats, config)?;
         let r = evaluate::evaluate(&float, &module, dataset, &opts)?;
-        // an exact output counts as 100 dB
-        let db: Vec<f64> = r
-            .outputs
-            .iter()
-            .map(|o| o.sqnr_db.unwrap_or(100.0).min(100.0))
-            .collect();
+        let db: Vec<f64> = r.output_sqnrs_db().collect();
         let score = db.iter().sum::<f64>() / db.len().max(1) as f64;
         said.push(format!("{m} {score:.2} dB"));
         if best.as_ref().is_none_or(|(s, _, _)| score > *s) {
@@ -328,21 +323,15 @@ pub fn quantize(
     };
     // the calibration data, read again by a target, the range choice, GPTQ and bias
     // correction: its first --limit samples only, as calibration reads (and a stream stops at)
-    let limited: Option<Dataset> = match &stats {
+    let (whole, limited): (Option<&Dataset>, Option<Dataset>) = match &stats {
         StatsSource::Calibrate {
             samples: Samples::Data(d),
             flags,
             ..
-        } => flags.limit.map(|n| d.first(n)),
-        _ => None,
+        } => (Some(*d), flags.limit.map(|n| d.first(n))),
+        _ => (None, None),
     };
-    let target_data: Option<&Dataset> = match &stats {
-        StatsSource::Calibrate {
-            samples: Samples::Data(d),
-            ..
-        } => Some(limited.as_ref().unwrap_or(d)),
-        _ => None,
-    };
+    let target_data: Option<&Dataset> = limited.as_ref().or(whole);
     // the threads and input bindings it runs with
     let target_feed = match &stats {
         StatsSource::Calibrate { flags, .. } => (flags.threads, flags.overrides.clone()),
@@ -388,8 +377,9 @@ pub fn quantize(
             choose,
         } => {
             let chosen = match (choose, samples) {
-                (Some(Choose::Method(candidates)), Samples::Data(whole)) => {
-                    let dataset = target_data.unwrap_or(whole);
+                (Some(Choose::Method(candidates)), Samples::Data(d)) => {
+                    // its first --limit samples
+                    let dataset = target_data.unwrap_or(d);
                     let twin = || {
                         let m = load(&ctx, model, signature)?;
                         if onnx {
