@@ -31,19 +31,28 @@
 //!    becomes downstream, not its size, decides. A target that every op but one in float
 //!    cannot reach is an error: nothing is written.
 //!
+//! 5. After each search, its raises are tried lowered one at a time ([`trim`]): an activation
+//!    least damaging first (float to int8, else to int16; int16 to int8), a floated op the
+//!    most MACs first; each stays lowered where the goal still holds. A ranking made one
+//!    point at a time misorders some raises — one another made unneeded, or one that cost
+//!    many MACs for little. On fer that keeps 68 % of the MACs W8A8 instead of 58 %. At most
+//!    [`TRIM_TRIES`] tries, and not the ops that together hold under [`TRIM_MIN_MACS`] of
+//!    the MACs.
+//!
 //! Same-scale followers (a MaxPool's output reusing its input's scale) move with their source.
 
 use crate::calibration::StatsFile;
 use crate::evaluate::{evaluate, EvalError, EvalOptions, EvalReport};
-use crate::formats::data::{bind, Dataset};
-use crate::interp::Program;
-use crate::params::{fake_quant, Rounding};
-use crate::quantize::{plan, prepare_as_calibrated, quantize_module, Override, QuantConfig, QuantizeError};
-use crate::run::{run_samples, RunError};
-use crate::tensor::Tensor;
+use crate::formats::data::Dataset;
+use crate::quantize::{quantize_module, QuantConfig, QuantizeError};
+use crate::run::RunError;
 use melior::ir::Module;
 use serde::Serialize;
-use std::collections::BTreeMap;
+
+mod rank;
+mod trim;
+
+use rank::{floated_ops, only_op, prefix, raised_config, rank_points, weight_ops, Raise, RankedOp};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
@@ -251,165 +260,16 @@ pub struct Reached {
 /// (`run::picked_samples`; a calibration stream keeps the same ones as it is read).
 pub const TARGET_SAMPLES: usize = 16;
 
-/// Ranks the observed activation points of `config`'s plan by the SQNR of their own int8
-/// fake-quantization on the scoring samples, worst first; returns (key, followers, SQNR).
-fn rank_points(
-    float: &Module,
-    stats: &StatsFile,
-    config: &QuantConfig,
-    data: &Dataset,
-    opts: &EvalOptions,
-) -> Result<Vec<(String, Vec<String>, f64)>, TargetError> {
-    let config = prepare_as_calibrated(float, stats, config)?;
-    let p = plan(float, Some(stats), &config)?;
-    let mut sources: BTreeMap<String, (crate::params::QuantParams, Vec<String>)> = BTreeMap::new();
-    for a in &p.activations {
-        match (&a.same_as, &a.params) {
-            (None, Some(q)) => {
-                sources.entry(a.key.clone()).or_insert((q.clone(), Vec::new()));
-            }
-            _ => {}
-        }
-    }
-    for a in &p.activations {
-        if let Some(src) = &a.same_as {
-            if let Some((_, f)) = sources.get_mut(src) {
-                f.push(a.key.clone());
-            }
-        }
-    }
-    drop(p);
-    let program = Program::compile(float, None)?;
-    let keys: Vec<String> = sources.keys().cloned().collect();
-    let watch = program.watch(&keys)?;
-    let binding = bind(data, &program.inputs, &opts.overrides)?;
-    let indices = crate::run::picked_samples(binding.samples, opts.limit, opts.spread);
-    let mut energy: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-    run_samples(
-        &program,
-        &binding,
-        &indices,
-        opts.threads,
-        &watch,
-        false,
-        &mut |_, k, v| {
-            let (Tensor::F32(x), Some((q, _))) = (v, sources.get(k)) else {
-                return Ok(());
-            };
-            let fq = fake_quant(&x.view(), q, Rounding::HalfEven).map_err(|e| e.to_string())?;
-            let e = energy.entry(k.to_string()).or_default();
-            for (a, b) in x.iter().zip(fq.iter()) {
-                e.0 += (*a as f64) * (*a as f64);
-                e.1 += ((a - b) as f64) * ((a - b) as f64);
-            }
-            Ok(())
-        },
-        "rank activations",
-    )?;
-    let mut ranked: Vec<(String, Vec<String>, f64)> = sources
-        .into_iter()
-        .map(|(k, (_, followers))| {
-            let db = match energy.get(&k) {
-                Some(&(s, n)) if n > 0.0 => 10.0 * (s / n).log10(),
-                Some(_) => f64::INFINITY,
-                None => f64::INFINITY,
-            };
-            (k, followers, db)
-        })
-        .collect();
-    // worst first; ties in key order (deterministic)
-    ranked.sort_by(|a, b| a.2.total_cmp(&b.2).then_with(|| a.0.cmp(&b.0)));
-    Ok(ranked)
-}
+/// The most raises (or floated ops) the trim after a search tries lowering: each try is one
+/// quantization and one evaluation, as many as the search itself makes on a large model.
+const TRIM_TRIES: usize = 32;
+
+/// Floated ops holding together less than this share of the model's MACs are not tried int8
+/// again: they cannot move `int8_mac_share` by more.
+const TRIM_MIN_MACS: f64 = 0.01;
 
 /// The samples each op's sensitivity is measured on (step 4), spread as the scoring ones are.
 pub const SENSITIVITY_SAMPLES: usize = 4;
-
-/// The compute ops whose weights `config` quantizes to int8 (or int4), by output key: what an
-/// `exclude` override matches to leave the whole op float.
-fn weight_ops(float: &Module, stats: &StatsFile, config: &QuantConfig) -> Result<Vec<String>, TargetError> {
-    use crate::passes::quantize_weights::weight_site;
-    use crate::recipe::WeightMode;
-    let config = prepare_as_calibrated(float, stats, config)?;
-    let func = crate::ir::graph::find_function(float, None)?;
-    let mut keys: Vec<String> = Vec::new();
-    for op in crate::ir::graph::body_ops(func) {
-        let Some(site) = weight_site(op, &config) else { continue };
-        if matches!(site.res.weights, WeightMode::Int8 | WeightMode::Int4)
-            && !site.out_key.is_empty()
-            && !keys.contains(&site.out_key)
-        {
-            keys.push(site.out_key);
-        }
-    }
-    Ok(keys)
-}
-
-/// `config` with only op `keep` of `ops` quantized (every other one excluded).
-fn only_op(config: &QuantConfig, ops: &[String], keep: usize) -> QuantConfig {
-    let mut c = config.clone();
-    for (i, key) in ops.iter().enumerate() {
-        if i != keep {
-            c.overrides.push(Override {
-                pattern: key.clone(),
-                exclude: true,
-                op_only: true,
-                ..Default::default()
-            });
-        }
-    }
-    c
-}
-
-/// `config` with the first `n` ranked ops left float by `goal`'s search.
-fn floated_ops(config: QuantConfig, ops: &[(String, f64)], n: usize, goal: &Goal) -> QuantConfig {
-    let mut c = config;
-    for (key, _) in ops.iter().take(n) {
-        c.overrides.push(Override {
-            pattern: key.clone(),
-            exclude: true,
-            by: Some(format!(
-                "{} (its int8 weights cost the target most per MAC)",
-                goal.flag()
-            )),
-            op_only: true,
-            ..Default::default()
-        });
-    }
-    c
-}
-
-/// `config` with the first `n_float` ranked points in float and the next up to `n_int16` in
-/// int16. A point's key is also the key of the op that writes it, whose inputs are raised
-/// with it: on fer that reaches a target with fewer points raised and more of the MACs int8
-/// (77 % against 58 %) than raising the points alone.
-fn raised_config(
-    config: &QuantConfig,
-    ranked: &[(String, Vec<String>, f64)],
-    n_int16: usize,
-    n_float: usize,
-    goal: &Goal,
-) -> QuantConfig {
-    let mut c = config.clone();
-    for (i, (key, followers, _)) in ranked.iter().enumerate().take(n_int16.max(n_float)) {
-        let float = i < n_float;
-        let by = format!(
-            "{} (raised to {}: this activation's int8 rounding costs the target most)",
-            goal.flag(),
-            if float { "float" } else { "int16" }
-        );
-        for k in std::iter::once(key).chain(followers) {
-            c.overrides.push(Override {
-                pattern: k.clone(),
-                exclude: float,
-                activations: (!float).then(|| "int16".into()),
-                by: Some(by.clone()),
-                ..Default::default()
-            });
-        }
-    }
-    c
-}
 
 /// Searches the fewest raised activations that bring the model to `goal` on `data`
 /// (`scored_on`: `calibration` or `validation`). `load` gives a fresh copy of the float
@@ -478,22 +338,20 @@ pub fn reach_target<'c>(
     let ranked = rank_points(&load()?, stats, config, data, &opts)?;
     let n = ranked.len();
     let samples = scored.get();
-    let done = |c: QuantConfig, i16: usize, fl: usize, db: f64, ops: &[(String, f64)]| {
-        let raised = ranked
+    let done = |c: QuantConfig, points: &[Raise], db: f64, ops: &[&RankedOp]| {
+        let raised = points
             .iter()
-            .take(i16.max(fl))
-            .enumerate()
-            .map(|(i, (k, _, s))| RaisedPoint {
-                key: k.clone(),
+            .map(|r| RaisedPoint {
+                key: ranked[r.index].0.clone(),
                 kind: "activation",
-                to: if i < fl { "float" } else { "int16" }.into(),
-                int8_sqnr_db: *s,
+                to: if r.float { "float" } else { "int16" }.into(),
+                int8_sqnr_db: ranked[r.index].2,
             })
-            .chain(ops.iter().map(|(k, s)| RaisedPoint {
-                key: k.clone(),
+            .chain(ops.iter().map(|o| RaisedPoint {
+                key: o.key.clone(),
                 kind: "op",
                 to: "float".into(),
-                int8_sqnr_db: *s,
+                int8_sqnr_db: o.db,
             }))
             .collect();
         let sqnr = matches!(goal, Goal::SqnrDb(_));
@@ -523,7 +381,7 @@ pub fn reach_target<'c>(
         }
     };
     if base >= target {
-        return Ok(done(config.clone(), 0, 0, base, &[]));
+        return Ok(done(config.clone(), &[], base, &[]));
     }
     say(format!(
         "target {goal}: all int8 gives {} on {samples} {scored_on} samples; searching {n} activations",
@@ -562,7 +420,7 @@ pub fn reach_target<'c>(
     // int16 only where the output can hold it
     let int16 = {
         let m = load()?;
-        quantize_module(&m, stats, &raised_config(config, &ranked, n, 0, goal))?;
+        quantize_module(&m, stats, &raised_config(config, &ranked, &prefix(n, 0), goal))?;
         writable(&m)
     };
     let n16 = match int16 {
@@ -574,36 +432,65 @@ pub fn reach_target<'c>(
             0
         }
     };
-    // the share of the MACs a config leaves W8A8 (None where the MACs are not known)
-    let share = |c: &QuantConfig| -> Result<Option<f64>, TargetError> {
+    // the share of the MACs a config leaves W8A8 (None where the MACs are not known), and
+    // all its MACs
+    let share_of = |c: &QuantConfig| -> Result<(Option<f64>, u64), TargetError> {
         let m = load()?;
-        Ok(quantize_module(&m, stats, c)?.summary.totals.int8_mac_share)
+        let t = quantize_module(&m, stats, c)?.summary.totals;
+        Ok((t.int8_mac_share, t.macs))
     };
+    let share = |c: &QuantConfig| Ok::<_, TargetError>(share_of(c)?.0);
     let mut by_activations = None;
     if n > 0 {
         // (points in int16, points in float, score): int16 first, where it can be written
         let mut found = None;
         if n16 > 0 {
-            found = search(n, &|k| raised_config(config, &ranked, k, 0, goal))?.map(|(k, db)| (k, 0, db));
+            found = search(n, &|k| raised_config(config, &ranked, &prefix(k, 0), goal))?.map(|(k, db)| (k, 0, db));
         }
         if found.is_none() {
-            found = search(n, &|k| raised_config(config, &ranked, n16, k, goal))?.map(|(k, db)| (n16, k, db));
+            found = search(n, &|k| raised_config(config, &ranked, &prefix(n16, k), goal))?.map(|(k, db)| (n16, k, db));
         }
-        if let Some((i16, fl, db)) = found {
-            let c = raised_config(config, &ranked, i16, fl, goal);
+        if let Some((i16, fl, mut db)) = found {
+            // each raise lowered in turn, the least damaging first: a float point to int8,
+            // else to int16 where int16 can be written; an int16 one to int8
+            let raises = prefix(i16, fl);
+            let order: Vec<usize> = (0..raises.len()).rev().take(TRIM_TRIES).collect();
+            let lowered = |r: &Raise| {
+                let mut v = vec![None];
+                if r.float && n16 > 0 {
+                    v.push(Some(Raise { float: false, ..*r }));
+                }
+                v
+            };
+            let before = raises.len();
+            let raises = trim::trim(
+                raises,
+                &order,
+                &lowered,
+                &mut |r| score(&raised_config(config, &ranked, r, goal)),
+                target,
+                &mut db,
+            )?;
+            if raises.len() < before {
+                say(format!(
+                    "target: {} of {before} raised activations lowered back to int8",
+                    before - raises.len()
+                ));
+            }
+            let c = raised_config(config, &ranked, &raises, goal);
             // a raised activation takes every op that reads it out of W8A8: where that
             // leaves MACs so, leaving ops float instead may keep more of them int8
             let s = share(&c)?;
             if s.is_none_or(|s| s >= 1.0) {
-                return Ok(done(c, i16.max(fl), fl, db, &[]));
+                return Ok(done(c, &raises, db, &[]));
             }
-            by_activations = Some((done(c, i16.max(fl), fl, db, &[]), s));
+            by_activations = Some((done(c, &raises, db, &[]), s));
         }
     }
     let best = if n == 0 {
         base
     } else {
-        score(&raised_config(config, &ranked, n16, n, goal))?
+        score(&raised_config(config, &ranked, &prefix(n16, n), goal))?
     };
     // the weights are the limit (or floating activations floated more MACs than needed): ops
     // to float, most damaging first, one op kept quantized (a float model is not what was
@@ -622,16 +509,24 @@ pub fn reach_target<'c>(
             keys.len()
         ),
     });
-    let mut measured: Vec<(String, f64, f64)> = Vec::new();
+    let mut measured: Vec<(RankedOp, f64)> = Vec::new();
     for (i, key) in keys.iter().enumerate() {
         let (r, macs) = score_on(&only_op(config, &keys, i), &few, Some(key))?;
         let db = worst_sqnr_db(&r);
         // the noise this op alone brings, per multiply-accumulate it would run in float: the
         // cheapest ops to leave float come first, so the int8 share stays as high as it can
-        measured.push((key.clone(), db, 10f64.powf(-db / 10.0) / macs.max(1) as f64));
+        let per_mac = 10f64.powf(-db / 10.0) / macs.max(1) as f64;
+        measured.push((
+            RankedOp {
+                key: key.clone(),
+                db,
+                macs,
+            },
+            per_mac,
+        ));
     }
-    measured.sort_by(|a, b| b.2.total_cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
-    let ops: Vec<(String, f64)> = measured.into_iter().map(|(k, db, _)| (k, db)).collect();
+    measured.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.key.cmp(&b.0.key)));
+    let ops: Vec<RankedOp> = measured.into_iter().map(|(o, _)| o).collect();
     let m = ops.len().saturating_sub(1);
     say(format!(
         "target: searching {m} of {} compute ops to leave float, most damaging first",
@@ -643,15 +538,54 @@ pub fn reach_target<'c>(
         r.report.seconds = t0.elapsed().as_secs_f64();
         r
     };
-    // ops to float with the activations of `n_int16` points in int16, the others int8
-    let with_ops =
-        |n_int16: usize, k: usize| floated_ops(raised_config(config, &ranked, n_int16, 0, goal), &ops, k, goal);
+    // the ops at `floated` to float with the activations of `n_int16` points in int16, the
+    // others int8
+    let with_ops = |n_int16: usize, floated: &[usize]| {
+        floated_ops(
+            raised_config(config, &ranked, &prefix(n_int16, 0), goal),
+            &ops,
+            floated,
+            goal,
+        )
+    };
+    let first = |k: usize| (0..k).collect::<Vec<usize>>();
     // int8 activations first: an int16 activation takes the ops reading it out of W8A8 too;
     // all of them in int16 only where int8 ones cannot reach the target with any op float
     let bases = if n16 > 0 { vec![0, n16] } else { vec![0] };
     for &a16 in bases.iter().filter(|_| m > 0) {
-        if let Some((k, db)) = search(m, &|k| with_ops(a16, k))? {
-            let by_ops = done(with_ops(a16, k), a16, 0, db, &ops[..k]);
+        if let Some((k, mut db)) = search(m, &|k| with_ops(a16, &first(k)))? {
+            // each floated op tried int8 again, the most MACs first: the ranking is by noise
+            // per MAC of each op alone, and what others left float changes what one costs
+            let (_, total) = share_of(config)?;
+            let mut order: Vec<usize> = (0..k).collect();
+            order.sort_by(|&a, &b| ops[b].macs.cmp(&ops[a].macs).then(a.cmp(&b)));
+            // ops that together hold too few MACs to move the share are not tried
+            let mut rest: u64 = order.iter().map(|&i| ops[i].macs).sum();
+            let order: Vec<usize> = order
+                .into_iter()
+                .take_while(|&i| {
+                    let tried = rest as f64 >= TRIM_MIN_MACS * total as f64;
+                    rest -= ops[i].macs;
+                    tried
+                })
+                .take(TRIM_TRIES)
+                .collect();
+            let floated = trim::trim(
+                first(k),
+                &order,
+                &|_| vec![None],
+                &mut |f| score(&with_ops(a16, f)),
+                target,
+                &mut db,
+            )?;
+            if floated.len() < k {
+                say(format!(
+                    "target: {} of {k} floated compute ops quantized again",
+                    k - floated.len()
+                ));
+            }
+            let left: Vec<&RankedOp> = floated.iter().map(|&i| &ops[i]).collect();
+            let by_ops = done(with_ops(a16, &floated), &prefix(a16, 0), db, &left);
             return Ok(match by_activations {
                 // the one that keeps more MACs int8
                 Some((a, s)) if s >= share(&by_ops.config)? => counted(a),
@@ -663,7 +597,11 @@ pub fn reach_target<'c>(
         return Ok(counted(a));
     }
     // out of reach: a model below the target is not what was asked for
-    let ops_db = if m == 0 { best } else { score(&with_ops(n16, m))? };
+    let ops_db = if m == 0 {
+        best
+    } else {
+        score(&with_ops(n16, &first(m)))?
+    };
     Err(TargetError::Unreachable {
         target: goal.to_string(),
         int8: goal.show(base),
