@@ -263,7 +263,7 @@ def quantize(
     activation's own range among ``candidates``, scored at the ops reading it), ``target_sqnr`` (raise the
     fewest activations to int16, then float, until every output's SQNR on 16 calibration
     samples spread over the data (a stream keeps the same 16 as it is read) reaches it; ``Summary.target`` says which), ``target_top1`` (the same
-    for top-1 on every scoring sample: accuracy against the integer array ``labels`` names,
+    for top-1 on every scoring sample — from a stream, the 16 it keeps —: accuracy against the integer array ``labels`` names,
     else agreement with the float model), ``validation`` (held-out data, a path or a dict of
     arrays, the target is scored on instead of the calibration data), and so on.
 
