@@ -5,7 +5,7 @@
 use crate::formats::data::{bind, Dataset};
 use crate::interp::Program;
 use crate::quantize::prepare;
-use crate::run::{picked_among, picked_samples, run_side_by_side, Feed, RunError, SideBySide};
+use crate::run::{picked_among, picked_samples, run_samples, run_side_by_side, Feed, RunError, SideBySide};
 use crate::tensor::Tensor;
 use melior::ir::Module;
 use serde::Serialize;
@@ -249,6 +249,71 @@ fn argmax(t: &Tensor) -> Option<usize> {
         .map(|x| x.0)
 }
 
+/// The integer class labels `opts.labels` names in `data`, if it names any.
+fn load_labels(data: &Dataset, opts: &EvalOptions) -> Result<Option<Vec<i64>>, EvalError> {
+    let Some(name) = &opts.labels else { return Ok(None) };
+    let t = data
+        .load(name)
+        .ok_or_else(|| EvalError::Mismatch(format!("{}: no labels array '{name}'", data.path.display())))??;
+    Ok(Some(crate::interp::kernels::ints_of(&t).ok_or_else(|| {
+        EvalError::Mismatch(format!(
+            "{}: labels '{name}' are {}, expected integers",
+            data.path.display(),
+            t.dtype()
+        ))
+    })?))
+}
+
+/// The outputs' sums over the samples of an evaluation, in sample order: each output's
+/// energies, and top-1 of the first output — agreement, and accuracy against labels.
+struct OutputTally {
+    energies: Vec<Energy>,
+    agree: usize,
+    fcorrect: usize,
+    qcorrect: usize,
+}
+
+impl OutputTally {
+    fn new(outputs: usize) -> Self {
+        OutputTally {
+            energies: vec![Energy::default(); outputs],
+            agree: 0,
+            fcorrect: 0,
+            qcorrect: 0,
+        }
+    }
+    /// Sample `i`'s float outputs `f` and quantized outputs `q`.
+    fn add(&mut self, i: usize, f: &[Tensor], q: &[Tensor], labels: Option<&[i64]>) {
+        for (j, (a, b)) in f.iter().zip(q).enumerate() {
+            self.energies[j].add(a, b);
+        }
+        let (af, aq) = (f.first().and_then(argmax), q.first().and_then(argmax));
+        self.agree += (af == aq) as usize;
+        if let Some(l) = labels.and_then(|l| l.get(i)) {
+            self.fcorrect += (af.map(|a| a as i64) == Some(*l)) as usize;
+            self.qcorrect += (aq.map(|a| a as i64) == Some(*l)) as usize;
+        }
+    }
+    /// One report per output named in `names`, over `n` samples.
+    fn reports(&self, names: &[String], n: usize, labelled: bool) -> Vec<OutputReport> {
+        let frac = |k: usize| (n > 0).then(|| k as f64 / n as f64);
+        names
+            .iter()
+            .zip(&self.energies)
+            .enumerate()
+            .map(|(j, (name, e))| OutputReport {
+                name: name.clone(),
+                sqnr_db: e.sqnr_db(),
+                cosine: e.cosine(),
+                max_abs_error: e.max_abs,
+                top1_agreement: (j == 0).then(|| frac(self.agree)).flatten(),
+                float_accuracy: (j == 0 && labelled).then(|| frac(self.fcorrect)).flatten(),
+                quantized_accuracy: (j == 0 && labelled).then(|| frac(self.qcorrect)).flatten(),
+            })
+            .collect()
+    }
+}
+
 /// Evaluates `quant` against `float` on `data` (both modules are prepared in place; the
 /// quantized one keeps the keys it was quantized with).
 pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptions) -> Result<EvalReport, EvalError> {
@@ -280,21 +345,7 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
             "does not take the float model's inputs, so it is not its quantized form: {e}"
         ))
     })?;
-    let labels: Option<Vec<i64>> = match &opts.labels {
-        None => None,
-        Some(name) => {
-            let t = data
-                .load(name)
-                .ok_or_else(|| EvalError::Mismatch(format!("{}: no labels array '{name}'", data.path.display())))??;
-            Some(crate::interp::kernels::ints_of(&t).ok_or_else(|| {
-                EvalError::Mismatch(format!(
-                    "{}: labels '{name}' are {}, expected integers",
-                    data.path.display(),
-                    t.dtype()
-                ))
-            })?)
-        }
-    };
+    let labels = load_labels(data, opts)?;
     // layers both models compute
     let layer_keys: Vec<String> = if opts.per_layer {
         let qkeys: HashSet<&str> = pq.values.iter().map(|v| v.key.as_str()).collect();
@@ -342,9 +393,8 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
         _ => picked_samples(binding.samples, opts.limit, opts.spread),
     };
     let n = indices.len();
-    let mut outputs = vec![Energy::default(); pf.output_names.len()];
+    let mut tally = OutputTally::new(pf.output_names.len());
     let mut layers: BTreeMap<String, Energy> = BTreeMap::new();
-    let (mut agree, mut fcorrect, mut qcorrect) = (0usize, 0usize, 0usize);
     // the two models run side by side, each layer compared as soon as the quantized model
     // computes it: memory holds a few float activations per sample in flight, not all of
     // them (`run_side_by_side`); each sample's sums and histograms are merged in sample order
@@ -377,15 +427,7 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
         for (k, sample) in e {
             layers.entry(k).or_default().merge(&sample);
         }
-        for (j, (a, b)) in f.iter().zip(&q).enumerate() {
-            outputs[j].add(a, b);
-        }
-        let (af, aq) = (f.first().and_then(argmax), q.first().and_then(argmax));
-        agree += (af == aq) as usize;
-        if let Some(l) = labels.as_ref().and_then(|l| l.get(i)) {
-            fcorrect += (af.map(|a| a as i64) == Some(*l)) as usize;
-            qcorrect += (aq.map(|a| a as i64) == Some(*l)) as usize;
-        }
+        tally.add(i, &f, &q, labels.as_deref());
         Ok(())
     };
     run_side_by_side(
@@ -405,30 +447,7 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
         },
         "evaluate",
     )?;
-    let frac = |k: usize| (n > 0).then(|| k as f64 / n as f64);
-    let outputs: Vec<OutputReport> = pf
-        .output_names
-        .iter()
-        .zip(&outputs)
-        .enumerate()
-        .map(|(j, (name, e))| OutputReport {
-            name: name.clone(),
-            sqnr_db: e.sqnr_db(),
-            cosine: e.cosine(),
-            max_abs_error: e.max_abs,
-            top1_agreement: (j == 0).then(|| frac(agree)).flatten(),
-            float_accuracy: if j == 0 && labels.is_some() {
-                frac(fcorrect)
-            } else {
-                None
-            },
-            quantized_accuracy: if j == 0 && labels.is_some() {
-                frac(qcorrect)
-            } else {
-                None
-            },
-        })
-        .collect();
+    let outputs = tally.reports(&pf.output_names, n, labels.is_some());
     let precisions = match opts.per_layer {
         true => crate::precision::compute_precisions(quant)?,
         false => BTreeMap::new(),
@@ -470,8 +489,19 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
             .total_cmp(&b.sqnr_db.unwrap_or(f64::INFINITY))
             .then(a.key.cmp(&b.key))
     });
-    let first: Option<&OutputReport> = outputs.first();
     Ok(EvalReport {
+        layers,
+        first_sharp_drop,
+        histograms,
+        ..outputs_report(n, outputs, &pq, opts)
+    })
+}
+
+/// A report of the outputs alone (no layers, no histograms): the first output's figures
+/// repeated at the top, as `evaluate --json` has always printed them.
+fn outputs_report(n: usize, outputs: Vec<OutputReport>, pq: &Program, opts: &EvalOptions) -> EvalReport {
+    let first: Option<&OutputReport> = outputs.first();
+    EvalReport {
         samples: n,
         sqnr_db: first.and_then(|o| o.sqnr_db),
         cosine: first.and_then(|o| o.cosine),
@@ -480,11 +510,120 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
         top1_quant: first.and_then(|o| o.quantized_accuracy),
         top1_agreement: first.and_then(|o| o.top1_agreement),
         outputs,
-        layers,
-        first_sharp_drop,
-        histograms,
+        layers: Vec::new(),
+        first_sharp_drop: None,
+        histograms: Vec::new(),
         simulated_onnxruntime_x86: (opts.numerics != crate::interp::ort_x86::Numerics::Exact).then(|| pq.simulated()),
-    })
+    }
+}
+
+/// Float outputs held at most, over all samples, by [`FloatOutputs`]: above it a search
+/// evaluates side by side, running the float model each time.
+pub const FLOAT_OUTPUTS_BUDGET: usize = 256 << 20;
+
+/// The float model's outputs on the samples `opts` picks, computed once to score many
+/// quantized forms of the model against ([`evaluate_outputs`]): a target's search scores
+/// dozens, and ran the float model again for each.
+pub struct FloatOutputs {
+    indices: Vec<usize>,
+    names: Vec<String>,
+    outputs: Vec<Vec<Tensor>>,
+    /// The first sample's input shapes: a quantized model with results of unresolved type
+    /// (dynamic dims) is typed at them, as [`evaluate`] types it.
+    shapes: Option<Vec<Vec<usize>>>,
+}
+
+/// The float outputs [`evaluate_outputs`] compares against; `None` when they would take more
+/// than [`FLOAT_OUTPUTS_BUDGET`] (then [`evaluate`] runs both models side by side).
+pub fn float_outputs(float: &Module, data: &Dataset, opts: &EvalOptions) -> Result<Option<FloatOutputs>, EvalError> {
+    let mut shapes = None;
+    if crate::quantize::untyped_results(float) > 0 {
+        let specs = Program::compile_for_shapes(float)?.inputs;
+        let first = bind(data, &specs, &opts.overrides)?;
+        shapes = crate::quantize::resolve_types_from(float, &first)?.map(|t| t.shapes);
+    }
+    prepare(float)?;
+    let pf = Program::compile(float, None)?;
+    let binding = bind(data, &pf.inputs, &opts.overrides)?;
+    if shapes.is_none() {
+        shapes = crate::quantize::first_sample_shapes(&binding)?;
+    }
+    let indices = match (opts.spread, opts.among, opts.limit) {
+        (true, Some(among), Some(limit)) => picked_among(binding.samples, among, limit),
+        _ => picked_samples(binding.samples, opts.limit, opts.spread),
+    };
+    let mut bytes = 0usize;
+    let mut outputs = Vec::with_capacity(indices.len());
+    for chunk in indices.chunks(16) {
+        let got = run_samples(
+            &pf,
+            &binding,
+            chunk,
+            opts.threads,
+            &pf.watch(&[])?,
+            true,
+            &mut |_, _, _| Ok(()),
+            "evaluate",
+        )?;
+        bytes += got.iter().flatten().map(Tensor::size_bytes).sum::<usize>();
+        if bytes > FLOAT_OUTPUTS_BUDGET {
+            return Ok(None);
+        }
+        outputs.extend(got);
+    }
+    Ok(Some(FloatOutputs {
+        indices,
+        names: pf.output_names.clone(),
+        outputs,
+        shapes,
+    }))
+}
+
+/// [`evaluate`] of the outputs alone (no per-layer figures, no histograms), against float
+/// outputs computed once: the same figures, bit for bit, with the quantized model run alone.
+/// `opts` must pick the samples `reference` was made with.
+pub fn evaluate_outputs(
+    reference: &FloatOutputs,
+    quant: &Module,
+    data: &Dataset,
+    opts: &EvalOptions,
+) -> Result<EvalReport, EvalError> {
+    if let Some(shapes) = &reference.shapes {
+        if crate::quantize::untyped_results(quant) > 0 {
+            crate::quantize::resolve_types(quant, shapes);
+        }
+    }
+    let pq = Program::compile_with(quant, None, opts.numerics)?;
+    if pq.output_names.len() != reference.names.len() {
+        return Err(EvalError::Mismatch(format!(
+            "has {} outputs, the float model {}: not its quantized form",
+            pq.output_names.len(),
+            reference.names.len()
+        )));
+    }
+    let binding = bind(data, &pq.inputs, &opts.overrides).map_err(|e| {
+        EvalError::Mismatch(format!(
+            "does not take the float model's inputs, so it is not its quantized form: {e}"
+        ))
+    })?;
+    let labels = load_labels(data, opts)?;
+    let quantized = run_samples(
+        &pq,
+        &binding,
+        &reference.indices,
+        opts.threads,
+        &pq.watch(&[])?,
+        true,
+        &mut |_, _, _| Ok(()),
+        "evaluate",
+    )?;
+    let mut tally = OutputTally::new(reference.names.len());
+    for ((&i, f), q) in reference.indices.iter().zip(&reference.outputs).zip(&quantized) {
+        tally.add(i, f, q, labels.as_deref());
+    }
+    let n = reference.indices.len();
+    let outputs = tally.reports(&reference.names, n, labels.is_some());
+    Ok(outputs_report(n, outputs, &pq, opts))
 }
 
 /// What the simulation of onnxruntime's x86 kernels saw: one line, and one per op whose pair

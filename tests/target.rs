@@ -427,3 +427,71 @@ fn a_target_under_a_limit_reads_only_the_first_samples() {
     let bytes = |f: &str| std::fs::read(dir.path().join(f)).unwrap();
     assert!(bytes("limited.mlir") == bytes("alone.mlir"));
 }
+
+/// A target's search scores every candidate against the float model's outputs computed once
+/// (`evaluate::evaluate_outputs`). The figures are the same, bit for bit, as `evaluate`'s,
+/// which runs both models side by side. Checked on a model with dynamic dims, typed from the
+/// data, and with labels, on a target's scoring samples and on its sensitivity samples.
+#[test]
+fn float_outputs_kept_once_score_as_side_by_side() {
+    use quantir::evaluate::{evaluate, evaluate_outputs, float_outputs, EvalOptions};
+    use quantir::formats::data::Dataset;
+    use quantir::formats::model::load;
+    let dir = tempfile::tempdir().unwrap();
+    for (model, calib, labels, out) in [
+        (
+            example("digits_cnn.mlir"),
+            example("digits_test.npz"),
+            Some("y"),
+            "q.mlir",
+        ),
+        (
+            data("real/ppocr_cls.onnx"),
+            data("real/ppocr_cls_calib.npz"),
+            None,
+            "q.onnx",
+        ),
+    ] {
+        let q = dir.path().join(out);
+        ok(quantir(&[
+            "quantize",
+            &arg(&model),
+            "--data",
+            &arg(&calib),
+            "--no-cache",
+            "-o",
+            &arg(&q),
+        ]));
+        let ctx = quantir::ir::new_context();
+        let d = Dataset::open(&calib).unwrap();
+        let scoring = EvalOptions {
+            threads: 2,
+            limit: Some(16),
+            spread: true,
+            labels: labels.map(String::from),
+            ..Default::default()
+        };
+        let sensitivity = EvalOptions {
+            limit: Some(4),
+            among: Some(16),
+            ..scoring.clone()
+        };
+        for opts in [scoring, sensitivity] {
+            // fresh copies for each: both functions type a dynamic-dim model in place
+            let side = evaluate(&load(&ctx, &model).unwrap(), &load(&ctx, &q).unwrap(), &d, &opts).unwrap();
+            let kept = float_outputs(&load(&ctx, &model).unwrap(), &d, &opts).unwrap().unwrap();
+            let alone = evaluate_outputs(&kept, &load(&ctx, &q).unwrap(), &d, &opts).unwrap();
+            assert!(alone.samples > 0, "{}", model.display());
+            assert_eq!(
+                serde_json::to_value(&alone).unwrap(),
+                serde_json::to_value(&side).unwrap(),
+                "{}",
+                model.display()
+            );
+            assert!(side.outputs[0].sqnr_db.is_some_and(|db| db > 10.0), "{side:?}");
+            if labels.is_some() {
+                assert!(side.top1_quant.is_some(), "{side:?}");
+            }
+        }
+    }
+}
