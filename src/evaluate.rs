@@ -555,16 +555,7 @@ pub fn float_outputs(float: &Module, data: &Dataset, opts: &EvalOptions) -> Resu
     let mut bytes = 0usize;
     let mut outputs = Vec::with_capacity(indices.len());
     for chunk in indices.chunks(16) {
-        let got = run_samples(
-            &pf,
-            &binding,
-            chunk,
-            opts.threads,
-            &pf.watch(&[])?,
-            true,
-            &mut |_, _, _| Ok(()),
-            "evaluate",
-        )?;
+        let got = outputs_of(&pf, &binding, chunk, opts.threads)?;
         bytes += got.iter().flatten().map(Tensor::size_bytes).sum::<usize>();
         if bytes > FLOAT_OUTPUTS_BUDGET {
             return Ok(None);
@@ -577,6 +568,26 @@ pub fn float_outputs(float: &Module, data: &Dataset, opts: &EvalOptions) -> Resu
         outputs,
         shapes,
     }))
+}
+
+/// The outputs of `program` on the samples `indices`, in their order.
+fn outputs_of(
+    program: &Program,
+    binding: &crate::formats::data::Binding,
+    indices: &[usize],
+    threads: usize,
+) -> Result<Vec<Vec<Tensor>>, EvalError> {
+    let none = program.watch(&[])?;
+    Ok(run_samples(
+        program,
+        binding,
+        indices,
+        threads,
+        &none,
+        true,
+        &mut |_, _, _| Ok(()),
+        "evaluate",
+    )?)
 }
 
 /// [`evaluate`] of the outputs alone (no per-layer figures, no histograms), against float
@@ -607,16 +618,7 @@ pub fn evaluate_outputs(
         ))
     })?;
     let labels = load_labels(data, opts)?;
-    let quantized = run_samples(
-        &pq,
-        &binding,
-        &reference.indices,
-        opts.threads,
-        &pq.watch(&[])?,
-        true,
-        &mut |_, _, _| Ok(()),
-        "evaluate",
-    )?;
+    let quantized = outputs_of(&pq, &binding, &reference.indices, opts.threads)?;
     let mut tally = OutputTally::new(reference.names.len());
     for ((&i, f), q) in reference.indices.iter().zip(&reference.outputs).zip(&quantized) {
         tally.add(i, f, q, labels.as_deref());
