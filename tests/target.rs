@@ -431,7 +431,8 @@ fn a_target_under_a_limit_reads_only_the_first_samples() {
 /// A target's search scores every candidate against the float model's outputs computed once
 /// (`evaluate::evaluate_outputs`). The figures are the same, bit for bit, as `evaluate`'s,
 /// which runs both models side by side. Checked on a model with dynamic dims, typed from the
-/// data, and with labels, on a target's scoring samples and on its sensitivity samples.
+/// data, and with labels, on a target's scoring samples and on 4 spread among those
+/// (`EvalOptions::among`).
 #[test]
 fn float_outputs_kept_once_score_as_side_by_side() {
     use quantir::evaluate::{evaluate, evaluate_outputs, float_outputs, EvalOptions};
@@ -471,12 +472,12 @@ fn float_outputs_kept_once_score_as_side_by_side() {
             labels: labels.map(String::from),
             ..Default::default()
         };
-        let sensitivity = EvalOptions {
+        let among = EvalOptions {
             limit: Some(4),
             among: Some(16),
             ..scoring.clone()
         };
-        for opts in [scoring, sensitivity] {
+        for opts in [scoring, among] {
             // fresh copies for each: both functions type a dynamic-dim model in place
             let side = evaluate(&load(&ctx, &model).unwrap(), &load(&ctx, &q).unwrap(), &d, &opts).unwrap();
             let kept = float_outputs(&load(&ctx, &model).unwrap(), &d, &opts).unwrap().unwrap();
