@@ -32,6 +32,17 @@ pub struct EvalOptions {
     pub numerics: crate::interp::ort_x86::Numerics,
 }
 
+impl EvalOptions {
+    /// The samples these options pick out of `samples`: the first `limit`, or `limit` spread
+    /// over the data, or spread among `among` spread ones.
+    pub fn picked(&self, samples: usize) -> Vec<usize> {
+        match (self.spread, self.among, self.limit) {
+            (true, Some(among), Some(limit)) => picked_among(samples, among, limit),
+            _ => picked_samples(samples, self.limit, self.spread),
+        }
+    }
+}
+
 /// An SQNR this many dB below the previous layer's (one bit's worth) marks a sharp drop.
 pub const SHARP_DROP_DB: f64 = 6.02;
 
@@ -314,16 +325,40 @@ impl OutputTally {
     }
 }
 
+/// Types the results a dynamic-dim `float` model left untyped at the input shapes of `data`'s
+/// first sample, as calibration did; returns those shapes (`None` without samples).
+fn typed_at_first_sample(
+    float: &Module,
+    data: &Dataset,
+    opts: &EvalOptions,
+) -> Result<Option<Vec<Vec<usize>>>, EvalError> {
+    let specs = Program::compile_for_shapes(float)?.inputs;
+    let first = bind(data, &specs, &opts.overrides)?;
+    Ok(crate::quantize::resolve_types_from(float, &first)?.map(|t| t.shapes))
+}
+
+/// The quantized model's binding of `data`: the float model's samples must fit it too, or it
+/// is not that model's quantized form.
+fn bind_quantized(
+    data: &Dataset,
+    pq: &Program,
+    opts: &EvalOptions,
+) -> Result<crate::formats::data::Binding, EvalError> {
+    bind(data, &pq.inputs, &opts.overrides).map_err(|e| {
+        EvalError::Mismatch(format!(
+            "does not take the float model's inputs, so it is not its quantized form: {e}"
+        ))
+    })
+}
+
 /// Evaluates `quant` against `float` on `data` (both modules are prepared in place; the
 /// quantized one keeps the keys it was quantized with).
 pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptions) -> Result<EvalReport, EvalError> {
     // untyped results (dynamic dims the importer could not resolve) take the data's shapes,
     // as they did in calibration
     if crate::quantize::untyped_results(float) + crate::quantize::untyped_results(quant) > 0 {
-        let specs = Program::compile_for_shapes(float)?.inputs;
-        let first = bind(data, &specs, &opts.overrides)?;
-        if let Some(t) = crate::quantize::resolve_types_from(float, &first)? {
-            crate::quantize::resolve_types(quant, &t.shapes);
+        if let Some(shapes) = typed_at_first_sample(float, data, opts)? {
+            crate::quantize::resolve_types(quant, &shapes);
         }
     }
     prepare(float)?;
@@ -339,12 +374,7 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
         )));
     }
     let binding = bind(data, &pf.inputs, &opts.overrides)?;
-    // the same samples must fit the quantized model too, or it is not this model's quantized form
-    bind(data, &pq.inputs, &opts.overrides).map_err(|e| {
-        EvalError::Mismatch(format!(
-            "does not take the float model's inputs, so it is not its quantized form: {e}"
-        ))
-    })?;
+    bind_quantized(data, &pq, opts)?;
     let labels = load_labels(data, opts)?;
     // layers both models compute
     let layer_keys: Vec<String> = if opts.per_layer {
@@ -388,10 +418,7 @@ pub fn evaluate(float: &Module, quant: &Module, data: &Dataset, opts: &EvalOptio
     );
     let (wf, wq) = (pf.watch(&float_keys)?, pq.watch(&layer_keys)?);
     let paired: HashSet<String> = layer_keys.iter().cloned().collect();
-    let indices = match (opts.spread, opts.among, opts.limit) {
-        (true, Some(among), Some(limit)) => picked_among(binding.samples, among, limit),
-        _ => picked_samples(binding.samples, opts.limit, opts.spread),
-    };
+    let indices = opts.picked(binding.samples);
     let n = indices.len();
     let mut tally = OutputTally::new(pf.output_names.len());
     let mut layers: BTreeMap<String, Energy> = BTreeMap::new();
@@ -525,6 +552,8 @@ pub const FLOAT_OUTPUTS_BUDGET: usize = 256 << 20;
 /// quantized forms of the model against ([`evaluate_outputs`]): a target's search scores
 /// dozens, and ran the float model again for each.
 pub struct FloatOutputs {
+    /// How many samples the data hold (what options pick among).
+    samples: usize,
     indices: Vec<usize>,
     names: Vec<String>,
     outputs: Vec<Vec<Tensor>>,
@@ -538,9 +567,7 @@ pub struct FloatOutputs {
 pub fn float_outputs(float: &Module, data: &Dataset, opts: &EvalOptions) -> Result<Option<FloatOutputs>, EvalError> {
     let mut shapes = None;
     if crate::quantize::untyped_results(float) > 0 {
-        let specs = Program::compile_for_shapes(float)?.inputs;
-        let first = bind(data, &specs, &opts.overrides)?;
-        shapes = crate::quantize::resolve_types_from(float, &first)?.map(|t| t.shapes);
+        shapes = typed_at_first_sample(float, data, opts)?;
     }
     prepare(float)?;
     let pf = Program::compile(float, None)?;
@@ -548,10 +575,7 @@ pub fn float_outputs(float: &Module, data: &Dataset, opts: &EvalOptions) -> Resu
     if shapes.is_none() {
         shapes = crate::quantize::first_sample_shapes(&binding)?;
     }
-    let indices = match (opts.spread, opts.among, opts.limit) {
-        (true, Some(among), Some(limit)) => picked_among(binding.samples, among, limit),
-        _ => picked_samples(binding.samples, opts.limit, opts.spread),
-    };
+    let indices = opts.picked(binding.samples);
     let mut bytes = 0usize;
     let mut outputs = Vec::with_capacity(indices.len());
     for chunk in indices.chunks(16) {
@@ -563,6 +587,7 @@ pub fn float_outputs(float: &Module, data: &Dataset, opts: &EvalOptions) -> Resu
         outputs.extend(got);
     }
     Ok(Some(FloatOutputs {
+        samples: binding.samples,
         indices,
         names: pf.output_names.clone(),
         outputs,
@@ -592,7 +617,8 @@ fn outputs_of(
 
 /// [`evaluate`] of the outputs alone (no per-layer figures, no histograms), against float
 /// outputs computed once: the same figures, bit for bit, with the quantized model run alone.
-/// `opts` must pick the samples `reference` was made with.
+/// `opts` may pick fewer samples than `reference` was made with (a target's sensitivity
+/// samples among its scoring ones), but none it does not hold.
 pub fn evaluate_outputs(
     reference: &FloatOutputs,
     quant: &Module,
@@ -612,18 +638,25 @@ pub fn evaluate_outputs(
             reference.names.len()
         )));
     }
-    let binding = bind(data, &pq.inputs, &opts.overrides).map_err(|e| {
-        EvalError::Mismatch(format!(
-            "does not take the float model's inputs, so it is not its quantized form: {e}"
-        ))
-    })?;
+    let binding = bind_quantized(data, &pq, opts)?;
     let labels = load_labels(data, opts)?;
-    let quantized = outputs_of(&pq, &binding, &reference.indices, opts.threads)?;
+    let indices = opts.picked(reference.samples);
+    let floats = indices
+        .iter()
+        .map(|i| match reference.indices.iter().position(|j| j == i) {
+            Some(at) => Ok(&reference.outputs[at]),
+            None => Err(EvalError::Mismatch(format!(
+                "sample {i}: not among the {} samples the float outputs were kept for",
+                reference.indices.len()
+            ))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let quantized = outputs_of(&pq, &binding, &indices, opts.threads)?;
     let mut tally = OutputTally::new(reference.names.len());
-    for ((&i, f), q) in reference.indices.iter().zip(&reference.outputs).zip(&quantized) {
+    for ((&i, f), q) in indices.iter().zip(floats).zip(&quantized) {
         tally.add(i, f, q, labels.as_deref());
     }
-    let n = reference.indices.len();
+    let n = indices.len();
     let outputs = tally.reports(&reference.names, n, labels.is_some());
     Ok(outputs_report(n, outputs, &pq, opts))
 }

@@ -432,7 +432,8 @@ fn a_target_under_a_limit_reads_only_the_first_samples() {
 /// (`evaluate::evaluate_outputs`). The figures are the same, bit for bit, as `evaluate`'s,
 /// which runs both models side by side. Checked on a model with dynamic dims, typed from the
 /// data, and with labels, on a target's scoring samples and on 4 spread among those
-/// (`EvalOptions::among`).
+/// (`EvalOptions::among`), both read from the outputs kept for the scoring ones. Samples the
+/// kept outputs do not hold are refused.
 #[test]
 fn float_outputs_kept_once_score_as_side_by_side() {
     use quantir::evaluate::{evaluate, evaluate_outputs, float_outputs, EvalOptions};
@@ -477,10 +478,24 @@ fn float_outputs_kept_once_score_as_side_by_side() {
             among: Some(16),
             ..scoring.clone()
         };
+        // kept once for the scoring samples, as a target keeps them, and read for both (fresh
+        // copies of the models for each: both functions type a dynamic-dim model in place)
+        let kept = float_outputs(&load(&ctx, &model).unwrap(), &d, &scoring)
+            .unwrap()
+            .unwrap();
+        // samples it does not hold are refused, not scored against other samples' outputs
+        let all = EvalOptions {
+            limit: None,
+            spread: false,
+            ..scoring.clone()
+        };
+        let held = evaluate(&load(&ctx, &model).unwrap(), &load(&ctx, &q).unwrap(), &d, &all)
+            .unwrap()
+            .samples;
+        let e = evaluate_outputs(&kept, &load(&ctx, &q).unwrap(), &d, &all);
+        assert_eq!(e.is_err(), held > 16, "{}: {held} samples", model.display());
         for opts in [scoring, among] {
-            // fresh copies for each: both functions type a dynamic-dim model in place
             let side = evaluate(&load(&ctx, &model).unwrap(), &load(&ctx, &q).unwrap(), &d, &opts).unwrap();
-            let kept = float_outputs(&load(&ctx, &model).unwrap(), &d, &opts).unwrap().unwrap();
             let alone = evaluate_outputs(&kept, &load(&ctx, &q).unwrap(), &d, &opts).unwrap();
             assert!(alone.samples > 0, "{}", model.display());
             assert_eq!(

@@ -46,7 +46,7 @@
 //! Same-scale followers (a MaxPool's output reusing its input's scale) move with their source.
 
 use crate::calibration::StatsFile;
-use crate::evaluate::{evaluate, evaluate_outputs, float_outputs, EvalError, EvalOptions, EvalReport, FloatOutputs};
+use crate::evaluate::{evaluate, evaluate_outputs, float_outputs, EvalError, EvalOptions, EvalReport};
 use crate::formats::data::Dataset;
 use crate::quantize::{quantize_module, QuantConfig, QuantizeError};
 use crate::run::RunError;
@@ -324,30 +324,30 @@ pub fn reach_target<'c>(
         among: Some(TARGET_SAMPLES),
         ..opts.clone()
     };
+    // all the model's MACs, whatever a config leaves float (set by every evaluation)
+    let total_macs = std::cell::Cell::new(0u64);
     // the evaluation of `c`'s model against the float outputs `reference` (side by side with
     // the float model where there are none), and the MACs of the op keyed `macs_of` in it
-    let score_on = |c: &QuantConfig,
-                    opts: &EvalOptions,
-                    reference: Option<&FloatOutputs>,
-                    macs_of: Option<&str>|
-     -> Result<(EvalReport, u64), TargetError> {
-        let m = load()?;
-        let report = quantize_module(&m, stats, c)?;
-        let r = match reference {
-            Some(f) => evaluate_outputs(f, &m, data, opts)?,
-            None => evaluate(&float, &m, data, opts)?,
+    let score_on =
+        |c: &QuantConfig, opts: &EvalOptions, macs_of: Option<&str>| -> Result<(EvalReport, u64), TargetError> {
+            let m = load()?;
+            let report = quantize_module(&m, stats, c)?;
+            let r = match &reference {
+                Some(f) => evaluate_outputs(f, &m, data, opts)?,
+                None => evaluate(&float, &m, data, opts)?,
+            };
+            evaluations.set(evaluations.get() + 1);
+            total_macs.set(report.summary.totals.macs);
+            // (counted at the calibration data's shapes where dims are dynamic)
+            let macs = macs_of
+                .and_then(|k| report.summary.ops.iter().find(|o| o.key == k))
+                .and_then(|o| o.macs)
+                .unwrap_or(0);
+            Ok((r, macs))
         };
-        evaluations.set(evaluations.get() + 1);
-        // (counted at the calibration data's shapes where dims are dynamic)
-        let macs = macs_of
-            .and_then(|k| report.summary.ops.iter().find(|o| o.key == k))
-            .and_then(|o| o.macs)
-            .unwrap_or(0);
-        Ok((r, macs))
-    };
     // the goal's figure of `c`'s model
     let score = |c: &QuantConfig| -> Result<f64, TargetError> {
-        let (r, _) = score_on(c, &goal_opts, reference.as_ref(), None)?;
+        let (r, _) = score_on(c, &goal_opts, None)?;
         scored.set(r.samples);
         Ok(goal.value(&r))
     };
@@ -449,14 +449,11 @@ pub fn reach_target<'c>(
             0
         }
     };
-    // the share of the MACs a config leaves W8A8 (None where the MACs are not known), and
-    // all its MACs
-    let share_of = |c: &QuantConfig| -> Result<(Option<f64>, u64), TargetError> {
+    // the share of the MACs a config leaves W8A8 (None where the MACs are not known)
+    let share = |c: &QuantConfig| -> Result<Option<f64>, TargetError> {
         let m = load()?;
-        let t = quantize_module(&m, stats, c)?.summary.totals;
-        Ok((t.int8_mac_share, t.macs))
+        Ok(quantize_module(&m, stats, c)?.summary.totals.int8_mac_share)
     };
-    let share = |c: &QuantConfig| Ok::<_, TargetError>(share_of(c)?.0);
     let mut by_activations = None;
     if n > 0 {
         // (points in int16, points in float, score): int16 first, where it can be written
@@ -527,9 +524,8 @@ pub fn reach_target<'c>(
         ),
     });
     let mut measured: Vec<(RankedOp, f64)> = Vec::new();
-    let few_reference = float_outputs(&float, data, &few)?;
     for (i, key) in keys.iter().enumerate() {
-        let (r, macs) = score_on(&only_op(config, &keys, i), &few, few_reference.as_ref(), Some(key))?;
+        let (r, macs) = score_on(&only_op(config, &keys, i), &few, Some(key))?;
         let db = worst_sqnr_db(&r);
         // the noise this op alone brings, per multiply-accumulate it would run in float: the
         // cheapest ops to leave float come first, so the int8 share stays as high as it can
@@ -574,7 +570,7 @@ pub fn reach_target<'c>(
         if let Some((k, mut db)) = search(m, &|k| with_ops(a16, &first(k)))? {
             // each floated op tried int8 again, the most MACs first: the ranking is by noise
             // per MAC of each op alone, and what others left float changes what one costs
-            let (_, total) = share_of(config)?;
+            let total = total_macs.get();
             let mut order: Vec<usize> = (0..k).collect();
             order.sort_by(|&a, &b| ops[b].macs.cmp(&ops[a].macs).then(a.cmp(&b)));
             // ops that together hold too few MACs to move the share are not tried

@@ -46,7 +46,7 @@ pub(super) fn rank_points(
     let keys: Vec<String> = sources.keys().cloned().collect();
     let watch = program.watch(&keys)?;
     let binding = bind(data, &program.inputs, &opts.overrides)?;
-    let indices = crate::run::picked_samples(binding.samples, opts.limit, opts.spread);
+    let indices = opts.picked(binding.samples);
     let mut energy: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     run_samples(
         &program,
