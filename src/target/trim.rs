@@ -16,6 +16,7 @@
 /// kept  [a:float, b:int16, c:int16]   order [2, 1, 0]
 /// try   [a:float, b:int16]            holds  -> c dropped
 /// try   [a:float]                     misses -> b kept
+/// try   [b:int16]                     misses
 /// try   [a:int16, b:int16]            holds  -> a lowered to int16
 /// ```
 pub(super) fn trim<T: Clone, E>(
