@@ -97,6 +97,7 @@ impl RecipeArgs {
             target: None,
             bias_correction: on_off(self.bias_correction, self.no_bias_correction),
             gptq: on_off(self.gptq, self.no_gptq),
+            gptq_asymmetric: on_off(self.gptq_asymmetric, self.no_gptq_asymmetric),
             per_channel_depthwise_inputs: on_off(
                 self.per_channel_depthwise_inputs,
                 self.no_per_channel_depthwise_inputs,

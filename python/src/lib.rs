@@ -276,6 +276,7 @@ impl RecipeArgs {
             target: quantir::target::Goal::from_options(self.target_sqnr, self.target_top1, self.labels.clone()),
             bias_correction: None,
             gptq: None,
+            gptq_asymmetric: None,
             per_channel_depthwise_inputs: None,
             float_read_outputs: false,
             qlinear_outputs: false,

@@ -384,6 +384,15 @@ pub struct RecipeArgs {
     /// Round weights to nearest (the default).
     #[arg(long)]
     pub no_gptq: bool,
+    /// GPTQ on the quantized model's inputs (asymmetric calibration; implies --gptq): each
+    /// layer's weights rounded toward those that map what its quantized input will be to the
+    /// float layer's output, so that it makes up for the drift of the quantized layers before
+    /// it. Measured wave by wave: one quantization and side-by-side run per layer depth.
+    #[arg(long, overrides_with = "no_gptq_asymmetric")]
+    pub gptq_asymmetric: bool,
+    /// GPTQ on float inputs only (the default with --gptq).
+    #[arg(long)]
+    pub no_gptq_asymmetric: bool,
     /// One scale and zero point per channel at the activation input of each depthwise
     /// convolution (ONNX models): an integer kernel takes them as it takes per-channel weight
     /// scales; onnxruntime runs those convolutions in float.

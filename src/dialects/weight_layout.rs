@@ -13,7 +13,7 @@ use super::conv_window::{onnx_window, tf_window, ConvPads, ConvWindow};
 use crate::ir::attrs::AttrValue;
 use crate::params::gptq::{round_rows, GptqError, Gram, Grid};
 use crate::params::QuantParams;
-use ndarray::ArrayD;
+use ndarray::{ArrayD, ArrayViewD, Axis, Slice};
 use std::collections::BTreeMap;
 
 /// The op forms, sorted by op name.
@@ -223,6 +223,79 @@ impl WeightLayout {
         self.index[start..start + self.k].iter().map(|&i| flat[i]).collect()
     }
 
+    /// The layout of the same layer reading two inputs side by side — its float input and its
+    /// quantized one (`quantize::gram::paired`): each group's channels twice (the first input's,
+    /// then the second's; rows of 2k for a matrix), so that one patch of the interleaved input
+    /// ([`WeightLayout::interleave`]) holds both inputs' patches and its Gram matrix holds
+    /// X Xᵀ, X X̃ᵀ and X̃ X̃ᵀ. It lays out patches only: it rounds no weights.
+    ///
+    /// ```text
+    /// NCHW, 2 groups of 3 channels: [x0 x1 x2 | x3 x4 x5] → [x0 x1 x2 x̃0 x̃1 x̃2 | x3 x4 x5 x̃3 x̃4 x̃5]
+    /// ```
+    pub fn side_by_side(&self) -> WeightLayout {
+        let patches = match &self.patches {
+            Patches::Rows => Patches::Rows,
+            Patches::Conv(c) => Patches::Conv(ConvPatches {
+                group_channels: 2 * c.group_channels,
+                ..c.clone()
+            }),
+        };
+        WeightLayout {
+            groups: self.groups,
+            rows: self.rows,
+            k: 2 * self.k,
+            patches,
+            index: Vec::new(),
+        }
+    }
+
+    /// Where entry `i` (of k) of this layout's patch sits in the patch of its
+    /// [`WeightLayout::side_by_side`] layout, for the first input or (`second`) the other.
+    /// Channels-first patches run channel by channel, so the second input's k follow the
+    /// first's; channels-last ones run tap by tap, each tap the first's channels then the
+    /// second's.
+    pub fn side_by_side_index(&self, i: usize, second: bool) -> usize {
+        match &self.patches {
+            Patches::Conv(c) if c.channels_last => {
+                let gc = c.group_channels;
+                (i / gc) * 2 * gc + usize::from(second) * gc + i % gc
+            }
+            _ => i + usize::from(second) * self.k,
+        }
+    }
+
+    /// `a` and `b` (one shape) interleaved as the [`WeightLayout::side_by_side`] layout reads
+    /// them: along the channel axis, each group's channels of `a` then of `b`.
+    pub fn interleave(&self, a: &ArrayViewD<f32>, b: &ArrayViewD<f32>) -> Result<ArrayD<f32>, String> {
+        if a.shape() != b.shape() || a.ndim() == 0 {
+            return Err(format!(
+                "inputs of shapes {:?} and {:?} side by side",
+                a.shape(),
+                b.shape()
+            ));
+        }
+        let axis = match &self.patches {
+            Patches::Conv(c) if !c.channels_last => 1,
+            _ => a.ndim() - 1,
+        };
+        let channels = a.shape()[axis];
+        if channels % self.groups != 0 {
+            return Err(format!("{channels} channels in {} groups", self.groups));
+        }
+        let gc = channels / self.groups;
+        let mut shape = a.shape().to_vec();
+        shape[axis] *= 2;
+        let mut out = ArrayD::<f32>::zeros(shape);
+        for g in 0..self.groups {
+            for (half, src) in [a, b].into_iter().enumerate() {
+                let from = src.slice_axis(Axis(axis), Slice::from(g * gc..(g + 1) * gc));
+                let at = (2 * g + half) * gc;
+                out.slice_axis_mut(Axis(axis), Slice::from(at..at + gc)).assign(&from);
+            }
+        }
+        Ok(out)
+    }
+
     /// f64 values one Gram matrix per group takes.
     pub fn gram_len(&self) -> usize {
         self.groups * self.k * self.k
@@ -276,6 +349,25 @@ impl WeightLayout {
                 grids.push(grid(c).ok_or_else(|| shape_err(format!("no parameters for channel {c}")))?);
             }
             let mut m: Vec<f64> = idx.iter().map(|&i| flat[i] as f64).collect();
+            if !gram.targets.is_empty() {
+                // each row moved to w M, what the quantized model's inputs should multiply
+                let k = self.k;
+                let t = gram
+                    .targets
+                    .get(g * k * k..(g + 1) * k * k)
+                    .ok_or_else(|| shape_err(format!("no target map for group {g}")))?;
+                let mut moved = vec![0f64; k];
+                for row in m.chunks_mut(k) {
+                    moved.fill(0.0);
+                    for (a, &w) in row.iter().enumerate() {
+                        moved
+                            .iter_mut()
+                            .zip(&t[a * k..(a + 1) * k])
+                            .for_each(|(d, v)| *d += w * v);
+                    }
+                    row.copy_from_slice(&moved);
+                }
+            }
             round_rows(&mut m, self.rows, self.k, gram.factor_of(g)?.as_ref(), &grids)?;
             for (&i, v) in idx.iter().zip(m) {
                 out[i] = v as f32;

@@ -58,3 +58,39 @@ pub fn weight_grams(
         quantize::gram::measure_grams(module, program, config, feed, threads)
     })
 }
+
+/// GPTQ's Gram matrices measured side by side on `module` (prepared, calibrated as `stats`
+/// say) and its quantized form (asymmetric calibration), wave by wave: each wave's layers are
+/// measured on a quantized form (`twin`, quantized with `config`'s Gram matrices so far) whose
+/// earlier waves are already rounded toward their own targets, so that each layer makes up
+/// for the drift the layers before it leave, as they will be. On the first [`BIAS_SAMPLES`] of
+/// `data` on `threads` workers (0 = all cores); `config.weight_grams` is updated in place.
+pub fn asymmetric_weight_grams<'c>(
+    module: &Module,
+    twin: &dyn Fn() -> Result<Module<'c>, JobError>,
+    stats: &StatsFile,
+    config: &mut QuantConfig,
+    data: &Dataset,
+    (threads, overrides): (usize, &[(String, String)]),
+) -> Result<(quantize::gram::WeightGrams, usize), JobError> {
+    let mut all = quantize::gram::WeightGrams::default();
+    let mut wave = 0;
+    loop {
+        let quantized = twin()?;
+        quantize::quantize_module(&quantized, stats, config)?;
+        let pq = interp::Program::compile(&quantized, None)?;
+        let (g, deeper) = on_first_samples(module, data, overrides, |program, feed| {
+            quantize::gram::measure_paired_grams(module, [program, &pq], stats, config, feed, threads, wave)
+        })?;
+        config
+            .weight_grams
+            .extend(g.grams.iter().map(|(k, v)| (k.clone(), v.clone())));
+        all.samples = g.samples;
+        all.grams.extend(g.grams);
+        all.left.extend(g.left);
+        wave += 1;
+        if !deeper {
+            return Ok((all, wave));
+        }
+    }
+}

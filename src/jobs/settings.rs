@@ -37,6 +37,8 @@ pub struct RecipeFlags {
     pub bias_correction: Option<bool>,
     /// GPTQ weight rounding on or off [default: the recipe's].
     pub gptq: Option<bool>,
+    /// GPTQ on the quantized model's inputs on or off (on implies GPTQ) [default: the recipe's].
+    pub gptq_asymmetric: Option<bool>,
     /// Per-channel scales at depthwise convolution inputs on or off [default: the recipe's].
     pub per_channel_depthwise_inputs: Option<bool>,
     /// Q/DQ on compute op outputs that only float ops read (on when set; else the recipe's).
@@ -92,6 +94,9 @@ pub fn config(flags: &RecipeFlags, target: Option<&Path>) -> Result<QuantConfig,
     c.exclude.extend(flags.exclude.iter().cloned());
     c.bias_correction = flags.bias_correction.unwrap_or(c.bias_correction);
     c.gptq = flags.gptq.unwrap_or(c.gptq);
+    // --no-gptq turns both off
+    c.gptq_asymmetric = flags.gptq_asymmetric.unwrap_or(c.gptq_asymmetric) && flags.gptq != Some(false);
+    c.gptq |= c.gptq_asymmetric;
     c.float_read_outputs |= flags.float_read_outputs;
     c.qlinear_outputs |= flags.qlinear_outputs;
     c.activation_matmuls = flags.activation_matmuls.unwrap_or(c.activation_matmuls);

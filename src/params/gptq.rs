@@ -49,6 +49,10 @@ pub struct Gram {
     /// Each group's [`Factor`], once [`Gram::factorize`] made them (the sums are then dropped:
     /// rounding needs only the factors).
     pub factors: Vec<Factor>,
+    /// Where the sums are those of the *quantized* model's inputs X̃: each group's k×k
+    /// [`target_map`] M (row-major), which moves a weight row w to the row w M that X̃ best
+    /// maps to the float layer's output W X; empty: the rows are rounded as they are.
+    pub targets: Vec<f64>,
 }
 
 impl Gram {
@@ -88,6 +92,57 @@ impl Gram {
 
 /// Damping added to H's diagonal, as a fraction of its mean (GPTQ's `percdamp`).
 pub const DAMP: f64 = 0.01;
+
+/// The weights the quantized model's inputs should multiply (asymmetric calibration, as in
+/// GPTAQ: Li et al., "GPTAQ: Efficient Finetuning-Free Quantization for Asymmetric
+/// Calibration", ICML 2025): a layer reads X̃, the inputs the quantized layers before it and
+/// its own input rounding make, not the float X. With C = Σ x x̃ᵀ and H̃ = Σ x̃ x̃ᵀ over
+/// the same patches, the row w* nearest w (ridge λ, GPTQ's damping) that maps X̃ to w X is
+///
+/// ```text
+/// minimise ‖w X − w* X̃‖² + λ ‖w* − w‖²   ⇒   w* = w M,   M = (C + λI)(H̃ + λI)⁻¹
+/// ```
+///
+/// and ‖w X − q X̃‖² = ‖(w* − q) X̃‖² + const, so GPTQ then rounds w* with H̃. M = I where
+/// X̃ = X; where X̃ = a·X (an input read a factor a too small), M = I/a in the limit λ → 0.
+pub fn target_map(hq: &[f64], cross: &[f64], k: usize, ridge: f64) -> Result<Vec<f64>, GptqError> {
+    if hq.len() != k * k || cross.len() != k * k {
+        return Err(GptqError::Shape(format!(
+            "{} and {} Gram entries for k = {k}",
+            hq.len(),
+            cross.len()
+        )));
+    }
+    if !hq.iter().chain(cross).all(|v| v.is_finite()) {
+        return Err(GptqError::NotFinite);
+    }
+    let live: Vec<f64> = (0..k).map(|i| hq[i * k + i]).filter(|d| *d > 0.0).collect();
+    let mean = match live.len() {
+        0 => 1.0,
+        n => live.iter().sum::<f64>() / n as f64,
+    };
+    let mut damp = ridge.max(DAMP);
+    let li = loop {
+        let mut a = hq.to_vec();
+        (0..k).for_each(|i| a[i * k + i] += damp * mean);
+        if let Some(l) = super::cholesky::cholesky(&a, k) {
+            break super::cholesky::invert_lower(&l, k);
+        }
+        if damp >= 1.0 {
+            return Err(GptqError::NotPositiveDefinite(damp));
+        }
+        damp *= 10.0;
+    };
+    // (H̃ + λI)⁻¹ = Liᵀ Li: M = ((C + λI) Liᵀ) Li, each product as 0 − (−lhs) · rhs
+    let mut neg_b: Vec<f64> = cross.iter().map(|v| -v).collect();
+    (0..k).for_each(|i| neg_b[i * k + i] -= damp * mean);
+    let mut t = vec![0f64; k * k];
+    super::gemm_f64::gemm_f64_subtract(k, k, k, &mut t, k, &neg_b, (k, 1), &li, (1, k));
+    t.iter_mut().for_each(|v| *v = -*v);
+    let mut m = vec![0f64; k * k];
+    super::gemm_f64::gemm_f64_subtract(k, k, k, &mut m, k, &t, (k, 1), &li, (k, 1));
+    Ok(m)
+}
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum GptqError {
@@ -359,6 +414,7 @@ mod tests {
             sums,
             patches: n as u64,
             factors: Vec::new(),
+            targets: Vec::new(),
         };
         let mut factored = plain.clone();
         factored.factorize().unwrap();
@@ -367,6 +423,73 @@ mod tests {
             assert_eq!(*plain.factor_of(g).unwrap(), *factored.factor_of(g).unwrap());
         }
         assert!(factored.factor_of(2).is_err());
+    }
+
+    /// Σ a bᵀ over n patches of k (rows of `a` and `b`).
+    fn cross_sum(a: &[f64], b: &[f64], n: usize, k: usize) -> Vec<f64> {
+        let mut s = vec![0f64; k * k];
+        for p in 0..n {
+            for i in 0..k {
+                for j in 0..k {
+                    s[i * k + j] += a[p * k + i] * b[p * k + j];
+                }
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn the_target_map_is_the_identity_where_the_inputs_are_float() {
+        let (k, n) = (7, 60);
+        let x = noise(31, n * k);
+        let h = cross_sum(&x, &x, n, k);
+        let m = target_map(&h, &h, k, DAMP).unwrap();
+        for i in 0..k {
+            for j in 0..k {
+                let want = if i == j { 1.0 } else { 0.0 };
+                assert!((m[i * k + j] - want).abs() < 1e-9, "({i},{j}): {}", m[i * k + j]);
+            }
+        }
+    }
+
+    #[test]
+    fn the_target_map_solves_its_ridge_normal_equations() {
+        // M (H̃ + λI) = C + λI, with X̃ a distorted copy of X: a gain, a leak between inputs, noise
+        let (k, n) = (6, 80);
+        let x = noise(41, n * k);
+        let e = noise(42, n * k);
+        let xq: Vec<f64> = (0..n * k)
+            .map(|i| 0.9 * x[i] + 0.1 * x[(i / k) * k + (i + 1) % k] + 0.05 * e[i])
+            .collect();
+        let (hq, c) = (cross_sum(&xq, &xq, n, k), cross_sum(&x, &xq, n, k));
+        let m = target_map(&hq, &c, k, DAMP).unwrap();
+        let lambda = DAMP * (0..k).map(|i| hq[i * k + i]).sum::<f64>() / k as f64;
+        for i in 0..k {
+            for j in 0..k {
+                let lhs: f64 = (0..k).map(|a| m[i * k + a] * hq[a * k + j]).sum::<f64>() + lambda * m[i * k + j];
+                let rhs = c[i * k + j] + if i == j { lambda } else { 0.0 };
+                assert!(
+                    (lhs - rhs).abs() < 1e-8 * rhs.abs().max(1.0),
+                    "({i},{j}): {lhs} against {rhs}"
+                );
+            }
+        }
+        // and the weights it gives make up most of the distortion: ‖w X − w M X̃‖ ≪ ‖w X − w X̃‖
+        let w = noise(43, k);
+        let out = |row: &[f64], v: &[f64], p: usize| (0..k).map(|i| row[i] * v[p * k + i]).sum::<f64>();
+        let wm: Vec<f64> = (0..k).map(|j| (0..k).map(|a| w[a] * m[a * k + j]).sum()).collect();
+        let before: f64 = (0..n).map(|p| (out(&w, &x, p) - out(&w, &xq, p)).powi(2)).sum();
+        let after: f64 = (0..n).map(|p| (out(&w, &x, p) - out(&wm, &xq, p)).powi(2)).sum();
+        assert!(after < 0.1 * before, "{after} against {before}");
+    }
+
+    #[test]
+    fn a_target_map_of_bad_sums_is_refused() {
+        let nan = vec![f64::NAN, 0.0, 0.0, 1.0];
+        let one = vec![1.0, 0.0, 0.0, 1.0];
+        assert_eq!(target_map(&nan, &one, 2, DAMP), Err(GptqError::NotFinite));
+        assert_eq!(target_map(&one, &nan, 2, DAMP), Err(GptqError::NotFinite));
+        assert!(matches!(target_map(&one, &one, 3, DAMP), Err(GptqError::Shape(_))));
     }
 
     #[test]

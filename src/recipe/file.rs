@@ -10,6 +10,7 @@
 //! bias_overflow = "enlarge-weight-scale"  # or "clip": an int32 bias that would not fit
 //! bias_correction = true      # each layer's mean output shift on calibration data off its bias
 //! gptq = true                 # weights rounded for the layer's output on calibration data
+//! gptq_asymmetric = true      # ... for the float output from the quantized model's inputs
 //! per_channel_depthwise_inputs = true  # one scale per channel at depthwise conv inputs
 //! float_read_outputs = false  # no Q/DQ on a compute op's output that only float ops read
 //! qlinear_outputs = false     # no Q/DQ that only completes an int8 kernel of onnxruntime's
@@ -80,6 +81,8 @@ struct RecipeFile {
     bias_correction: Option<bool>,
     /// GPTQ rounding of int8/int4 weights when quantize calibrates
     gptq: Option<bool>,
+    /// GPTQ on the quantized model's inputs (implies gptq)
+    gptq_asymmetric: Option<bool>,
     /// per-channel scales at the activation input of depthwise convolutions
     per_channel_depthwise_inputs: Option<bool>,
     /// Q/DQ on compute op outputs that only float ops read
@@ -171,6 +174,8 @@ pub fn parse_onto(text: &str, base: QuantConfig) -> Result<QuantConfig, String> 
     }
     c.bias_correction = f.bias_correction.unwrap_or(c.bias_correction);
     c.gptq = f.gptq.unwrap_or(c.gptq);
+    c.gptq_asymmetric = f.gptq_asymmetric.unwrap_or(c.gptq_asymmetric);
+    c.gptq |= c.gptq_asymmetric;
     c.per_channel_depthwise_inputs = f.per_channel_depthwise_inputs.unwrap_or(c.per_channel_depthwise_inputs);
     c.float_read_outputs = f.float_read_outputs.unwrap_or(c.float_read_outputs);
     c.qlinear_outputs = f.qlinear_outputs.unwrap_or(c.qlinear_outputs);

@@ -132,6 +132,10 @@ pub struct QuantConfig {
     /// one input at a time, the error spread over the inputs not yet rounded, so that the
     /// layer's output on calibration samples stays closest to float (`params::gptq`).
     pub gptq: bool,
+    /// GPTQ on the quantized model's inputs (asymmetric calibration; implies `gptq`): each
+    /// layer's rows rounded toward the weights that map what its quantized input will be to
+    /// the float layer's output, measured wave by wave (`quantize::gram::paired`).
+    pub gptq_asymmetric: bool,
     /// Per-channel scales and zero points for the activation input of a depthwise
     /// convolution (ONNX `Conv` with one input channel per group): each output channel reads
     /// one input channel, so an integer kernel takes one input scale per channel as it takes
@@ -200,6 +204,7 @@ impl Default for QuantConfig {
             overrides: Vec::new(),
             bias_correction: false,
             gptq: false,
+            gptq_asymmetric: false,
             per_channel_depthwise_inputs: true,
             float_read_outputs: false,
             qlinear_outputs: false,

@@ -12,6 +12,9 @@
 //! ```
 
 mod depthwise;
+mod paired;
+
+pub use paired::measure_paired_grams;
 
 use super::QuantizeError;
 use crate::dialects::conv_window::ConvPads;
@@ -94,6 +97,92 @@ struct Layer {
     layout: WeightLayout,
     /// Patches taken from each sample (per image and group).
     per_sample: usize,
+    /// The activation input's quantization, for a layer measured side by side (`paired`);
+    /// `None` where it stays float.
+    input_params: Option<crate::params::QuantParams>,
+}
+
+/// Layers left at nearest rounding: (output key, why).
+type LeftLayers = Vec<(String, String)>;
+
+/// The layers whose int8/int4 weight `config` quantizes that can be measured, and the others
+/// with why not; with `paired` = (plan, wave), only the layers of that wave, measured on their
+/// float and quantized inputs at once (`paired`), which takes patches of 2k and four times
+/// the sums, with each input's quantization as the plan says — and whether deeper waves are
+/// left.
+fn select_layers(
+    module: &Module,
+    config: &QuantConfig,
+    samples: usize,
+    paired: Option<(&crate::recipe::plan::Plan, usize)>,
+) -> Result<(Vec<Layer>, LeftLayers, bool), QuantizeError> {
+    let func = find_function(module, None)?;
+    let tensor_keys = TensorKeys::new(func);
+    let mut layers: Vec<Layer> = Vec::new();
+    let mut left = Vec::new();
+    let mut budget = GRAM_BUDGET;
+    let width = if paired.is_some() { 2 } else { 1 };
+    let mut deeper = false;
+    // each value's wave: the quantized-weight layers on the longest path to it from the
+    // model's inputs (a layer of wave w reads what layers of waves < w make)
+    let mut waves: HashMap<String, usize> = HashMap::new();
+    for op in body_ops(func) {
+        let wave_in = op
+            .operands()
+            .filter_map(|v| tensor_keys.get(v).and_then(|k| waves.get(k)))
+            .max()
+            .copied()
+            .unwrap_or(0);
+        let site = weight_site(op, config).filter(|s| matches!(s.res.weights, WeightMode::Int8 | WeightMode::Int4));
+        let wave_out = wave_in + usize::from(site.is_some());
+        for r in op.results() {
+            if let Some(k) = tensor_keys.get(r.into()) {
+                waves.insert(k.to_string(), wave_out);
+            }
+        }
+        let Some(site) = site else { continue };
+        let Some(x) = site.rule.activations.first().and_then(|&i| op.operand(i).ok()) else {
+            continue;
+        };
+        let Some(input) = tensor_keys.get(x).map(str::to_string) else {
+            continue;
+        };
+        let wave = waves.get(&input).copied().unwrap_or(0);
+        if let Some((_, only)) = paired {
+            deeper |= wave > only;
+            if wave != only {
+                continue;
+            }
+        }
+        let name = op_name(&op);
+        let Some(layout) = WeightLayout::of(&name, &op_attrs(&op), site.values.shape()) else {
+            left.push((site.out_key, format!("{name} in this form is not handled")));
+            continue;
+        };
+        let bytes = layout.gram_len() * 8 * width * width;
+        if layout.k * width > MAX_K {
+            left.push((
+                site.out_key,
+                format!("{} inputs per row (at most {MAX_K})", layout.k * width),
+            ));
+        } else if bytes > budget {
+            left.push((
+                site.out_key,
+                format!("over the {} MiB budget of Gram matrices", GRAM_BUDGET >> 20),
+            ));
+        } else {
+            budget -= bytes;
+            layers.push(Layer {
+                out_key: site.out_key,
+                input,
+                // the same patches as the plain measurement's, whatever the width
+                per_sample: patches_per_sample(layout.k, samples),
+                input_params: paired.and_then(|(p, _)| p.params_of(x).cloned()),
+                layout,
+            });
+        }
+    }
+    Ok((layers, left, deeper))
 }
 
 /// Measures the Gram matrices of the activation inputs of every layer whose int8/int4 weight
@@ -106,49 +195,13 @@ pub fn measure_grams(
     threads: usize,
 ) -> Result<WeightGrams, QuantizeError> {
     let failed = |m: String| QuantizeError::Stats(format!("GPTQ: {m}"));
-    let func = find_function(module, None)?;
-    let tensor_keys = TensorKeys::new(func);
-    let mut layers: Vec<Layer> = Vec::new();
-    let mut out = WeightGrams::default();
-    let mut budget = GRAM_BUDGET;
     // a stream's length is not known before the run: take it as 32 samples
     let samples = feed.len().unwrap_or(32).max(1);
-    for op in body_ops(func) {
-        let Some(site) = weight_site(op, config) else { continue };
-        if !matches!(site.res.weights, WeightMode::Int8 | WeightMode::Int4) {
-            continue;
-        }
-        let Some(x) = site.rule.activations.first().and_then(|&i| op.operand(i).ok()) else {
-            continue;
-        };
-        let Some(input) = tensor_keys.get(x).map(str::to_string) else {
-            continue;
-        };
-        let name = op_name(&op);
-        let Some(layout) = WeightLayout::of(&name, &op_attrs(&op), site.values.shape()) else {
-            out.left
-                .push((site.out_key, format!("{name} in this form is not handled")));
-            continue;
-        };
-        let bytes = layout.gram_len() * 8;
-        if layout.k > MAX_K {
-            out.left
-                .push((site.out_key, format!("{} inputs per row (at most {MAX_K})", layout.k)));
-        } else if bytes > budget {
-            out.left.push((
-                site.out_key,
-                format!("over the {} MiB budget of Gram matrices", GRAM_BUDGET >> 20),
-            ));
-        } else {
-            budget -= bytes;
-            layers.push(Layer {
-                out_key: site.out_key,
-                input,
-                per_sample: patches_per_sample(layout.k, samples),
-                layout,
-            });
-        }
-    }
+    let (layers, left, _) = select_layers(module, config, samples, None)?;
+    let mut out = WeightGrams {
+        left,
+        ..Default::default()
+    };
     let mut readers: HashMap<String, Vec<usize>> = HashMap::new();
     for (i, l) in layers.iter().enumerate() {
         readers.entry(l.input.clone()).or_default().push(i);
@@ -188,6 +241,7 @@ pub fn measure_grams(
                     sums,
                     patches,
                     factors: Vec::new(),
+                    targets: Vec::new(),
                 };
                 // factorised once here, not at every rounding of the layer
                 match gram.factorize() {
