@@ -440,7 +440,8 @@ fn asymmetric_gptq_makes_up_for_the_layer_before_whatever_the_threads() {
         "asym.mlir",
     );
     assert!(
-        said.contains("GPTQ: input Gram matrices of 2 layers on 24 calibration samples (asymmetric: on the quantized model's inputs, in 2 waves)"),
+        said.contains("GPTQ: input Gram matrices of 2 layers on 24 calibration samples\n")
+            && said.contains("GPTQ on the quantized model's inputs: 2 of 2 layers, in 2 waves\n"),
         "{said}"
     );
     let (_, asym2) = quantize(

@@ -59,12 +59,43 @@ pub fn weight_grams(
     })
 }
 
+/// What [`asymmetric_weight_grams`] measured.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AsymmetricGrams {
+    /// Layers measured on the quantized model's inputs.
+    pub layers: usize,
+    /// Layers GPTQ measured on float inputs.
+    pub of: usize,
+    pub waves: usize,
+    /// Layers that keep their float-input Gram matrices, with why.
+    pub float_only: Vec<(String, String)>,
+}
+
+impl std::fmt::Display for AsymmetricGrams {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "GPTQ on the quantized model's inputs: {} of {} layers, in {} waves",
+            self.layers, self.of, self.waves
+        )?;
+        if let Some((k, why)) = self.float_only.first() {
+            write!(f, "; {} on float inputs only ({k}: {why}", self.float_only.len())?;
+            if self.float_only.len() > 1 {
+                write!(f, ", …")?;
+            }
+            write!(f, ")")?;
+        }
+        Ok(())
+    }
+}
+
 /// GPTQ's Gram matrices measured side by side on `module` (prepared, calibrated as `stats`
 /// say) and its quantized form (asymmetric calibration), wave by wave: each wave's layers are
 /// measured on a quantized form (`twin`, quantized with `config`'s Gram matrices so far) whose
 /// earlier waves are already rounded toward their own targets, so that each layer makes up
 /// for the drift the layers before it leave, as they will be. On the first [`BIAS_SAMPLES`] of
-/// `data` on `threads` workers (0 = all cores); `config.weight_grams` is updated in place.
+/// `data` on `threads` workers (0 = all cores); `config.weight_grams` (GPTQ's, on float
+/// inputs) is updated in place, and a layer measured only there keeps its matrices.
 pub fn asymmetric_weight_grams<'c>(
     module: &Module,
     twin: &dyn Fn() -> Result<Module<'c>, JobError>,
@@ -72,25 +103,27 @@ pub fn asymmetric_weight_grams<'c>(
     config: &mut QuantConfig,
     data: &Dataset,
     (threads, overrides): (usize, &[(String, String)]),
-) -> Result<(quantize::gram::WeightGrams, usize), JobError> {
-    let mut all = quantize::gram::WeightGrams::default();
-    let mut wave = 0;
+) -> Result<AsymmetricGrams, JobError> {
+    let mut out = AsymmetricGrams {
+        of: config.weight_grams.len(),
+        ..Default::default()
+    };
     loop {
         let quantized = twin()?;
         quantize::quantize_module(&quantized, stats, config)?;
         let pq = interp::Program::compile(&quantized, None)?;
         let (g, deeper) = on_first_samples(module, data, overrides, |program, feed| {
-            quantize::gram::measure_paired_grams(module, [program, &pq], stats, config, feed, threads, wave)
+            quantize::gram::measure_paired_grams(module, [program, &pq], stats, config, feed, threads, out.waves)
         })?;
-        config
-            .weight_grams
-            .extend(g.grams.iter().map(|(k, v)| (k.clone(), v.clone())));
-        all.samples = g.samples;
-        all.grams.extend(g.grams);
-        all.left.extend(g.left);
-        wave += 1;
+        out.layers += g.grams.len();
+        // where GPTQ measured a layer on float inputs, it keeps those matrices (the others
+        // were named in GPTQ's own line)
+        out.float_only
+            .extend(g.left.into_iter().filter(|(k, _)| config.weight_grams.contains_key(k)));
+        config.weight_grams.extend(g.grams);
+        out.waves += 1;
         if !deeper {
-            return Ok((all, wave));
+            return Ok(out);
         }
     }
 }

@@ -75,7 +75,7 @@ pub use calibrate::{
     calibrate, calibrate_keeping, calibrate_options, calibrated_line, parse_shard, CalibFlags, Item, Keep, Kept,
     Samples,
 };
-pub use measure::{asymmetric_weight_grams, correct_biases, weight_grams, BIAS_SAMPLES};
+pub use measure::{asymmetric_weight_grams, correct_biases, weight_grams, AsymmetricGrams, BIAS_SAMPLES};
 pub use settings::{config, RecipeFlags, RecipeSource};
 
 /// `--choose-range`'s candidates as methods (`percentile` at `--percentile`): those a
@@ -487,9 +487,9 @@ pub fn quantize(
                         }
                         Ok(m)
                     };
-                    let (g, waves) = asymmetric_weight_grams(&module, &twin, &stats, &mut config, data, (target_feed.0, &target_feed.1))
+                    let g = asymmetric_weight_grams(&module, &twin, &stats, &mut config, data, (target_feed.0, &target_feed.1))
                         .map_err(|e| e.within(model))?;
-                    say(format!("{g} (asymmetric: on the quantized model's inputs, in {waves} waves)"));
+                    say(g.to_string());
                 }
             }
             None => say("warning: GPTQ measures on the calibration stream's first samples, but their shapes differ; weights rounded to nearest (give the data as a file or arrays)".into()),
