@@ -97,7 +97,8 @@ pub const DAMP: f64 = 0.01;
 /// GPTAQ: Li et al., "GPTAQ: Efficient Finetuning-Free Quantization for Asymmetric
 /// Calibration", ICML 2025): a layer reads X̃, the inputs the quantized layers before it and
 /// its own input rounding make, not the float X. With C = Σ x x̃ᵀ and H̃ = Σ x̃ x̃ᵀ over
-/// the same patches, the row w* nearest w (ridge λ, GPTQ's damping) that maps X̃ to w X is
+/// the same patches, the row w* nearest w (ridge λ: `ridge` times H̃'s mean diagonal, at least
+/// GPTQ's [`DAMP`], and more where H̃ is not positive definite) that maps X̃ to w X is
 ///
 /// ```text
 /// minimise ‖w X − w* X̃‖² + λ ‖w* − w‖²   ⇒   w* = w M,   M = (C + λI)(H̃ + λI)⁻¹

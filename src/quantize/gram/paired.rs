@@ -64,6 +64,16 @@ pub fn measure_paired_grams(
         }
         there
     });
+    if layers.is_empty() {
+        // a wave of layers no Gram matrix is measured for (a ConvTranspose): nothing to run
+        return Ok((
+            WeightGrams {
+                left,
+                ..Default::default()
+            },
+            deeper,
+        ));
+    }
     let mut readers: HashMap<String, Vec<usize>> = HashMap::new();
     for (i, l) in layers.iter().enumerate() {
         readers.entry(l.input.clone()).or_default().push(i);
