@@ -317,6 +317,16 @@ pub fn quantize(
         true => lower_to_onnx(&module, model)?,
         false => None,
     };
+    // a fresh copy of the model in the output's form, for the quantizations a run may try
+    // before the one it writes: `--choose-method`'s candidates, `--gptq-asymmetric`'s waves, a
+    // target's trials
+    let twin = || -> Result<Module<'_>, JobError> {
+        let m = load(&ctx, model, signature)?;
+        if onnx {
+            quantize::lower_to_onnx(&m)?;
+        }
+        Ok(m)
+    };
     let stats_file: Option<&Path> = match &stats {
         StatsSource::File(p) => Some(*p),
         _ => None,
@@ -380,13 +390,6 @@ pub fn quantize(
                 (Some(Choose::Method(candidates)), Samples::Data(d)) => {
                     // its first --limit samples
                     let dataset = target_data.unwrap_or(d);
-                    let twin = || {
-                        let m = load(&ctx, model, signature)?;
-                        if onnx {
-                            quantize::lower_to_onnx(&m)?;
-                        }
-                        Ok(m)
-                    };
                     let (stats, line) = choose_method(&twin, dataset, candidates, cf, &config, cache.as_deref())
                         .map_err(|e| e.within(model))?;
                     say(line);
@@ -480,13 +483,6 @@ pub fn quantize(
                 say(g.to_string());
                 config.weight_grams = g.grams;
                 if config.gptq_asymmetric {
-                    let twin = || -> Result<Module<'_>, JobError> {
-                        let m = load(&ctx, model, signature)?;
-                        if onnx {
-                            quantize::lower_to_onnx(&m)?;
-                        }
-                        Ok(m)
-                    };
                     let g = asymmetric_weight_grams(&module, &twin, &stats, &mut config, data, (target_feed.0, &target_feed.1))
                         .map_err(|e| e.within(model))?;
                     say(g.to_string());
@@ -521,13 +517,7 @@ pub fn quantize(
     };
     let (config, target) = match (&flags.target, scored) {
         (Some(goal), Some(data)) => {
-            let twin = || -> Result<Module<'_>, crate::target::TargetError> {
-                let m = load(&ctx, model, signature).map_err(|e| crate::target::TargetError::Load(e.to_string()))?;
-                if onnx {
-                    quantize::lower_to_onnx(&m)?;
-                }
-                Ok(m)
-            };
+            let target_twin = || twin().map_err(|e| crate::target::TargetError::Load(e.to_string()));
             // a trial write of a candidate, in the output's format
             let writable = |m: &Module| -> Result<(), String> {
                 let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -540,7 +530,7 @@ pub fn quantize(
             };
             let (threads, overrides) = &target_feed;
             let r = crate::target::reach_target(
-                &twin, &writable, &stats, &config, data, scored_on, goal, *threads, overrides, say,
+                &target_twin, &writable, &stats, &config, data, scored_on, goal, *threads, overrides, say,
             )
                 .map_err(|e| JobError::from(e).within(model))?;
             say(target_line(&r.report));
