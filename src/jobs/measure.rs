@@ -11,6 +11,35 @@ use melior::ir::Module;
 /// Calibration samples bias correction and GPTQ measure on (the first ones).
 pub const BIAS_SAMPLES: usize = 128;
 
+/// One program compiled from `module`, with the first [`BIAS_SAMPLES`] of a data set bound to
+/// its inputs: compiled and bound once, however many runs measure on it.
+struct FirstSamples {
+    program: interp::Program,
+    binding: data::Binding,
+    indices: Vec<usize>,
+}
+
+impl FirstSamples {
+    fn new(module: &Module, data: &Dataset, overrides: &[(String, String)]) -> Result<FirstSamples, JobError> {
+        // one compiled program binds the data and runs it
+        let program = interp::Program::compile(module, None)?;
+        let binding = data::bind(data, &program.inputs, overrides)?;
+        let indices: Vec<usize> = (0..binding.samples.min(BIAS_SAMPLES)).collect();
+        Ok(FirstSamples {
+            program,
+            binding,
+            indices,
+        })
+    }
+
+    fn feed(&self) -> crate::run::Feed<'_> {
+        crate::run::Feed::Indexed {
+            data: &self.binding,
+            indices: &self.indices,
+        }
+    }
+}
+
 /// Runs `measure` on one program compiled from `module` and the first [`BIAS_SAMPLES`] of
 /// `data` bound to its inputs.
 fn on_first_samples<T>(
@@ -19,15 +48,8 @@ fn on_first_samples<T>(
     overrides: &[(String, String)],
     measure: impl FnOnce(&interp::Program, crate::run::Feed) -> Result<T, quantize::QuantizeError>,
 ) -> Result<T, JobError> {
-    // one compiled program binds the data and runs it
-    let program = interp::Program::compile(module, None)?;
-    let binding = data::bind(data, &program.inputs, overrides)?;
-    let indices: Vec<usize> = (0..binding.samples.min(BIAS_SAMPLES)).collect();
-    let feed = crate::run::Feed::Indexed {
-        data: &binding,
-        indices: &indices,
-    };
-    Ok(measure(&program, feed)?)
+    let first = FirstSamples::new(module, data, overrides)?;
+    Ok(measure(&first.program, first.feed())?)
 }
 
 /// Bias correction's shifts for `module` (prepared, calibrated as `stats` say), measured on
@@ -108,13 +130,21 @@ pub fn asymmetric_weight_grams<'c>(
         of: config.weight_grams.len(),
         ..Default::default()
     };
+    // the float model is compiled and the data bound once; each wave compiles its quantized form
+    let first = FirstSamples::new(module, data, overrides)?;
     loop {
         let quantized = twin()?;
         quantize::quantize_module(&quantized, stats, config)?;
         let pq = interp::Program::compile(&quantized, None)?;
-        let (g, deeper) = on_first_samples(module, data, overrides, |program, feed| {
-            quantize::gram::measure_paired_grams(module, [program, &pq], stats, config, feed, threads, out.waves)
-        })?;
+        let (g, deeper) = quantize::gram::measure_paired_grams(
+            module,
+            [&first.program, &pq],
+            stats,
+            config,
+            first.feed(),
+            threads,
+            out.waves,
+        )?;
         out.layers += g.grams.len();
         // where GPTQ measured a layer on float inputs, it keeps those matrices (the others
         // were named in GPTQ's own line)

@@ -185,6 +185,26 @@ fn select_layers(
     Ok((layers, left, deeper))
 }
 
+/// The layers reading each watched key, and the keys, sorted.
+fn readers(layers: &[Layer]) -> (HashMap<String, Vec<usize>>, Vec<String>) {
+    let mut readers: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, l) in layers.iter().enumerate() {
+        readers.entry(l.input.clone()).or_default().push(i);
+    }
+    let mut keys: Vec<String> = readers.keys().cloned().collect();
+    keys.sort();
+    (readers, keys)
+}
+
+/// Adds one sample's partial sums (by layer, in sample order) to the layers' totals.
+fn add_sample(totals: &mut [Total], sample: Vec<Option<(Partial, u64)>>) {
+    for (t, x) in totals.iter_mut().zip(sample) {
+        if let Some((partial, n)) = x {
+            t.add(partial, n);
+        }
+    }
+}
+
 /// Measures the Gram matrices of the activation inputs of every layer whose int8/int4 weight
 /// `config` quantizes, on the samples of `feed` (inputs of `program`, `module` compiled).
 pub fn measure_grams(
@@ -202,12 +222,7 @@ pub fn measure_grams(
         left,
         ..Default::default()
     };
-    let mut readers: HashMap<String, Vec<usize>> = HashMap::new();
-    for (i, l) in layers.iter().enumerate() {
-        readers.entry(l.input.clone()).or_default().push(i);
-    }
-    let mut keys: Vec<String> = readers.keys().cloned().collect();
-    keys.sort();
+    let (readers, keys) = readers(&layers);
     let watch = program.watch(&keys).map_err(|e| failed(e.to_string()))?;
     let init = || vec![None::<(Partial, u64)>; layers.len()];
     let fold = |s: &mut Vec<Option<(Partial, u64)>>, _: usize, key: &str, t: &Tensor| -> Result<(), String> {
@@ -223,11 +238,7 @@ pub fn measure_grams(
     };
     let mut totals: Vec<Total> = layers.iter().map(|l| Total::new(l.layout.k)).collect();
     let mut combine = |_: usize, s: Vec<Option<(Partial, u64)>>| -> Result<(), String> {
-        for (t, x) in totals.iter_mut().zip(s) {
-            if let Some((partial, n)) = x {
-                t.add(partial, n);
-            }
-        }
+        add_sample(&mut totals, s);
         Ok(())
     };
     out.samples = run_samples_fold(program, feed, threads, &watch, &init, &fold, &mut combine, "GPTQ")

@@ -12,7 +12,7 @@
 //!   G = Σ [p(x); p(x̃)] [p(x); p(x̃)]ᵀ   (2k × 2k)   →   H̃ = G[x̃, x̃],  C = G[x, x̃]
 //! ```
 
-use super::{gram_partial, select_layers, Partial, Total, WeightGrams};
+use super::{add_sample, gram_partial, readers, select_layers, Partial, Total, WeightGrams};
 use crate::calibration::StatsFile;
 use crate::interp::Program;
 use crate::params::gptq::{target_map, Gram};
@@ -21,7 +21,7 @@ use crate::quantize::{plan, QuantConfig, QuantizeError};
 use crate::run::{run_side_by_side, Feed, SideBySide};
 use crate::tensor::Tensor;
 use melior::ir::Module;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 /// The ridge that pulls a target map toward the identity, as a fraction of H̃'s mean diagonal
@@ -74,12 +74,7 @@ pub fn measure_paired_grams(
             deeper,
         ));
     }
-    let mut readers: HashMap<String, Vec<usize>> = HashMap::new();
-    for (i, l) in layers.iter().enumerate() {
-        readers.entry(l.input.clone()).or_default().push(i);
-    }
-    let mut keys: Vec<String> = readers.keys().cloned().collect();
-    keys.sort();
+    let (readers, keys) = readers(&layers);
     let paired: HashSet<String> = keys.iter().cloned().collect();
     let watch_f = float.watch(&keys).map_err(|e| failed(e.to_string()))?;
     let watch_q = quantized.watch(&keys).map_err(|e| failed(e.to_string()))?;
@@ -107,11 +102,7 @@ pub fn measure_paired_grams(
     };
     let mut totals: Vec<Total> = wide.iter().map(|w| Total::new(w.k)).collect();
     let mut combine = |_: usize, _: [Vec<Tensor>; 2], _: (), s: State| {
-        for (t, x) in totals.iter_mut().zip(s) {
-            if let Some((partial, n)) = x {
-                t.add(partial, n);
-            }
-        }
+        add_sample(&mut totals, s);
         Ok(())
     };
     let n = run_side_by_side(
