@@ -441,7 +441,8 @@ fn asymmetric_gptq_makes_up_for_the_layer_before_whatever_the_threads() {
     );
     assert!(
         said.contains("GPTQ: input Gram matrices of 2 layers on 24 calibration samples\n")
-            && said.contains("GPTQ on the quantized model's inputs: 2 of 2 layers, in 2 waves\n"),
+            && said.contains("GPTQ on the quantized model's inputs: 2 of 2 layers, in 2 waves; ")
+            && said.contains("where 4-fold cross-validation says it helps\n"),
         "{said}"
     );
     let (_, asym2) = quantize(

@@ -249,6 +249,17 @@ impl WeightLayout {
         }
     }
 
+    /// Group `g`'s weight rows (rows × k, row-major) out of the weight's flat (row-major)
+    /// values; `None` where `flat` is not a weight of this layout or there is no group `g`.
+    pub fn group_rows(&self, flat: &[f32], g: usize) -> Option<Vec<f64>> {
+        let block = self.rows * self.k;
+        if flat.len() != self.index.len() {
+            return None;
+        }
+        let idx = self.index.get(g * block..(g + 1) * block)?;
+        Some(idx.iter().map(|&i| flat[i] as f64).collect())
+    }
+
     /// Where entry `i` (of k) of this layout's patch sits in the patch of its
     /// [`WeightLayout::side_by_side`] layout, for the first input or (`second`) the other.
     /// Channels-first patches run channel by channel, so the second input's k follow the
@@ -301,6 +312,40 @@ impl WeightLayout {
         self.groups * self.k * self.k
     }
 
+    /// The quantization grid of each row of group `g` of a weight of `shape` quantized with
+    /// `p` (one per row: a row lies in one channel of a per-channel `p`).
+    pub fn row_grids(&self, shape: &[usize], p: &QuantParams, g: usize) -> Result<Vec<Grid>, GptqError> {
+        let shape_err = |m: String| GptqError::Shape(m);
+        // the channel of each flat index, by the parameters' axis: (i / inner) % channels
+        let (inner, channels) = match p.axis {
+            Some(a) if a < shape.len() => (shape[a + 1..].iter().product::<usize>(), shape[a]),
+            _ => (1, 1),
+        };
+        let channel = |i: usize| (i / inner) % channels;
+        let grid = |c: usize| -> Option<Grid> {
+            Some(Grid {
+                scale: *p.scale.get(c).or(p.scale.first())?,
+                zero_point: *p.zero_point.get(c).or(p.zero_point.first())?,
+                qmin: p.qmin,
+                qmax: p.qmax,
+            })
+        };
+        let block = self.rows * self.k;
+        let idx = self
+            .index
+            .get(g * block..(g + 1) * block)
+            .ok_or_else(|| shape_err(format!("no group {g}")))?;
+        idx.chunks(self.k.max(1))
+            .map(|row| {
+                let c = channel(row[0]);
+                if row.iter().any(|&i| channel(i) != c) {
+                    return Err(shape_err("a row spans two quantization channels".into()));
+                }
+                grid(c).ok_or_else(|| shape_err(format!("no parameters for channel {c}")))
+            })
+            .collect()
+    }
+
     /// `w` rounded by GPTQ on the grid of `p` (its scales and zero points are kept), given the
     /// Gram matrices of the inputs; every value returned is exactly on its channel's grid, so
     /// quantizing it with `p` gives the levels GPTQ chose.
@@ -321,34 +366,14 @@ impl WeightLayout {
                 self.index.len()
             )));
         }
-        // the channel of each flat index, by the parameters' axis: (i / inner) % channels
-        let (inner, channels) = match p.axis {
-            Some(a) if a < w.ndim() => (w.shape()[a + 1..].iter().product::<usize>(), w.shape()[a]),
-            _ => (1, 1),
-        };
-        let channel = |i: usize| (i / inner) % channels;
-        let grid = |c: usize| -> Option<Grid> {
-            Some(Grid {
-                scale: *p.scale.get(c).or(p.scale.first())?,
-                zero_point: *p.zero_point.get(c).or(p.zero_point.first())?,
-                qmin: p.qmin,
-                qmax: p.qmax,
-            })
-        };
         let mut out = flat.to_vec();
         let block = self.rows * self.k;
         for g in 0..self.groups {
             let idx = &self.index[g * block..(g + 1) * block];
-            let mut grids = Vec::with_capacity(self.rows);
-            for r in 0..self.rows {
-                let row = &idx[r * self.k..(r + 1) * self.k];
-                let c = channel(row[0]);
-                if row.iter().any(|&i| channel(i) != c) {
-                    return Err(shape_err("a row spans two quantization channels".into()));
-                }
-                grids.push(grid(c).ok_or_else(|| shape_err(format!("no parameters for channel {c}")))?);
-            }
-            let mut m: Vec<f64> = idx.iter().map(|&i| flat[i] as f64).collect();
+            let grids = self.row_grids(w.shape(), p, g)?;
+            let mut m = self
+                .group_rows(flat, g)
+                .ok_or_else(|| shape_err(format!("no group {g}")))?;
             if !gram.targets.is_empty() {
                 // each row moved to w M, what the quantized model's inputs should multiply
                 let k = self.k;
@@ -356,17 +381,7 @@ impl WeightLayout {
                     .targets
                     .get(g * k * k..(g + 1) * k * k)
                     .ok_or_else(|| shape_err(format!("no target map for group {g}")))?;
-                let mut moved = vec![0f64; k];
-                for row in m.chunks_mut(k) {
-                    moved.fill(0.0);
-                    for (a, &w) in row.iter().enumerate() {
-                        moved
-                            .iter_mut()
-                            .zip(&t[a * k..(a + 1) * k])
-                            .for_each(|(d, v)| *d += w * v);
-                    }
-                    row.copy_from_slice(&moved);
-                }
+                m = crate::params::gptq::moved_rows(&m, t, k);
             }
             round_rows(&mut m, self.rows, self.k, gram.factor_of(g)?.as_ref(), &grids)?;
             for (&i, v) in idx.iter().zip(m) {

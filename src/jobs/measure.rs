@@ -89,6 +89,10 @@ pub struct AsymmetricGrams {
     /// Layers GPTQ measured on float inputs.
     pub of: usize,
     pub waves: usize,
+    /// Layers whose rows move toward a map, chosen by cross-validation over `folds` of the
+    /// samples (the others are rounded as they are, on their quantized inputs).
+    pub mapped: usize,
+    pub folds: usize,
     /// Layers that keep their float-input Gram matrices, with why.
     pub float_only: Vec<(String, String)>,
 }
@@ -100,6 +104,13 @@ impl std::fmt::Display for AsymmetricGrams {
             "GPTQ on the quantized model's inputs: {} of {} layers, in {} waves",
             self.layers, self.of, self.waves
         )?;
+        if self.folds > 0 {
+            write!(
+                f,
+                "; {} moved toward the float output, where {}-fold cross-validation says it helps",
+                self.mapped, self.folds
+            )?;
+        }
         if let Some((k, why)) = self.float_only.first() {
             write!(f, "; {} on float inputs only ({k}: {why}", self.float_only.len())?;
             if self.float_only.len() > 1 {
@@ -136,7 +147,7 @@ pub fn asymmetric_weight_grams<'c>(
         let quantized = twin()?;
         quantize::quantize_module(&quantized, stats, config)?;
         let pq = interp::Program::compile(&quantized, None)?;
-        let (g, deeper) = quantize::gram::measure_paired_grams(
+        let paired = quantize::gram::measure_paired_grams(
             module,
             [&first.program, &pq],
             stats,
@@ -145,7 +156,10 @@ pub fn asymmetric_weight_grams<'c>(
             threads,
             out.waves,
         )?;
+        let (g, deeper) = (paired.grams, paired.deeper);
         out.layers += g.grams.len();
+        out.mapped += paired.mapped;
+        out.folds = out.folds.max(paired.folds);
         // where GPTQ measured a layer on float inputs, it keeps those matrices (the others
         // were named in GPTQ's own line)
         out.float_only

@@ -145,6 +145,50 @@ pub fn target_map(hq: &[f64], cross: &[f64], k: usize, ridge: f64) -> Result<Vec
     Ok(m)
 }
 
+/// Rows w (r × k, row-major) moved by a [`target_map`] M (k × k) to w M.
+pub fn moved_rows(w: &[f64], m: &[f64], k: usize) -> Vec<f64> {
+    let r = w.len() / k.max(1);
+    let mut out = vec![0f64; r * k];
+    let neg: Vec<f64> = w[..r * k].iter().map(|v| -v).collect();
+    super::gemm_f64::gemm_f64_subtract(r, k, k, &mut out, k, &neg, (k, 1), m, (k, 1));
+    out
+}
+
+/// How far `rows` (r × k, row-major) land from the float layer's output on a set of inputs
+/// they were not fitted on, summed over the rows: Σ (v·x̃ − w·x)² less the constant Σ (w·x)²,
+/// from that set's H̃ = Σ x̃ x̃ᵀ and C = Σ x x̃ᵀ (`hq`, `cross`) and the float rows `w`.
+/// Between candidates for the same `w` (w M at each ridge, and w itself) the least is the one
+/// that carries to other inputs.
+///
+/// ```text
+/// Σ (v·x̃ − w·x)² = v H̃ vᵀ − 2 w C vᵀ + w H wᵀ
+/// ```
+pub fn held_out_error(rows: &[f64], w: &[f64], hq: &[f64], cross: &[f64], k: usize) -> Result<f64, GptqError> {
+    let r = rows.len() / k.max(1);
+    if k == 0 || rows.len() != r * k || w.len() != rows.len() || hq.len() != k * k || cross.len() != k * k {
+        return Err(GptqError::Shape(format!(
+            "{} candidate and {} float weights, {} and {} Gram entries for k = {k}",
+            rows.len(),
+            w.len(),
+            hq.len(),
+            cross.len()
+        )));
+    }
+    // V H̃ and 2 W C, each product as 0 − (−lhs) · rhs
+    let neg_v: Vec<f64> = rows.iter().map(|v| -v).collect();
+    let neg_2w: Vec<f64> = w.iter().map(|v| -2.0 * v).collect();
+    let mut t = vec![0f64; r * k];
+    super::gemm_f64::gemm_f64_subtract(r, k, k, &mut t, k, &neg_v, (k, 1), hq, (k, 1));
+    let mut u = vec![0f64; r * k];
+    super::gemm_f64::gemm_f64_subtract(r, k, k, &mut u, k, &neg_2w, (k, 1), cross, (k, 1));
+    let e: f64 = t.iter().zip(&u).zip(rows).map(|((a, b), v)| (a - b) * v).sum();
+    if e.is_finite() {
+        Ok(e)
+    } else {
+        Err(GptqError::NotFinite)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum GptqError {
     #[error("the Gram matrix is not positive definite, even damped by {0:.0e} of its mean diagonal")]
@@ -482,6 +526,34 @@ mod tests {
         let before: f64 = (0..n).map(|p| (out(&w, &x, p) - out(&w, &xq, p)).powi(2)).sum();
         let after: f64 = (0..n).map(|p| (out(&w, &x, p) - out(&wm, &xq, p)).powi(2)).sum();
         assert!(after < 0.1 * before, "{after} against {before}");
+    }
+
+    #[test]
+    fn the_held_out_error_is_the_squared_output_error_less_the_float_output() {
+        let (k, n, r) = (5, 40, 3);
+        let x = noise(51, n * k);
+        let e = noise(52, n * k);
+        let xq: Vec<f64> = (0..n * k).map(|i| 0.8 * x[i] + 0.1 * e[i]).collect();
+        let (hq, c) = (cross_sum(&xq, &xq, n, k), cross_sum(&x, &xq, n, k));
+        let (w, v) = (noise(53, r * k), noise(54, r * k));
+        let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(p, q)| p * q).sum::<f64>();
+        let mut want = 0.0;
+        for row in 0..r {
+            let (wr, vr) = (&w[row * k..(row + 1) * k], &v[row * k..(row + 1) * k]);
+            for p in 0..n {
+                let (f, q) = (dot(wr, &x[p * k..(p + 1) * k]), dot(vr, &xq[p * k..(p + 1) * k]));
+                want += (q - f).powi(2) - f * f;
+            }
+        }
+        let got = held_out_error(&v, &w, &hq, &c, k).unwrap();
+        assert!((got - want).abs() < 1e-9 * want.abs().max(1.0), "{got} against {want}");
+        // w itself on inputs read 0.8 too small is worse than w / 0.8
+        let scaled: Vec<f64> = w.iter().map(|a| a / 0.8).collect();
+        assert!(held_out_error(&scaled, &w, &hq, &c, k).unwrap() < held_out_error(&w, &w, &hq, &c, k).unwrap());
+        assert!(matches!(
+            held_out_error(&v[1..], &w, &hq, &c, k),
+            Err(GptqError::Shape(_))
+        ));
     }
 
     #[test]

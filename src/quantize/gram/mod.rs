@@ -14,7 +14,7 @@
 mod depthwise;
 mod paired;
 
-pub use paired::measure_paired_grams;
+pub use paired::{measure_paired_grams, PairedGrams};
 
 use super::QuantizeError;
 use crate::dialects::conv_window::ConvPads;
@@ -39,6 +39,11 @@ use std::sync::Arc;
 /// Bytes of f64 sums the measured layers may take together (each sample in flight holds as
 /// many again); layers past it keep nearest rounding, and say so.
 pub const GRAM_BUDGET: usize = 128 << 20;
+
+/// [`GRAM_BUDGET`] for one wave of side-by-side measurements (`paired`), whose sums are four
+/// times as large and kept per cross-validation fold: fer's last 3×3 convolution (k = 1,152)
+/// takes 170 MiB.
+pub const PAIRED_GRAM_BUDGET: usize = 512 << 20;
 
 /// How many patches each sample contributes to a layer's Gram matrices (per image and group):
 /// all of them where that costs at most [`SAMPLE_MACS`] multiply-adds (k² each), else an
@@ -100,6 +105,9 @@ struct Layer {
     /// The activation input's quantization, for a layer measured side by side (`paired`);
     /// `None` where it stays float.
     input_params: Option<crate::params::QuantParams>,
+    /// For a layer measured side by side, its float weight (flat, row-major), shape and
+    /// quantization: its map is chosen by the error of its own rows on their grids.
+    weights: Option<(Vec<f32>, Vec<usize>, crate::params::QuantParams)>,
 }
 
 /// Layers left at nearest rounding: (output key, why).
@@ -120,7 +128,12 @@ fn select_layers(
     let tensor_keys = TensorKeys::new(func);
     let mut layers: Vec<Layer> = Vec::new();
     let mut left = Vec::new();
-    let mut budget = GRAM_BUDGET;
+    let total = if paired.is_some() {
+        PAIRED_GRAM_BUDGET
+    } else {
+        GRAM_BUDGET
+    };
+    let mut budget = total;
     let width = if paired.is_some() { 2 } else { 1 };
     let mut deeper = false;
     // each value's wave: the quantized-weight layers on the longest path to it from the
@@ -159,7 +172,9 @@ fn select_layers(
             left.push((site.out_key, format!("{name} in this form is not handled")));
             continue;
         };
-        let bytes = layout.gram_len() * 8 * width * width;
+        // side by side: 2k × 2k, in each cross-validation fold and summed (`paired`)
+        let copies = if paired.is_some() { 4 * paired::FOLDS } else { 1 };
+        let bytes = layout.gram_len() * 8 * copies;
         if layout.k * width > MAX_K {
             left.push((
                 site.out_key,
@@ -168,9 +183,19 @@ fn select_layers(
         } else if bytes > budget {
             left.push((
                 site.out_key,
-                format!("over the {} MiB budget of Gram matrices", GRAM_BUDGET >> 20),
+                format!("over the {} MiB budget of Gram matrices", total >> 20),
             ));
         } else {
+            let weights = match paired {
+                None => None,
+                Some(_) => match crate::passes::quantize_weights::weight_params(&site.values, site.axis, &site.res) {
+                    Ok((p, _)) => Some((site.values.iter().copied().collect(), site.values.shape().to_vec(), p)),
+                    Err(e) => {
+                        left.push((site.out_key, e.to_string()));
+                        continue;
+                    }
+                },
+            };
             budget -= bytes;
             layers.push(Layer {
                 out_key: site.out_key,
@@ -178,6 +203,7 @@ fn select_layers(
                 // the same patches as the plain measurement's, whatever the width
                 per_sample: patches_per_sample(layout.k, samples),
                 input_params: paired.and_then(|(p, _)| p.params_of(x).cloned()),
+                weights,
                 layout,
             });
         }
