@@ -5,7 +5,8 @@
 //! that one Gram matrix of the pairs holds X̃ X̃ᵀ and X X̃ᵀ. GPTQ then rounds each row toward
 //! w M (`params::gptq::target_map`), the weights that map what the layer will read to what the
 //! float layer computes, so each layer makes up for the error of the quantized layers before
-//! it, not only for its own rounding.
+//! it, not only for its own rounding — where cross-validation over the samples says that
+//! carries beyond them (`choose_ridges`).
 //!
 //! ```text
 //! %y = onnx.Conv(%x, %w)      float run: x        quantized run: fq(x̃)
@@ -25,8 +26,9 @@ use melior::ir::Module;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-/// The ridge that pulls a target map toward the identity, as a fraction of H̃'s mean diagonal
-/// per input a row has per patch measured: k/n is how many of the map's unknowns each patch
+/// The ridge of every map where there are too few samples to choose by cross-validation
+/// ([`FOLDS`]). A ridge pulls a target map toward the identity, as a fraction of H̃'s mean
+/// diagonal per input a row has per patch measured: k/n is how many of the map's unknowns each patch
 /// must pin down. A layer deep in a network sees few patches (fer's last 3×3 convolution: 16
 /// positions × 32 samples for k = 1,152), and there a map fitted with GPTQ's 1 % alone maps
 /// the calibration samples' inputs, not the layer's: fer scored 44.4 dB on its calibration
