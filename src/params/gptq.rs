@@ -328,7 +328,7 @@ pub fn gptq_round(w: &mut [f64], rows: usize, k: usize, h: &[f64], grids: &[Grid
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn grid(scale: f64) -> Grid {
@@ -341,7 +341,8 @@ mod tests {
     }
 
     /// A seeded stream of values in [-1, 1).
-    fn noise(seed: u64, n: usize) -> Vec<f64> {
+    /// Deterministic values in [−1, 1).
+    pub(crate) fn noise(seed: u64, n: usize) -> Vec<f64> {
         let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         (0..n)
             .map(|_| {
