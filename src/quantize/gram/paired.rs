@@ -45,6 +45,9 @@ pub const RIDGES_PER_INPUT: &[f64] = &[1.0, 10.0, 100.0];
 /// others. With fewer samples, every map is fitted at [`RIDGE_PER_INPUT`].
 pub const FOLDS: usize = 4;
 
+/// A fold's side-by-side sums and the patches summed.
+type Sums = (Vec<f64>, u64);
+
 /// What [`measure_paired_grams`] measured for one wave.
 #[derive(Debug, Default)]
 pub struct PairedGrams {
@@ -155,7 +158,7 @@ pub fn measure_paired_grams(
         ..Default::default()
     };
     let mut mapped = 0;
-    let mut by_layer: Vec<Vec<Option<(Vec<f64>, u64)>>> = layers.iter().map(|_| Vec::new()).collect();
+    let mut by_layer: Vec<Vec<Option<Sums>>> = layers.iter().map(|_| Vec::new()).collect();
     for fold in totals {
         for (i, t) in fold.into_iter().enumerate() {
             by_layer[i].push(t.finish().filter(|(_, p)| *p > 0));
@@ -171,7 +174,7 @@ pub fn measure_paired_grams(
             continue;
         };
         // cross-validation where every fold reached the layer
-        let held: Option<Vec<&(Vec<f64>, u64)>> = parts.iter().map(Option::as_ref).collect();
+        let held: Option<Vec<&Sums>> = parts.iter().map(Option::as_ref).collect();
         let chosen = held
             .filter(|h| h.len() > 1)
             .map(|h| choose_ridges(&l.layout, weights, (&sums, patches), &h))
@@ -205,7 +208,7 @@ pub fn measure_paired_grams(
 }
 
 /// Two folds' sums (and patches) together.
-fn sum_of(a: Option<&(Vec<f64>, u64)>, b: Option<&(Vec<f64>, u64)>) -> Option<(Vec<f64>, u64)> {
+fn sum_of(a: Option<&Sums>, b: Option<&Sums>) -> Option<Sums> {
     match (a, b) {
         (Some((x, n)), Some((y, m))) => Some((x.iter().zip(y).map(|(p, q)| p + q).collect(), n + m)),
         (Some(x), None) | (None, Some(x)) => Some(x.clone()),
@@ -248,7 +251,7 @@ fn choose_ridges(
     layout: &WeightLayout,
     (weights, shape_of, p): &(Vec<f32>, Vec<usize>, QuantParams),
     (all, patches): (&[f64], u64),
-    folds: &[&(Vec<f64>, u64)],
+    folds: &[&Sums],
 ) -> Result<Vec<Option<f64>>, GptqError> {
     let shape = || {
         GptqError::Shape(format!(
