@@ -134,24 +134,25 @@ pub fn target_map(hq: &[f64], cross: &[f64], k: usize, ridge: f64) -> Result<Vec
         }
         damp *= 10.0;
     };
-    // (H̃ + λI)⁻¹ = Liᵀ Li: M = ((C + λI) Liᵀ) Li, each product as 0 − (−lhs) · rhs
-    let mut neg_b: Vec<f64> = cross.iter().map(|v| -v).collect();
-    (0..k).for_each(|i| neg_b[i * k + i] -= damp * mean);
-    let mut t = vec![0f64; k * k];
-    super::gemm_f64::gemm_f64_subtract(k, k, k, &mut t, k, &neg_b, (k, 1), &li, (1, k));
-    t.iter_mut().for_each(|v| *v = -*v);
-    let mut m = vec![0f64; k * k];
-    super::gemm_f64::gemm_f64_subtract(k, k, k, &mut m, k, &t, (k, 1), &li, (k, 1));
-    Ok(m)
+    // (H̃ + λI)⁻¹ = Liᵀ Li: M = ((C + λI) Liᵀ) Li
+    let mut b = cross.to_vec();
+    (0..k).for_each(|i| b[i * k + i] += damp * mean);
+    let t = product(k, k, k, &b, &li, (1, k));
+    Ok(product(k, k, k, &t, &li, (k, 1)))
+}
+
+/// lhs (m × k, row-major) · rhs (k × n, with its (row, column) strides), on one thread in an
+/// order fixed by the shapes: 0 − (−lhs) · rhs, the GEMM there is being one that subtracts.
+fn product(m: usize, n: usize, k: usize, lhs: &[f64], rhs: &[f64], rhs_strides: (usize, usize)) -> Vec<f64> {
+    let neg: Vec<f64> = lhs[..m * k].iter().map(|v| -v).collect();
+    let mut out = vec![0f64; m * n];
+    super::gemm_f64::gemm_f64_subtract(m, n, k, &mut out, n, &neg, (k, 1), rhs, rhs_strides);
+    out
 }
 
 /// Rows w (r × k, row-major) moved by a [`target_map`] M (k × k) to w M.
 pub fn moved_rows(w: &[f64], m: &[f64], k: usize) -> Vec<f64> {
-    let r = w.len() / k.max(1);
-    let mut out = vec![0f64; r * k];
-    let neg: Vec<f64> = w[..r * k].iter().map(|v| -v).collect();
-    super::gemm_f64::gemm_f64_subtract(r, k, k, &mut out, k, &neg, (k, 1), m, (k, 1));
-    out
+    product(w.len() / k.max(1), k, k, w, m, (k, 1))
 }
 
 /// How far `rows` (r × k, row-major) land from the float layer's output on a set of inputs
@@ -174,14 +175,8 @@ pub fn held_out_error(rows: &[f64], w: &[f64], hq: &[f64], cross: &[f64], k: usi
             cross.len()
         )));
     }
-    // V H̃ and 2 W C, each product as 0 − (−lhs) · rhs
-    let neg_v: Vec<f64> = rows.iter().map(|v| -v).collect();
-    let neg_2w: Vec<f64> = w.iter().map(|v| -2.0 * v).collect();
-    let mut t = vec![0f64; r * k];
-    super::gemm_f64::gemm_f64_subtract(r, k, k, &mut t, k, &neg_v, (k, 1), hq, (k, 1));
-    let mut u = vec![0f64; r * k];
-    super::gemm_f64::gemm_f64_subtract(r, k, k, &mut u, k, &neg_2w, (k, 1), cross, (k, 1));
-    let e: f64 = t.iter().zip(&u).zip(rows).map(|((a, b), v)| (a - b) * v).sum();
+    let (vh, wc) = (product(r, k, k, rows, hq, (k, 1)), product(r, k, k, w, cross, (k, 1)));
+    let e: f64 = vh.iter().zip(&wc).zip(rows).map(|((a, b), v)| (a - 2.0 * b) * v).sum();
     if e.is_finite() {
         Ok(e)
     } else {
