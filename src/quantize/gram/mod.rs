@@ -128,13 +128,12 @@ fn select_layers(
     let tensor_keys = TensorKeys::new(func);
     let mut layers: Vec<Layer> = Vec::new();
     let mut left = Vec::new();
-    let total = if paired.is_some() {
-        PAIRED_GRAM_BUDGET
-    } else {
-        GRAM_BUDGET
+    // side by side: patches of 2k, sums of 2k × 2k kept per cross-validation fold
+    let (width, copies, total) = match paired {
+        Some(_) => (2, 4 * paired::FOLDS, PAIRED_GRAM_BUDGET),
+        None => (1, 1, GRAM_BUDGET),
     };
     let mut budget = total;
-    let width = if paired.is_some() { 2 } else { 1 };
     let mut deeper = false;
     // each value's wave: the quantized-weight layers on the longest path to it from the
     // model's inputs (a layer of wave w reads what layers of waves < w make)
@@ -172,8 +171,6 @@ fn select_layers(
             left.push((site.out_key, format!("{name} in this form is not handled")));
             continue;
         };
-        // side by side: 2k × 2k, in each cross-validation fold and summed (`paired`)
-        let copies = if paired.is_some() { 4 * paired::FOLDS } else { 1 };
         let bytes = layout.gram_len() * 8 * copies;
         if layout.k * width > MAX_K {
             left.push((

@@ -165,7 +165,7 @@ pub fn measure_paired_grams(
         }
     }
     for (l, parts) in layers.into_iter().zip(by_layer) {
-        let Some((sums, patches)) = parts.iter().flatten().fold(None, |a, b| sum_of(a.as_ref(), Some(b))) else {
+        let Some((sums, patches)) = total(&parts) else {
             out.left.push((l.out_key, "its input was never an f32 value".into()));
             continue;
         };
@@ -207,13 +207,15 @@ pub fn measure_paired_grams(
     })
 }
 
-/// Two folds' sums (and patches) together.
-fn sum_of(a: Option<&Sums>, b: Option<&Sums>) -> Option<Sums> {
-    match (a, b) {
-        (Some((x, n)), Some((y, m))) => Some((x.iter().zip(y).map(|(p, q)| p + q).collect(), n + m)),
-        (Some(x), None) | (None, Some(x)) => Some(x.clone()),
-        (None, None) => None,
+/// The folds' sums and patches added up, in fold order; `None` where no fold has any.
+fn total(parts: &[Option<Sums>]) -> Option<Sums> {
+    let mut present = parts.iter().flatten();
+    let (mut sums, mut patches) = present.next()?.clone();
+    for (s, n) in present {
+        sums.iter_mut().zip(s).for_each(|(a, b)| *a += b);
+        patches += n;
     }
+    Some((sums, patches))
 }
 
 /// Each group's H̃ and C blocks, out of the side-by-side sums (one 2k × 2k block per group).
@@ -261,24 +263,32 @@ fn choose_ridges(
         ))
     };
     let k = layout.k;
+    // each group's float rows and their grids, the same for every fold
+    let rows = (0..layout.groups)
+        .map(|g| {
+            Ok((
+                layout.group_rows(weights, g).ok_or_else(shape)?,
+                layout.row_grids(shape_of, p, g)?,
+            ))
+        })
+        .collect::<Result<Vec<_>, GptqError>>()?;
     // error[group][candidate], candidate 0 = no map
     let mut error = vec![vec![0f64; RIDGES_PER_INPUT.len() + 1]; layout.groups];
     for (held, n) in folds {
         let rest: Vec<f64> = all.iter().zip(held).map(|(a, b)| a - b).collect();
         let fit = blocks(layout, &rest);
         for (g, ((hq, c), (hq_h, c_h))) in fit.iter().zip(blocks(layout, held)).enumerate() {
-            let w = layout.group_rows(weights, g).ok_or_else(shape)?;
-            let grids = layout.row_grids(shape_of, p, g)?;
-            error[g][0] += held_out_error(&w, &w, &hq_h, &c_h, k)?;
+            let (w, grids) = &rows[g];
+            error[g][0] += held_out_error(w, w, &hq_h, &c_h, k)?;
             for (e, &per_input) in error[g][1..].iter_mut().zip(RIDGES_PER_INPUT) {
                 let m = target_map(hq, c, k, ridge(per_input, k, patches - n))?;
-                let mut moved = moved_rows(&w, &m, k);
+                let mut moved = moved_rows(w, &m, k);
                 // as rounding will: the grid's ends are those of w's range
-                for (row, grid) in moved.chunks_mut(k).zip(&grids) {
+                for (row, grid) in moved.chunks_mut(k).zip(grids) {
                     let (a, b) = (grid.value(grid.qmin), grid.value(grid.qmax));
                     row.iter_mut().for_each(|v| *v = v.clamp(a.min(b), a.max(b)));
                 }
-                *e += held_out_error(&moved, &w, &hq_h, &c_h, k)?;
+                *e += held_out_error(&moved, w, &hq_h, &c_h, k)?;
             }
         }
     }
