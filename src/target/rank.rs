@@ -141,12 +141,61 @@ pub(super) fn floated_ops(config: QuantConfig, ops: &[RankedOp], floated: &[usiz
 }
 
 /// A compute op ranked by step 4: its output key, the worst output's SQNR with it alone
-/// quantized, and its MACs.
+/// quantized, with it alone left float (every other op int8), and its MACs.
 #[derive(Debug, Clone)]
 pub(super) struct RankedOp {
     pub(super) key: String,
     pub(super) db: f64,
+    /// Measured only where the in-context order is (`op_orders`).
+    pub(super) without_db: Option<f64>,
     pub(super) macs: u64,
+}
+
+/// Step 4's two orders of `ops`, most worth leaving float per MAC first (ties in key order):
+///
+/// - **alone**: by the noise of the model with the op alone quantized. It sees what an op
+///   costs when most others end float — a target far above all int8 (MobileNet: 13 → 30 dB);
+/// - **in context**: by the noise the all-int8 model (`int8_db`) sheds when the op alone is
+///   left float. It sees what an op costs among int8 neighbours — a target near all int8 (fer
+///   under `--gptq-asymmetric`: 29.1 → 30 dB), where an op's error alone misjudges what
+///   floating it saves (its successors' rounding stays).
+///
+/// ```text
+/// all int8: 29 dB (noise 1.26e-3)
+/// op  macs  alone  without   alone: noise / mac        in context: (1.26e-3 − noise without) / mac
+/// a   100   30 dB  30.00 dB  1.0e-3 / 100 = 1.0e-5 2nd  (1.26e-3 − 1.00e-3) / 100 = 2.6e-6 1st
+/// b    10   35 dB  29.05 dB  3.2e-4 / 10  = 3.2e-5 1st  (1.26e-3 − 1.24e-3) / 10  = 1.4e-6 2nd
+/// ```
+/// An op whose floating adds noise sheds a negative amount: last. The in-context order only
+/// where every op was measured so (`int8_db` given).
+pub(super) fn op_orders(ops: &[RankedOp], int8_db: Option<f64>) -> Vec<Vec<RankedOp>> {
+    let noise = |db: f64| 10f64.powf(-db / 10.0);
+    let order_by = |per_mac: &dyn Fn(&RankedOp) -> f64| {
+        let mut v: Vec<(f64, RankedOp)> = ops
+            .iter()
+            .map(|o| (per_mac(o) / o.macs.max(1) as f64, o.clone()))
+            .collect();
+        v.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.key.cmp(&b.1.key)));
+        v.into_iter().map(|(_, o)| o).collect::<Vec<_>>()
+    };
+    let mut orders = vec![order_by(&|o| noise(o.db))];
+    let measured = ops.iter().map(|o| o.without_db).collect::<Option<Vec<f64>>>();
+    if let (Some(int8_db), Some(_)) = (int8_db, measured) {
+        orders.push(order_by(&|o| noise(int8_db) - noise(o.without_db.unwrap_or(int8_db))));
+    }
+    orders
+}
+
+/// `config` with the op keyed `key` alone left float (step 4's in-context measurement).
+pub(super) fn without_op(config: &QuantConfig, key: &str) -> QuantConfig {
+    let mut c = config.clone();
+    c.overrides.push(Override {
+        pattern: key.to_string(),
+        exclude: true,
+        op_only: true,
+        ..Default::default()
+    });
+    c
 }
 
 /// An activation point the search raised: its index in the ranking, and whether to float
@@ -196,4 +245,47 @@ pub(super) fn raised_config(
         }
     }
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(key: &str, macs: u64, db: f64, without_db: Option<f64>) -> RankedOp {
+        RankedOp {
+            key: key.into(),
+            db,
+            without_db,
+            macs,
+        }
+    }
+
+    fn keys(order: &[RankedOp]) -> Vec<&str> {
+        order.iter().map(|o| o.key.as_str()).collect()
+    }
+
+    #[test]
+    fn ops_are_ordered_alone_and_in_context_per_mac() {
+        // the example of `op_orders`: all int8 at 29 dB; c's floating adds noise
+        let ops = [
+            op("a", 100, 30.0, Some(30.0)),
+            op("b", 10, 35.0, Some(29.05)),
+            op("c", 10, 41.0, Some(28.9)),
+        ];
+        let orders = op_orders(&ops, Some(29.0));
+        assert_eq!(orders.len(), 2);
+        assert_eq!(keys(&orders[0]), ["b", "a", "c"]);
+        assert_eq!(keys(&orders[1]), ["a", "b", "c"]);
+        // an op of no MACs counts as one; equal figures fall back to key order
+        let tied = [op("y", 0, 30.0, None), op("x", 1, 30.0, None)];
+        assert_eq!(keys(&op_orders(&tied, None)[0]), ["x", "y"]);
+    }
+
+    #[test]
+    fn the_in_context_order_needs_every_op_measured_so() {
+        let ops = [op("a", 100, 30.0, Some(30.0)), op("b", 10, 35.0, None)];
+        assert_eq!(op_orders(&ops, Some(29.0)).len(), 1);
+        assert_eq!(op_orders(&ops[..1], None).len(), 1);
+        assert_eq!(op_orders(&ops[..1], Some(29.0)).len(), 2);
+    }
 }
