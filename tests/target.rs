@@ -14,6 +14,23 @@ fn sqnr_on_scored_16(float: &str, quant: &str, calib: &str) -> f64 {
     r["outputs"][0]["sqnr_db"].as_f64().unwrap()
 }
 
+/// `quantize MODEL --data CALIB --no-cache FLAGS --target-sqnr TARGET --json -o OUT`, which
+/// must succeed.
+fn quantize_to_target(
+    model: &str,
+    calib: &str,
+    flags: &[&str],
+    target: f64,
+    out: &std::path::Path,
+) -> std::process::Output {
+    let target = format!("{target:.2}");
+    let out = arg(out);
+    let mut args = vec!["quantize", model, "--data", calib, "--no-cache"];
+    args.extend_from_slice(flags);
+    args.extend(["--target-sqnr", &target, "--json", "-o", &out]);
+    ok(quantir(&args))
+}
+
 #[test]
 fn a_reachable_target_raises_the_fewest_activations_and_holds() {
     let dir = tempfile::tempdir().unwrap();
@@ -169,20 +186,7 @@ fn a_target_beyond_the_weights_leaves_the_fewest_ops_float() {
     ]));
     let target = sqnr_on_scored_16(&model, &arg(&weights_only), &calib) + 3.0;
     let out = dir.path().join("t.mlir");
-    let o = ok(quantir(&[
-        "quantize",
-        &model,
-        "--data",
-        &calib,
-        "--no-cache",
-        "--activations",
-        "int16",
-        "--target-sqnr",
-        &format!("{target:.2}"),
-        "--json",
-        "-o",
-        &arg(&out),
-    ]));
+    let o = quantize_to_target(&model, &calib, &["--activations", "int16"], target, &out);
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let raised = doc["target"]["raised"].as_array().unwrap();
     let ops = doc["ops"].as_array().unwrap();
@@ -228,18 +232,7 @@ fn a_target_near_all_int8_ranks_the_ops_in_context_too() {
     ]));
     let target = sqnr_on_scored_16(&model, &arg(&all), &calib) + 2.0;
     let out = dir.path().join("t.mlir");
-    let o = ok(quantir(&[
-        "quantize",
-        &model,
-        "--data",
-        &calib,
-        "--no-cache",
-        "--target-sqnr",
-        &format!("{target:.2}"),
-        "--json",
-        "-o",
-        &arg(&out),
-    ]));
+    let o = quantize_to_target(&model, &calib, &[], target, &out);
     let err = stderr(&o);
     assert!(err.contains("ranked alone, then in context"), "{err}");
     // "target: ranked alone, N compute ops left float keep X % of the MACs int8"

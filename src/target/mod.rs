@@ -550,7 +550,9 @@ pub fn reach_target<'c>(
         ),
     });
     // each op measured alone quantized (every other op float), and where the target lies
-    // near all int8, alone left float too (every other op int8); `op_orders` ranks them
+    // near all int8, alone left float too (every other op int8); `op_orders` ranks them. All
+    // int8 is scored again on the sensitivity samples, which its in-context figures compare
+    // with (the scoring samples while both counts are 16)
     let int8_db = match goal {
         Goal::SqnrDb(_) if target - base <= IN_CONTEXT_DB => Some(worst_sqnr_db(&score_on(config, &few, None)?.0)),
         _ => None,
@@ -608,8 +610,9 @@ pub fn reach_target<'c>(
                 let Some((k, mut db)) = search(m, &|k| with_ops(ops, a16, &first(k)))? else {
                     continue;
                 };
-                // each floated op tried int8 again, the most MACs first: the ranking is by noise
-                // per MAC of each op alone, and what others left float changes what one costs
+                // each floated op tried int8 again, the most MACs first: the order is by each
+                // op's noise per MAC in one context, and what others left float changes what
+                // one costs
                 let total = total_macs.get();
                 let mut order: Vec<usize> = (0..k).collect();
                 order.sort_by(|&a, &b| ops[b].macs.cmp(&ops[a].macs).then(a.cmp(&b)));
