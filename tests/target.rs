@@ -14,6 +14,16 @@ fn sqnr_on_scored_16(float: &str, quant: &str, calib: &str) -> f64 {
     r["outputs"][0]["sqnr_db"].as_f64().unwrap()
 }
 
+/// [`sqnr_on_scored_16`] of `quantize MODEL FLAGS -o OUT`.
+fn quantized_sqnr_on_scored_16(model: &str, calib: &str, flags: &[&str], out: &std::path::Path) -> f64 {
+    let out = arg(out);
+    let mut args = vec!["quantize", model];
+    args.extend_from_slice(flags);
+    args.extend(["-o", &out]);
+    ok(quantir(&args));
+    sqnr_on_scored_16(model, &out, calib)
+}
+
 /// `quantize MODEL --data CALIB --no-cache FLAGS --target-sqnr TARGET --json -o OUT`, which
 /// must succeed.
 fn quantize_to_target(
@@ -176,15 +186,7 @@ fn a_target_beyond_the_weights_leaves_the_fewest_ops_float() {
     let dir = tempfile::tempdir().unwrap();
     let (model, calib) = (arg(&example("digits_cnn.mlir")), arg(&example("digits_calib.npz")));
     let weights_only = dir.path().join("w.mlir");
-    ok(quantir(&[
-        "quantize",
-        &model,
-        "--activations",
-        "none",
-        "-o",
-        &arg(&weights_only),
-    ]));
-    let target = sqnr_on_scored_16(&model, &arg(&weights_only), &calib) + 3.0;
+    let target = quantized_sqnr_on_scored_16(&model, &calib, &["--activations", "none"], &weights_only) + 3.0;
     let out = dir.path().join("t.mlir");
     let o = quantize_to_target(&model, &calib, &["--activations", "int16"], target, &out);
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -221,16 +223,7 @@ fn a_target_near_all_int8_ranks_the_ops_in_context_too() {
     let dir = tempfile::tempdir().unwrap();
     let (model, calib) = (arg(&example("digits_cnn.mlir")), arg(&example("digits_calib.npz")));
     let all = dir.path().join("a.mlir");
-    ok(quantir(&[
-        "quantize",
-        &model,
-        "--data",
-        &calib,
-        "--no-cache",
-        "-o",
-        &arg(&all),
-    ]));
-    let target = sqnr_on_scored_16(&model, &arg(&all), &calib) + 2.0;
+    let target = quantized_sqnr_on_scored_16(&model, &calib, &["--data", &calib, "--no-cache"], &all) + 2.0;
     let out = dir.path().join("t.mlir");
     let o = quantize_to_target(&model, &calib, &[], target, &out);
     let err = stderr(&o);
