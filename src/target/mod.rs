@@ -287,6 +287,10 @@ const TRIM_TRIES: usize = 32;
 /// again: they cannot move `int8_mac_share` by more.
 const TRIM_MIN_MACS: f64 = 0.01;
 
+/// The most floated ops the exchange after a trim tries int8 again with cheaper ones floated
+/// for them ([`trim::exchange`]): two evaluations each, after one per op left int8.
+const EXCHANGE_TRIES: usize = 16;
+
 /// Step 4 also ranks the ops in context (each alone left float, every other one int8) where
 /// the target lies at most this far above all int8, i.e. asks to shed at most half of its
 /// noise: the in-context figures are each op's effect on the all-int8 model, which the model
@@ -600,54 +604,71 @@ pub fn reach_target<'c>(
     };
     let first = |k: usize| (0..k).collect::<Vec<usize>>();
     // the fewest ops of the order `ops` to leave float, and the trim after
-    let search_ops =
-        |ops: &[RankedOp], say: &mut dyn FnMut(String)| -> Result<Option<(Reached, Option<f64>)>, TargetError> {
-            // int8 activations first: an int16 activation takes the ops reading it out of W8A8
-            // too; all of them in int16 only where int8 ones cannot reach the target with any op
-            // float
-            let bases = if n16 > 0 { vec![0, n16] } else { vec![0] };
-            for &a16 in bases.iter().filter(|_| m > 0) {
-                let Some((k, mut db)) = search(m, &|k| with_ops(ops, a16, &first(k)))? else {
-                    continue;
-                };
-                // each floated op tried int8 again, the most MACs first: the order is by each
-                // op's noise per MAC in one context, and what others left float changes what
-                // one costs
-                let total = total_macs.get();
-                let mut order: Vec<usize> = (0..k).collect();
-                order.sort_by(|&a, &b| ops[b].macs.cmp(&ops[a].macs).then(a.cmp(&b)));
-                // ops that together hold too few MACs to move the share are not tried
-                let mut rest: u64 = order.iter().map(|&i| ops[i].macs).sum();
-                let order: Vec<usize> = order
-                    .into_iter()
-                    .take_while(|&i| {
-                        let tried = rest as f64 >= TRIM_MIN_MACS * total as f64;
-                        rest -= ops[i].macs;
-                        tried
-                    })
-                    .take(TRIM_TRIES)
-                    .collect();
-                let floated = trim::trim(
-                    first(k),
-                    &order,
-                    &|_| vec![None],
-                    &mut |f| score(&with_ops(ops, a16, f)),
-                    target,
-                    &mut db,
-                )?;
-                if floated.len() < k {
-                    say(format!(
-                        "target: {} of {k} floated compute ops quantized again",
-                        k - floated.len()
-                    ));
-                }
-                let left: Vec<&RankedOp> = floated.iter().map(|&i| &ops[i]).collect();
-                let c = with_ops(ops, a16, &floated);
-                let s = share(&c)?;
-                return Ok(Some((done(c, &prefix(a16, 0), db, &left), s)));
+    let search_ops = |ops: &[RankedOp],
+                      say: &mut dyn FnMut(String)|
+     -> Result<Option<(Reached, Option<f64>)>, TargetError> {
+        // int8 activations first: an int16 activation takes the ops reading it out of W8A8
+        // too; all of them in int16 only where int8 ones cannot reach the target with any op
+        // float
+        let bases = if n16 > 0 { vec![0, n16] } else { vec![0] };
+        for &a16 in bases.iter().filter(|_| m > 0) {
+            let Some((k, mut db)) = search(m, &|k| with_ops(ops, a16, &first(k)))? else {
+                continue;
+            };
+            // each floated op tried int8 again, the most MACs first: the order is by each
+            // op's noise per MAC in one context, and what others left float changes what
+            // one costs
+            let total = total_macs.get();
+            let mut order: Vec<usize> = (0..k).collect();
+            order.sort_by(|&a, &b| ops[b].macs.cmp(&ops[a].macs).then(a.cmp(&b)));
+            // ops that together hold too few MACs to move the share are not tried
+            let mut rest: u64 = order.iter().map(|&i| ops[i].macs).sum();
+            let order: Vec<usize> = order
+                .into_iter()
+                .take_while(|&i| {
+                    let tried = rest as f64 >= TRIM_MIN_MACS * total as f64;
+                    rest -= ops[i].macs;
+                    tried
+                })
+                .take(TRIM_TRIES)
+                .collect();
+            // the goal's figure with the ops at `f` of `ops` float
+            let mut score_floated = |f: &[usize]| score(&with_ops(ops, a16, f));
+            let floated = trim::trim(first(k), &order, &|_| vec![None], &mut score_floated, target, &mut db)?;
+            if floated.len() < k {
+                say(format!(
+                    "target: {} of {k} floated compute ops quantized again",
+                    k - floated.len()
+                ));
             }
-            Ok(None)
-        };
+            // then the big ones tried int8 again with cheaper ones floated for them
+            let macs_of = |f: &[usize]| f.iter().map(|&i| ops[i].macs).sum::<u64>();
+            let before = macs_of(&floated);
+            let floated = trim::exchange(
+                floated,
+                ops.len(),
+                &|i| ops[i].macs,
+                &mut score_floated,
+                target,
+                &mut db,
+                EXCHANGE_TRIES,
+                (TRIM_MIN_MACS * total as f64) as u64,
+            )?;
+            if macs_of(&floated) < before {
+                say(format!(
+                        "target: floated ops exchanged for cheaper ones: {} left float, {:.1} % of the MACs float instead of {:.1} %",
+                        floated.len(),
+                        100.0 * macs_of(&floated) as f64 / total.max(1) as f64,
+                        100.0 * before as f64 / total.max(1) as f64
+                    ));
+            }
+            let left: Vec<&RankedOp> = floated.iter().map(|&i| &ops[i]).collect();
+            let c = with_ops(ops, a16, &floated);
+            let s = share(&c)?;
+            return Ok(Some((done(c, &prefix(a16, 0), db, &left), s)));
+        }
+        Ok(None)
+    };
     // of the activations' result and the two orders' ones, the one that keeps the most MACs
     // int8 (the first of equals)
     let mut best_found = by_activations;

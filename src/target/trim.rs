@@ -47,6 +47,89 @@ pub(super) fn trim<T: Clone, E>(
     Ok(slots.into_iter().flatten().collect())
 }
 
+/// The linear noise of an SQNR in dB (the output's error energy over its signal's).
+fn noise(db: f64) -> f64 {
+    10f64.powf(-db / 10.0)
+}
+
+/// Exchanges after a trim: each floated op (of `kept`, indices below `n`), the most MACs
+/// first, is tried int8 again with a few cheaper ops floated in its place, where that keeps
+/// fewer MACs float and the goal still holds. A trim leaves no single op that can be lowered,
+/// yet one op may cost more MACs than the ops that would make up for it.
+///
+/// The ops left int8 are each scored floated on top of `kept` (what floating one more sheds
+/// there), and the stand-ins for an op are chosen by that gain per MAC until, summed as
+/// noise, it covers what lowering the op costs (`score` of `kept` without it); the exchange is
+/// then scored and kept where it holds. `tries` ops at most, of cost at least `min_cost`.
+///
+/// ```text
+/// kept [big]  (cost 100)   others a (10), b (10), c (50)
+/// without big: misses by 2e-4 of noise;  gains a 1.5e-4, b 1e-4, c 3e-4
+/// stand-ins by gain per MAC: a, b  (2.5e-4 ≥ 2e-4, cost 20 < 100)  → try [a, b]: holds → kept
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub(super) fn exchange<E>(
+    kept: Vec<usize>,
+    n: usize,
+    cost: &dyn Fn(usize) -> u64,
+    score: &mut dyn FnMut(&[usize]) -> Result<f64, E>,
+    target: f64,
+    best: &mut f64,
+    tries: usize,
+    min_cost: u64,
+) -> Result<Vec<usize>, E> {
+    let mut kept = kept;
+    // what floating each op left int8 sheds on top of `kept` (noise, linear)
+    let mut gains: Vec<(usize, f64)> = Vec::new();
+    for g in (0..n).filter(|g| !kept.contains(g)) {
+        let mut trial = kept.clone();
+        trial.push(g);
+        gains.push((g, noise(*best) - noise(score(&trial)?)));
+    }
+    let mut order: Vec<usize> = kept.iter().copied().filter(|&f| cost(f) >= min_cost).collect();
+    order.sort_by(|&a, &b| cost(b).cmp(&cost(a)).then(a.cmp(&b)));
+    for f in order.into_iter().take(tries) {
+        let without: Vec<usize> = kept.iter().copied().filter(|&k| k != f).collect();
+        let db_without = score(&without)?;
+        if db_without >= target {
+            // it holds without the op (an exchange before made it unneeded): lowered
+            kept = without;
+            *best = db_without;
+            continue;
+        }
+        let short = noise(db_without) - noise(target);
+        let mut candidates: Vec<(usize, f64)> = gains.iter().copied().filter(|&(_, g)| g > 0.0).collect();
+        candidates.sort_by(|a, b| {
+            (b.1 / cost(b.0).max(1) as f64)
+                .total_cmp(&(a.1 / cost(a.0).max(1) as f64))
+                .then(a.0.cmp(&b.0))
+        });
+        let (mut covered, mut spent, mut stand_ins) = (0.0, 0u64, Vec::new());
+        for (g, gain) in candidates {
+            if covered >= short {
+                break;
+            }
+            if spent + cost(g) < cost(f) {
+                covered += gain;
+                spent += cost(g);
+                stand_ins.push(g);
+            }
+        }
+        if covered < short {
+            continue;
+        }
+        let mut trial = without;
+        trial.extend(&stand_ins);
+        let db = score(&trial)?;
+        if db >= target {
+            kept = trial;
+            *best = db;
+            gains.retain(|(g, _)| !stand_ins.contains(g));
+        }
+    }
+    Ok(kept)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,7 +185,66 @@ mod tests {
         assert_eq!(best, 31.0);
     }
 
+    // a goal whose noise each floated op lowers by its own amount, independently
+    fn noise_goal(base: f64, sheds: &[f64]) -> impl Fn(&[usize]) -> f64 + '_ {
+        move |floated: &[usize]| {
+            let left = noise(base) - floated.iter().map(|&i| sheds[i]).sum::<f64>();
+            -10.0 * left.max(1e-12).log10()
+        }
+    }
+
+    #[test]
+    fn a_costly_float_op_is_exchanged_for_cheaper_ones() {
+        // the example of `exchange`: all int8 at 29 dB, the target 30 dB; op 0 (cost 100)
+        // alone reaches it, ops 1 and 2 (cost 10 each) together do too, op 3 (cost 50) does
+        let base = 29.0;
+        let need = noise(base) - noise(30.0);
+        let sheds = [need * 1.1, need * 0.6, need * 0.5, need * 1.2];
+        let costs = [100u64, 10, 10, 50];
+        let f = noise_goal(base, &sheds);
+        let mut best = f(&[0]);
+        let mut score = |r: &[usize]| -> Result<f64, ()> { Ok(f(r)) };
+        let mut kept = exchange(vec![0], 4, &|i| costs[i], &mut score, 30.0, &mut best, 8, 0).unwrap();
+        kept.sort();
+        assert_eq!(kept, vec![1, 2]);
+        assert!(best >= 30.0 && best == f(&kept));
+        // an op no cheaper set can stand in for stays
+        let mut best = f(&[1, 2]);
+        let kept = exchange(vec![1, 2], 4, &|i| costs[i], &mut score, 30.0, &mut best, 8, 0).unwrap();
+        assert_eq!(kept, vec![1, 2]);
+    }
+
     proptest! {
+        // under a goal of additive noise the exchange keeps the goal and never floats more
+        #[test]
+        fn an_exchange_holds_and_floats_no_more(
+            sheds in proptest::collection::vec(0.0f64..4e-4, 2..10),
+            costs in proptest::collection::vec(1u64..1000, 10),
+            base in 25.0f64..29.5,
+        ) {
+            let target = 30.0;
+            let n = sheds.len();
+            let f = noise_goal(base, &sheds);
+            let all: Vec<usize> = (0..n).collect();
+            prop_assume!(f(&all) >= target);
+            // a trimmed start: everything, then each op dropped where the goal holds
+            let mut kept = all.clone();
+            for i in 0..n {
+                let fewer: Vec<usize> = kept.iter().copied().filter(|&k| k != i).collect();
+                if f(&fewer) >= target {
+                    kept = fewer;
+                }
+            }
+            let cost_of = |k: &[usize]| k.iter().map(|&i| costs[i]).sum::<u64>();
+            let before = cost_of(&kept);
+            let mut best = f(&kept);
+            let mut score = |r: &[usize]| -> Result<f64, ()> { Ok(f(r)) };
+            let out = exchange(kept, n, &|i| costs[i], &mut score, target, &mut best, 16, 0).unwrap();
+            prop_assert!(f(&out) >= target);
+            prop_assert_eq!(best, f(&out));
+            prop_assert!(cost_of(&out) <= before, "{} > {}", cost_of(&out), before);
+        }
+
         // under a monotone goal the trim keeps the goal and leaves no single raise it could drop
         #[test]
         fn what_is_left_holds_and_is_minimal(
