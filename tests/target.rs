@@ -215,11 +215,12 @@ fn a_target_beyond_the_weights_leaves_the_fewest_ops_float() {
 }
 
 /// A target 2 dB above all int8: each op is also measured alone left float, and the ops are
-/// searched in both orders — alone and in context. The model written keeps the larger share of
-/// the MACs of the two, and holds the target. On digits the in-context order keeps more
-/// (97.1 % against 90.1 %: two ops float either way, the alone order's cost the most MACs).
+/// searched in both orders — alone and in context — each trimmed, then its costly floated ops
+/// exchanged for cheaper ones. The model written keeps the larger share of the MACs of the two,
+/// and holds the target. On digits the alone order first floats 9.9 % of the MACs, and the
+/// exchange brings it to 2.9 % (97.1 % int8, as the in-context order).
 #[test]
-fn a_target_near_all_int8_ranks_the_ops_in_context_too() {
+fn a_target_near_all_int8_ranks_the_ops_in_context_too_and_exchanges() {
     let dir = tempfile::tempdir().unwrap();
     let (model, calib) = (arg(&example("digits_cnn.mlir")), arg(&example("digits_calib.npz")));
     let all = dir.path().join("a.mlir");
@@ -241,12 +242,19 @@ fn a_target_near_all_int8_ranks_the_ops_in_context_too() {
             .expect(line);
         pct.parse::<f64>().expect(line)
     };
-    let (alone, context) = (kept("ranked alone"), kept("ranked in context"));
-    assert!(context > alone, "{err}");
+    let kept_most = kept("ranked alone").max(kept("ranked in context"));
+    // "target: floated ops exchanged for cheaper ones: N left float, X % of the MACs float
+    // instead of Y %"
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("target: floated ops exchanged for cheaper ones"))
+        .expect(&err);
+    let pcts: Vec<f64> = line.split(' ').filter_map(|w| w.parse::<f64>().ok()).collect();
+    assert!(pcts.len() == 3 && pcts[1] < pcts[2], "{line}");
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let share = 100.0 * doc["totals"]["int8_mac_share"].as_f64().unwrap();
     assert!(
-        (share - context).abs() < 0.05,
+        (share - kept_most).abs() < 0.05,
         "kept {share:.2} % of the MACs int8: {err}"
     );
     // each op left float says what the model gave with it alone int8, and alone float

@@ -79,6 +79,12 @@ pub(super) fn exchange<E>(
     min_cost: u64,
 ) -> Result<Vec<usize>, E> {
     let mut kept = kept;
+    let mut order: Vec<usize> = kept.iter().copied().filter(|&f| cost(f) >= min_cost).collect();
+    order.sort_by(|&a, &b| cost(b).cmp(&cost(a)).then(a.cmp(&b)));
+    order.truncate(tries);
+    if order.is_empty() {
+        return Ok(kept);
+    }
     // what floating each op left int8 sheds on top of `kept` (noise, linear)
     let mut gains: Vec<(usize, f64)> = Vec::new();
     for g in (0..n).filter(|g| !kept.contains(g)) {
@@ -86,9 +92,7 @@ pub(super) fn exchange<E>(
         trial.push(g);
         gains.push((g, noise(*best) - noise(score(&trial)?)));
     }
-    let mut order: Vec<usize> = kept.iter().copied().filter(|&f| cost(f) >= min_cost).collect();
-    order.sort_by(|&a, &b| cost(b).cmp(&cost(a)).then(a.cmp(&b)));
-    for f in order.into_iter().take(tries) {
+    for f in order {
         let without: Vec<usize> = kept.iter().copied().filter(|&k| k != f).collect();
         let db_without = score(&without)?;
         if db_without >= target {
