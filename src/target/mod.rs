@@ -175,6 +175,12 @@ impl std::fmt::Display for Goal {
     }
 }
 
+/// The linear noise of an SQNR in dB (the output's error energy over its signal's): what the
+/// op search's orders and exchange add and compare.
+fn noise(db: f64) -> f64 {
+    10f64.powf(-db / 10.0)
+}
+
 /// The SQNR of the worst output (an exact output as 100 dB): a target holds for every output.
 /// The mean let basic_pitch's onset output sit at 26 dB under a 30 dB target, its two other
 /// outputs at 35 and 38.
@@ -250,16 +256,13 @@ impl TargetReport {
             .iter()
             .map(|p| {
                 let why = match (p.kind, p.to.as_str()) {
-                    ("op", _) => match p.without_sqnr_db {
-                        Some(w) => format!(
-                            "left float by {t} (the model with this op alone int8: {:.1} dB; with this op alone float: {w:.1} dB)",
-                            p.int8_sqnr_db
-                        ),
-                        None => format!(
-                            "left float by {t} (the model with this op alone int8: {:.1} dB)",
-                            p.int8_sqnr_db
-                        ),
-                    },
+                    ("op", _) => format!(
+                        "left float by {t} (the model with this op alone int8: {:.1} dB{})",
+                        p.int8_sqnr_db,
+                        p.without_sqnr_db
+                            .map(|w| format!("; with this op alone float: {w:.1} dB"))
+                            .unwrap_or_default()
+                    ),
                     (_, "float") => format!("left float by {t} (int8 alone: {:.1} dB)", p.int8_sqnr_db),
                     (_, to) => format!("raised to {to} by {t} (int8 alone: {:.1} dB)", p.int8_sqnr_db),
                 };

@@ -2,7 +2,7 @@
 //! noise of their own int8 rounding (step 1), the compute ops whose weights can be left float
 //! (step 4), and the overrides that raise a set of either.
 
-use super::{Goal, TargetError};
+use super::{noise, Goal, TargetError};
 use crate::calibration::StatsFile;
 use crate::evaluate::EvalOptions;
 use crate::formats::data::{bind, Dataset};
@@ -169,7 +169,6 @@ pub(super) struct RankedOp {
 /// An op whose floating adds noise sheds a negative amount: last. The in-context order only
 /// where every op was measured so (`int8_db` given).
 pub(super) fn op_orders(ops: &[RankedOp], int8_db: Option<f64>) -> Vec<Vec<RankedOp>> {
-    let noise = |db: f64| 10f64.powf(-db / 10.0);
     let order_by = |per_mac: &dyn Fn(&RankedOp) -> f64| {
         let mut v: Vec<(f64, RankedOp)> = ops
             .iter()

@@ -6,6 +6,11 @@
 //! With a goal that can only get worse as raises are lowered, what is left is minimal: no
 //! single raise can be lowered more (a raise kept was needed when tried, and lowering others
 //! after it only made it more so).
+//!
+//! Then [`exchange`]: a floated op that costs more MACs than a few cheaper ones that would make
+//! up for it is traded for them.
+
+use super::noise;
 
 /// Lowers the raises of `kept` one at a time, in the order `order` gives (positions in
 /// `kept`), to the first of `lowered(raise)` under which `score` still reaches `target`:
@@ -45,11 +50,6 @@ pub(super) fn trim<T: Clone, E>(
         }
     }
     Ok(slots.into_iter().flatten().collect())
-}
-
-/// The linear noise of an SQNR in dB (the output's error energy over its signal's).
-fn noise(db: f64) -> f64 {
-    10f64.powf(-db / 10.0)
 }
 
 /// Exchanges after a trim: each floated op (of `kept`, indices below `n`), the most MACs
