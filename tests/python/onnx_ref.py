@@ -4,10 +4,14 @@
   eval FLOAT QUANT DATA INTERP    SQNR/top-1 of QUANT vs FLOAT in onnxruntime, QUANT's weight
                                   storage, and quantir's outputs (INTERP .npz) vs onnxruntime's
   ops DIR                         small models of single ops + inputs + onnxruntime's outputs
-  levels FLOAT QUANT DATA [LIMIT] SQNR of QUANT vs FLOAT at every graph-optimization level (the
+  levels FLOAT QUANT DATA [LIMIT [LEVELS [FLOAT_OUT]]]
+                                  SQNR of QUANT vs FLOAT at every graph-optimization level (the
                                   fused int8 kernels run from EXTENDED on), QUANT's largest
                                   |int8 weight| and its initializers no node reads; with LIMIT,
-                                  the first LIMIT samples at DISABLE_ALL and ENABLE_ALL only
+                                  the first LIMIT samples at DISABLE_ALL and ENABLE_ALL only, or
+                                  at LEVELS (comma-separated); FLOAT's outputs are read from
+                                  FLOAT_OUT (.npy) where it exists, else computed and written
+                                  there
   run MODEL DATA OUT              MODEL on every sample of DATA (key x, or the input's name),
                                   outputs by graph output name into OUT (.npz)
   fix_dims MODEL OUT SHAPE        MODEL with its first input's dims fixed to SHAPE (1,3,48,192)
@@ -193,15 +197,24 @@ def ops(out_dir):
     print(json.dumps({"cases": cases}))
 
 
-def levels(fm, qm, data, limit=None):
+def levels(fm, qm, data, limit=None, only=None, float_out=None):
     d = np.load(data)
     x = d["x"] if "x" in d.files else d[d.files[0]]
     x = x[: int(limit)] if limit else x
-    f = run_all(fm, x)
+    # An emulated CPU runs float kernels ~100x slower than its int8 ones: a caller runs the float
+    # model and the unfused level natively, and only the fused level emulated, sharing FLOAT_OUT
+    if float_out and os.path.exists(float_out):
+        f = np.load(float_out)
+    else:
+        f = run_all(fm, x)
+        if float_out:
+            np.save(float_out, f)
+    # a limited run (an emulated CPU) measures the two levels that matter
+    wanted = only.split(",") if only else ["ORT_DISABLE_ALL", "ORT_ENABLE_ALL"] if limit else None
     out = {}
     for name in ["ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL"]:
-        if limit and name in ("ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED"):
-            continue  # a limited run (an emulated CPU) measures the two levels that matter
+        if wanted and name not in wanted:
+            continue
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, name)
@@ -216,6 +229,9 @@ def levels(fm, qm, data, limit=None):
     out["max_abs_int8"] = int(max(np.abs(a.astype(np.int64)).max() for a in ints)) if ints else None
     used = {i for n in m.graph.node for i in n.input} | {o.name for o in m.graph.output}
     out["unused_initializers"] = sum(t.name not in used for t in m.graph.initializer)
+    # ops that run integer kernels at every level, unfused ones included
+    integer = {"ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul", "QGemm", "MatMulIntegerToFloat"}
+    out["integer_ops"] = sum(n.op_type in integer for n in m.graph.node)
     print(json.dumps(out))
 
 
