@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds quantir's Python wheel (python/, PyO3 + maturin), installs it into the test venv and
 # runs its pytest suite against the installed wheel. The wheel is built in the dev profile,
-# which shares `cargo test`'s compiled dependencies and quantir itself (python/Cargo.toml says
-# how); BENCHMARKS.md measures the release wheel.
+# which shares most of `cargo test`'s compiled dependencies (maturin builds quantir-py alone,
+# whose dependency features differ from the whole workspace's with its dev-dependencies, so
+# melior, mlir-sys and quantir compile once more); BENCHMARKS.md measures the release wheel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
