@@ -201,8 +201,9 @@ def levels(fm, qm, data, limit=None, only=None, float_out=None):
     d = np.load(data)
     x = d["x"] if "x" in d.files else d[d.files[0]]
     x = x[: int(limit)] if limit else x
-    # An emulated CPU runs float kernels ~100x slower than its int8 ones: a caller runs the float
-    # model and the unfused level natively, and only the fused level emulated, sharing FLOAT_OUT
+    # An emulated CPU runs float kernels >1,000x slower than the host (and ~4x slower than its
+    # own int8 ones): a caller runs the float model and the unfused level natively, and only the
+    # fused level emulated, sharing FLOAT_OUT
     if float_out and os.path.exists(float_out):
         f = np.load(float_out)
     else:
