@@ -16,10 +16,14 @@ kernels). Prints one JSON object per (model, variant) and a markdown table at th
 The test sets hold 16 samples, and two of the models end in a softmax over 2 or 7 classes,
 where one borderline sample moves the figure by dB. `--swap` adds the second fold: the model
 calibrated on M_test.npz and scored on M_calib.npz (32 samples), so that a gain seen on one
-split only is told apart from one seen on both.
+split only is told apart from one seen on both. `--splits K` goes further: the calibration and
+test samples are pooled and split again K times at random (seeds 0..K−1, the same sizes as
+the shipped split, the same K splits for every variant), and the table gives each output's
+median SQNR over the K splits and, for each variant, on how many splits it beat the defaults
+(a paired count, which the spread between splits does not blur).
 
 Usage: .venv/bin/python benches/real_models_quality.py --quantir target/release/quantir
-           [--models DIR] [--only NAME] [--variant NAME=ARGS ...] [--swap]
+           [--models DIR] [--only NAME] [--variant NAME=ARGS ...] [--swap | --splits K]
        (no --variant: the defaults only; ARGS is split on spaces, e.g.
         --variant "clip=--config /tmp/clip.toml")
 """
@@ -92,7 +96,13 @@ def main():
     ap.add_argument("--only")
     ap.add_argument("--variant", action="append", default=[])
     ap.add_argument("--swap", action="store_true", help="also calibrate on the test set, score on the calibration set")
+    ap.add_argument("--splits", type=int, default=0,
+                    help="score on K random re-splits of the pooled samples instead of the shipped split")
     a = ap.parse_args()
+    if a.splits and a.swap:
+        ap.error("--splits and --swap are two ways to re-split: give one")
+    if a.splits:
+        return main_splits(a)
     variants = [("defaults", [])] + [(v.split("=", 1)[0], v.split("=", 1)[1].split()) for v in a.variant]
     rows = []
     with tempfile.TemporaryDirectory() as work:
@@ -125,6 +135,68 @@ def main():
         fmt = lambda d: " / ".join(f"{v:.2f}" for v in d.values())
         cells = [fmt(r[k]) for k in ("DISABLE", "ENABLE", "swappedDISABLE", "swappedENABLE") if k in r]
         print(f"| {r['model']} | {r['variant']} | " + " | ".join(cells) + " |")
+
+
+def resplit(calib, test, k, work, stem):
+    """K random re-splits of the samples of `calib` and `test` pooled (every array split along
+    its first axis alike), each with as many calibration samples as `calib`: a list of
+    (calibration path, scoring path) written under `work`."""
+    a, b = np.load(calib), np.load(test)
+    pooled = {n: np.concatenate([a[n], b[n]]) for n in a.files}
+    total, n_calib = len(pooled[a.files[0]]), len(a[a.files[0]])
+    out = []
+    for seed in range(k):
+        order = np.random.RandomState(seed).permutation(total)
+        paths = []
+        for part, idx in (("calib", order[:n_calib]), ("test", order[n_calib:])):
+            path = os.path.join(work, f"{stem}_split{seed}_{part}.npz")
+            np.savez(path, **{n: v[idx] for n, v in pooled.items()})
+            paths.append(path)
+        out.append(tuple(paths))
+    return out
+
+
+def main_splits(a):
+    """`--splits K`: every variant on the same K re-splits; medians and paired win counts."""
+    variants = [("defaults", [])] + [(v.split("=", 1)[0], v.split("=", 1)[1].split()) for v in a.variant]
+    table = []
+    with tempfile.TemporaryDirectory() as work:
+        for name, src, calib, test, float_path in models(a, work):
+            stem = MODELS[name][1]
+            splits = resplit(calib, test, a.splits, work, stem)
+            scores = [np.load(t) for _, t in splits]
+            refs = [outputs(float_path, d, LEVELS["DISABLE"]) for d in scores]
+            per_variant = {}
+            for vname, args in variants:
+                runs = []
+                for i, (cal, _) in enumerate(splits):
+                    q = os.path.join(work, f"{name}_{vname}_split{i}.onnx")
+                    p = subprocess.run([a.quantir, "quantize", src, "--data", cal, "--no-cache", *args, "-o", q],
+                                       capture_output=True, text=True)
+                    if p.returncode != 0:
+                        runs = p.stderr.strip()
+                        break
+                    runs.append({lname: {k: sqnr(refs[i][k], v) for k, v in outputs(q, scores[i], level).items()}
+                                 for lname, level in LEVELS.items()})
+                print(json.dumps({"model": name, "variant": vname, "splits": runs}), flush=True)
+                if isinstance(runs, list):
+                    per_variant[vname] = runs
+            table.append((name, per_variant))
+    print(f"\n{a.splits} random re-splits; median SQNR dB over them per output (DISABLE · ENABLE), "
+          "and on how many splits the variant beat the defaults at DISABLE, per output\n")
+    print("| model | variant | median DISABLE | median ENABLE | beat the defaults |")
+    print("|---|---|---|---|---|")
+    for name, per_variant in table:
+        base = per_variant.get("defaults")
+        for vname, runs in per_variant.items():
+            keys = list(runs[0]["DISABLE"])
+            med = lambda lname: " / ".join(f"{np.median([r[lname][k] for r in runs]):.2f}" for k in keys)
+            wins = "—"
+            if base is not None and vname != "defaults":
+                wins = " / ".join(
+                    f"{sum(r['DISABLE'][k] > b['DISABLE'][k] for r, b in zip(runs, base))} of {len(runs)}"
+                    for k in keys)
+            print(f"| {name} | {vname} | {med('DISABLE')} | {med('ENABLE')} | {wins} |")
 
 
 if __name__ == "__main__":
