@@ -106,7 +106,12 @@ def main():
             if a.only and a.only not in model:
                 continue
             src = os.path.join(a.models, model)
-            sig = tf.saved_model.load(src).signatures["serving_default"]
+            try:
+                sig = tf.saved_model.load(src).signatures["serving_default"]
+            except Exception as e:  # basic_pitch's holds Keras 2 optimizer slots TF 2.21 cannot load
+                print(f"{model}: TensorFlow {tf.__version__} cannot load it ({type(e).__name__}: {e}); skipped",
+                      file=sys.stderr)
+                continue
             name = list(sig.structured_input_signature[1])[0]
             calib = np.load(os.path.join(a.models, f"{stem}_calib.npz"))[name]
             test = np.load(os.path.join(a.models, f"{stem}_test.npz"))[name]
