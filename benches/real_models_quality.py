@@ -178,9 +178,12 @@ def main_splits(a):
                         break
                     runs.append({lname: {k: sqnr(refs[i][k], v) for k, v in outputs(q, scores[i], level).items()}
                                  for lname, level in LEVELS.items()})
-                print(json.dumps({"model": name, "variant": vname, "splits": runs}), flush=True)
                 if isinstance(runs, list):
+                    print(json.dumps({"model": name, "variant": vname, "splits": runs}), flush=True)
                     per_variant[vname] = runs
+                else:
+                    # a variant quantir refuses is said, and left out of the table
+                    print(json.dumps({"model": name, "variant": vname, "error": runs}), flush=True)
             table.append((name, per_variant))
     print(f"\n{a.splits} random re-splits; median SQNR dB over them per output (DISABLE · ENABLE), "
           "and on how many splits the variant beat the defaults at DISABLE, per output\n")
