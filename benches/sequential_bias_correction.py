@@ -16,8 +16,11 @@ the result on the split's test samples (first output), next to the defaults and 
 `--bias-correction` on the same split. A Conv whose output the float model does not name alike,
 or whose bias is not an int32 DequantizeLinear, is left as it is (counted).
 
+`--on=ARGS` corrects the model quantir writes with ARGS (e.g. `--on=--gptq-asymmetric`; the `=`
+because ARGS start with a dash) instead of the defaults', and scores that model too.
+
 Usage: .venv/bin/python benches/sequential_bias_correction.py --quantir target/release/quantir
-           --only fer [--splits K]
+           --only fer [--splits K] [--on=ARGS]
 """
 import argparse
 import json
@@ -90,7 +93,11 @@ def main():
     ap.add_argument("--models", default=os.path.join(ROOT, "..", "shared", "models", "real"))
     ap.add_argument("--only", required=True)
     ap.add_argument("--splits", type=int, default=10)
+    ap.add_argument("--on", default="", help="quantize ARGS of the model to correct (default: the defaults)")
     a = ap.parse_args()
+    settings = [("defaults", []), ("bias-correction", ["--bias-correction"])]
+    if a.on:
+        settings.append((a.on, a.on.split()))
     with tempfile.TemporaryDirectory() as work:
         for name, src, calib, test, float_path in models(a, work):
             float_model = onnx.load(float_path)
@@ -101,19 +108,20 @@ def main():
                 xc, xt = c[c.files[0]].astype(np.float32), t[t.files[0]].astype(np.float32)
                 ref = run(float_model, xt, [out_name])[0]
                 row = {"model": name, "split": i}
-                for label, args in (("defaults", []), ("bias-correction", ["--bias-correction"])):
-                    q = os.path.join(work, f"{label}.onnx")
+                for k, (label, args) in enumerate(settings):
+                    q = os.path.join(work, f"setting{k}.onnx")
                     subprocess.run([a.quantir, "quantize", src, "--data", cal, "--no-cache", *args, "-o", q],
                                    check=True, capture_output=True)
                     row[label] = sqnr(ref, run(onnx.load(q), xt, [out_name])[0])
-                seq, n, left = corrected(float_model, onnx.load(os.path.join(work, "defaults.onnx")), xc)
+                seq, n, left = corrected(float_model, onnx.load(os.path.join(work, f"setting{len(settings) - 1 if a.on else 0}.onnx")), xc)
                 row["sequential"] = sqnr(ref, run(seq, xt, [out_name])[0])
                 row["convs corrected"], row["convs left"] = n, left
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-            print(f"\n| model | setting | median SQNR dB ({out_name}) | splits above the defaults |")
+            on = f" on {a.on}" if a.on else ""
+            print(f"\n| model | setting (sequential{on}) | median SQNR dB ({out_name}) | splits above the defaults |")
             print("|---|---|---|---|")
-            for label in ("defaults", "bias-correction", "sequential"):
+            for label in [l for l, _ in settings] + ["sequential"]:
                 v = [r[label] for r in rows]
                 wins = "—" if label == "defaults" else f"{sum(r[label] > r['defaults'] for r in rows)} of {len(rows)}"
                 print(f"| {name} | {label} | {np.median(v):.2f} | {wins} |")
