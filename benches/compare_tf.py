@@ -30,16 +30,11 @@ import tempfile
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from real_models_quality import LEVELS, ROOT, outputs, split_order, sqnr  # noqa: E402
 
 # name: calibration/test stem
 MODELS = {"fer_savedmodel": "fer", "basic_pitch_savedmodel": "basic_pitch"}
-
-
-def sqnr(f, q):
-    f, q = f.astype(np.float64), q.astype(np.float64)
-    noise = ((f - q) ** 2).sum()
-    return float("inf") if noise == 0 else float(10 * np.log10((f**2).sum() / noise))
 
 
 def tf_outputs(tf, path, x, name):
@@ -67,25 +62,14 @@ def tf_quantize(tf, src, out, calib, name, per_channel):
                             representative_dataset=({name: calib[i : i + 1]} for i in range(len(calib))))
 
 
-def ort_outputs(path, x):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    name = s.get_inputs()[0].name
-    runs = [s.run(None, {name: x[i : i + 1].astype(np.float32)}) for i in range(len(x))]
-    return {o.name: np.concatenate([r[j] for r in runs]) for j, o in enumerate(s.get_outputs())}
-
-
 def splits_of(calib, test, k):
-    """The shipped split, then `k` re-splits of the pooled samples: (label, calib, test) arrays."""
+    """The shipped split, then `k` re-splits of the pooled samples (`split_order`'s, as
+    `real_models_quality.py --splits` takes them): (label, calib, test) arrays."""
     yield "shipped", calib, test
     pooled = np.concatenate([calib, test])
     for seed in range(k):
-        order = np.random.RandomState(seed).permutation(len(pooled))
-        yield f"split{seed}", pooled[order[: len(calib)]], pooled[order[len(calib):]]
+        c, t = split_order(len(pooled), len(calib), seed)
+        yield f"split{seed}", pooled[c], pooled[t]
 
 
 def main():
@@ -127,14 +111,16 @@ def main():
                     tf_quantize(tf, src, out, cal, name, per_channel)
                     q = tf_outputs(tf, out, score, name)
                     row[tool] = [sqnr(f_tf[k], q[k]) for k in sorted(f_tf)]
-                f_ort = ort_outputs(lowered, score)
-                data = os.path.join(work, "calib.npz")
+                data, scored = os.path.join(work, "calib.npz"), os.path.join(work, "score.npz")
                 np.savez(data, **{name: cal})
+                np.savez(scored, **{name: score})
+                scored = np.load(scored)
+                f_ort = outputs(lowered, scored, LEVELS["DISABLE"])
                 for tool, args in variants:
                     q_path = os.path.join(work, "q.onnx")
                     subprocess.run([a.quantir, "quantize", src, "--data", data, "--no-cache", *args, "-o", q_path],
                                    check=True, capture_output=True)
-                    q = ort_outputs(q_path, score)
+                    q = outputs(q_path, scored, LEVELS["DISABLE"])
                     row[tool] = [sqnr(f_ort[k], q[k]) for k in sorted(f_ort)]
                 print(json.dumps(row), flush=True)
                 rows.append(row)

@@ -103,7 +103,7 @@ def main():
         ap.error("--splits and --swap are two ways to re-split: give one")
     if a.splits:
         return main_splits(a)
-    variants = [("defaults", [])] + [(v.split("=", 1)[0], v.split("=", 1)[1].split()) for v in a.variant]
+    variants = variants_of(a)
     rows = []
     with tempfile.TemporaryDirectory() as work:
         for name, src, calib, test, float_path in models(a, work):
@@ -137,6 +137,19 @@ def main():
         print(f"| {r['model']} | {r['variant']} | " + " | ".join(cells) + " |")
 
 
+def variants_of(a):
+    """The defaults, then each `--variant NAME=ARGS` as (name, arguments)."""
+    return [("defaults", [])] + [(v.split("=", 1)[0], v.split("=", 1)[1].split()) for v in a.variant]
+
+
+def split_order(total, n_calib, seed):
+    """Re-split `seed` of `total` pooled samples: (calibration indices, scoring indices), the
+    first `n_calib` of a seeded permutation and the rest. Every script that re-splits takes it
+    from here, so that their split `seed` holds the same samples."""
+    order = np.random.RandomState(seed).permutation(total)
+    return order[:n_calib], order[n_calib:]
+
+
 def resplit(calib, test, k, work, stem):
     """K random re-splits of the samples of `calib` and `test` pooled (every array split along
     its first axis alike), each with as many calibration samples as `calib`: a list of
@@ -146,9 +159,8 @@ def resplit(calib, test, k, work, stem):
     total, n_calib = len(pooled[a.files[0]]), len(a[a.files[0]])
     out = []
     for seed in range(k):
-        order = np.random.RandomState(seed).permutation(total)
         paths = []
-        for part, idx in (("calib", order[:n_calib]), ("test", order[n_calib:])):
+        for part, idx in zip(("calib", "test"), split_order(total, n_calib, seed)):
             path = os.path.join(work, f"{stem}_split{seed}_{part}.npz")
             np.savez(path, **{n: v[idx] for n, v in pooled.items()})
             paths.append(path)
@@ -158,7 +170,7 @@ def resplit(calib, test, k, work, stem):
 
 def main_splits(a):
     """`--splits K`: every variant on the same K re-splits; medians and paired win counts."""
-    variants = [("defaults", [])] + [(v.split("=", 1)[0], v.split("=", 1)[1].split()) for v in a.variant]
+    variants = variants_of(a)
     table = []
     with tempfile.TemporaryDirectory() as work:
         for name, src, calib, test, float_path in models(a, work):

@@ -108,12 +108,14 @@ def main():
                 xc, xt = c[c.files[0]].astype(np.float32), t[t.files[0]].astype(np.float32)
                 ref = run(float_model, xt, [out_name])[0]
                 row = {"model": name, "split": i}
+                written = {}
                 for k, (label, args) in enumerate(settings):
-                    q = os.path.join(work, f"setting{k}.onnx")
-                    subprocess.run([a.quantir, "quantize", src, "--data", cal, "--no-cache", *args, "-o", q],
-                                   check=True, capture_output=True)
-                    row[label] = sqnr(ref, run(onnx.load(q), xt, [out_name])[0])
-                seq, n, left = corrected(float_model, onnx.load(os.path.join(work, f"setting{len(settings) - 1 if a.on else 0}.onnx")), xc)
+                    written[label] = os.path.join(work, f"setting{k}.onnx")
+                    subprocess.run([a.quantir, "quantize", src, "--data", cal, "--no-cache", *args, "-o",
+                                    written[label]], check=True, capture_output=True)
+                    row[label] = sqnr(ref, run(onnx.load(written[label]), xt, [out_name])[0])
+                # the model corrected: --on's, else the defaults'
+                seq, n, left = corrected(float_model, onnx.load(written[a.on or "defaults"]), xc)
                 row["sequential"] = sqnr(ref, run(seq, xt, [out_name])[0])
                 row["convs corrected"], row["convs left"] = n, left
                 print(json.dumps(row), flush=True)
