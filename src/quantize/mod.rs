@@ -10,6 +10,7 @@ pub mod gram;
 pub mod local_op;
 pub mod ort_int8;
 pub mod summary;
+pub mod waves;
 
 pub use crate::recipe::file as recipe;
 pub use crate::recipe::plan::{self, plan, ActivationPoint, Plan};

@@ -135,23 +135,10 @@ fn select_layers(
     };
     let mut budget = total;
     let mut deeper = false;
-    // each value's wave: the quantized-weight layers on the longest path to it from the
-    // model's inputs (a layer of wave w reads what layers of waves < w make)
-    let mut waves: HashMap<String, usize> = HashMap::new();
+    let mut waves = crate::quantize::waves::Waves::default();
     for op in body_ops(func) {
-        let wave_in = op
-            .operands()
-            .filter_map(|v| tensor_keys.get(v).and_then(|k| waves.get(k)))
-            .max()
-            .copied()
-            .unwrap_or(0);
         let site = weight_site(op, config).filter(|s| matches!(s.res.weights, WeightMode::Int8 | WeightMode::Int4));
-        let wave_out = wave_in + usize::from(site.is_some());
-        for r in op.results() {
-            if let Some(k) = tensor_keys.get(r.into()) {
-                waves.insert(k.to_string(), wave_out);
-            }
-        }
+        waves.visit(op, &tensor_keys, site.is_some());
         let Some(site) = site else { continue };
         let Some(x) = site.rule.activations.first().and_then(|&i| op.operand(i).ok()) else {
             continue;
@@ -159,7 +146,7 @@ fn select_layers(
         let Some(input) = tensor_keys.get(x).map(str::to_string) else {
             continue;
         };
-        let wave = waves.get(&input).copied().unwrap_or(0);
+        let wave = waves.of(&input);
         if let Some((_, only)) = paired {
             deeper |= wave > only;
             if wave != only {
