@@ -96,6 +96,7 @@ impl RecipeArgs {
             exclude: self.exclude.clone(),
             target: None,
             bias_correction: on_off(self.bias_correction, self.no_bias_correction),
+            bias_correction_sequential: on_off(self.bias_correction_sequential, self.no_bias_correction_sequential),
             gptq: on_off(self.gptq, self.no_gptq),
             gptq_asymmetric: on_off(self.gptq_asymmetric, self.no_gptq_asymmetric),
             per_channel_depthwise_inputs: on_off(

@@ -271,3 +271,63 @@ fn an_input_a_target_raises_to_float_takes_its_weights_shift_alone() {
     let (max, _) = errors(&m, &q, &arg(&data));
     assert!(max < 1e-6, "{max}");
 }
+
+/// `h = MatMul(x, w1)` with the rounding-shift weights above and no bias to take its shift,
+/// then `y = Gemm(h, w2, b)` with weights exact at int8 per channel (±127 steps of their
+/// column's scale).
+fn two_layers(dir: &Path) -> String {
+    let text = r#"func.func @main(%x: tensor<1x3xf32> loc("x")) -> tensor<1x2xf32> {
+  %w1 = "onnx.Constant"() {value = dense<[[1.0, 0.3], [0.5, 0.1], [0.0, 0.0]]> : tensor<3x2xf32>} : () -> tensor<3x2xf32> loc("w1")
+  %h = "onnx.MatMul"(%x, %w1) : (tensor<1x3xf32>, tensor<3x2xf32>) -> tensor<1x2xf32> loc("h")
+  %w2 = "onnx.Constant"() {value = dense<[[1.0, 0.5], [-1.0, -0.5]]> : tensor<2x2xf32>} : () -> tensor<2x2xf32> loc("w2")
+  %b = "onnx.Constant"() {value = dense<[0.25, -0.5]> : tensor<2xf32>} : () -> tensor<2xf32> loc("b")
+  %y = "onnx.Gemm"(%h, %w2, %b) : (tensor<1x2xf32>, tensor<2x2xf32>, tensor<2xf32>) -> tensor<1x2xf32> loc("y")
+  return %y : tensor<1x2xf32>
+}
+"#;
+    let p = dir.join("two.mlir");
+    std::fs::write(&p, text).unwrap();
+    arg(&p)
+}
+
+/// The first layer's shift has no bias to go to: measured alone, the second layer never sees
+/// it; measured in the quantized model (`--bias-correction-sequential`), the second layer's
+/// bias takes it, and the model's mean error on the measured samples goes.
+#[test]
+fn measured_in_the_quantized_model_a_layer_takes_the_drift_of_the_layers_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = two_layers(dir.path());
+    let x = data(dir.path(), 32, true);
+    let (alone, sequential) = (dir.path().join("a.onnx"), dir.path().join("s.onnx"));
+    let said = quantize(&m, &x, &alone, "--bias-correction");
+    assert!(
+        said.contains("bias correction: 1 layers on 32 calibration samples (")
+            && said.contains("; 1 without a bias to correct"),
+        "{said}"
+    );
+    let (_, left) = errors(&m, &alone, &x);
+    // h0 reads x1 through 0.5 → 64/127, h1 through 0.1 → 42·0.3/127: y0 = h0 − h1 drifts by
+    // about (0.0039 + 0.0008) × mean x1
+    assert!(left[0] > 1.5e-3, "{left:?}");
+    let said = quantize(&m, &x, &sequential, "--bias-correction-sequential");
+    assert!(
+        said.contains(
+            "bias correction: 1 layers on 32 calibration samples, measured in the quantized model in 1 waves"
+        ),
+        "{said}"
+    );
+    let (_, after) = errors(&m, &sequential, &x);
+    for (b, a) in left.iter().zip(&after) {
+        assert!(
+            a.abs() < 2e-5 && a.abs() < b.abs(),
+            "alone {left:?}, sequential {after:?}"
+        );
+    }
+    // the same bits on 1 and 2 threads
+    let on = |t: &str| {
+        let p = dir.path().join(format!("t{t}.onnx"));
+        quantize_with(&m, &x, &p, &["--bias-correction-sequential", "--threads", t]);
+        std::fs::read(p).unwrap()
+    };
+    assert_eq!(on("1"), on("2"));
+}

@@ -275,6 +275,7 @@ impl RecipeArgs {
             exclude: self.exclude.clone(),
             target: quantir::target::Goal::from_options(self.target_sqnr, self.target_top1, self.labels.clone()),
             bias_correction: None,
+            bias_correction_sequential: None,
             gptq: None,
             gptq_asymmetric: None,
             per_channel_depthwise_inputs: None,

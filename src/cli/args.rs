@@ -376,6 +376,16 @@ pub struct RecipeArgs {
     /// No bias correction.
     #[arg(long)]
     pub no_bias_correction: bool,
+    /// Bias correction measured in the quantized model (implies --bias-correction): each
+    /// layer's mean output shift with the layers before it quantized and already corrected,
+    /// so that it also takes off the mean drift they leave. Measured wave by wave: one
+    /// quantization and side-by-side run per layer depth.
+    #[arg(long, overrides_with = "no_bias_correction_sequential")]
+    pub bias_correction_sequential: bool,
+    /// Bias correction measured on float inputs, each layer alone (the default with
+    /// --bias-correction).
+    #[arg(long)]
+    pub no_bias_correction_sequential: bool,
     /// GPTQ weight rounding when quantize calibrates: each int8/int4 weight row rounded one
     /// input at a time, the rounding error spread over the inputs not yet rounded, so that the
     /// layer's output on calibration samples stays closest to float.

@@ -1,5 +1,6 @@
 //! Measurements on the first calibration samples that refine how `quantize` rounds: bias
-//! correction's output shifts and GPTQ's input Gram matrices.
+//! correction's output shifts (each layer alone, or in the quantized model wave by wave) and
+//! GPTQ's input Gram matrices.
 
 use super::JobError;
 use crate::calibration::StatsFile;
@@ -66,6 +67,50 @@ pub fn correct_biases(
     on_first_samples(module, data, overrides, |program, feed| {
         quantize::bias_correction::measure_bias_shifts(module, program, stats, config, feed, threads, float_inputs_too)
     })
+}
+
+/// Bias correction's shifts measured in the quantized model, wave by wave
+/// (`--bias-correction-sequential`): each wave's layers are measured side by side with
+/// `module` (prepared, calibrated as `stats` say) in a quantized form of it (`twin`,
+/// quantized with `config`) whose earlier waves' biases are already corrected. On the first
+/// [`BIAS_SAMPLES`] of `data` on `threads` workers (0 = all cores); `config.bias_shifts`
+/// ends as the shifts measured.
+pub fn sequential_bias_shifts<'c>(
+    module: &Module,
+    twin: &dyn Fn() -> Result<Module<'c>, JobError>,
+    stats: &StatsFile,
+    config: &mut QuantConfig,
+    data: &Dataset,
+    (threads, overrides): (usize, &[(String, String)]),
+) -> Result<quantize::bias_correction::BiasCorrection, JobError> {
+    use quantize::bias_correction::sequential::{bias_waves, measure_wave_shifts};
+    // the float model is compiled and the data bound once; each wave compiles its quantized form
+    let first = FirstSamples::new(module, data, overrides)?;
+    let (waves, without_bias) = bias_waves(module, stats, config)?;
+    let mut out = quantize::bias_correction::BiasCorrection {
+        without_bias,
+        ..Default::default()
+    };
+    config.bias_shifts.clear();
+    for wave in waves {
+        let quantized = twin()?;
+        quantize::quantize_module(&quantized, stats, config)?;
+        let pq = interp::Program::compile(&quantized, None)?;
+        let n = measure_wave_shifts(
+            module,
+            [&first.program, &pq],
+            stats,
+            config,
+            first.feed(),
+            threads,
+            wave,
+            &mut out,
+        )?;
+        out.samples = out.samples.max(n);
+        out.waves += 1;
+        config.bias_shifts = out.shifts.clone();
+    }
+    Ok(out)
 }
 
 /// GPTQ's Gram matrices for `module` (prepared), measured on the first [`BIAS_SAMPLES`] of

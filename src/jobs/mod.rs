@@ -75,7 +75,9 @@ pub use calibrate::{
     calibrate, calibrate_keeping, calibrate_options, calibrated_line, parse_shard, CalibFlags, Item, Keep, Kept,
     Samples,
 };
-pub use measure::{asymmetric_weight_grams, correct_biases, weight_grams, AsymmetricGrams, BIAS_SAMPLES};
+pub use measure::{
+    asymmetric_weight_grams, correct_biases, sequential_bias_shifts, weight_grams, AsymmetricGrams, BIAS_SAMPLES,
+};
 pub use settings::{config, RecipeFlags, RecipeSource};
 
 /// `--choose-range`'s candidates as methods (`percentile` at `--percentile`): those a
@@ -495,8 +497,22 @@ pub fn quantize(
         match (first, stats_source_calibrates) {
             (Some(data), _) => {
                 let target = flags.target.is_some();
-                let bc = correct_biases(&module, &stats, &config, data, (target_feed.0, &target_feed.1), target)
-                    .map_err(|e| e.within(model))?;
+                let feed = (target_feed.0, target_feed.1.as_slice());
+                let bc = match config.bias_correction_sequential {
+                    true => {
+                        let mut bc = sequential_bias_shifts(&module, &twin, &stats, &mut config, data, feed)
+                            .map_err(|e| e.within(model))?;
+                        if target {
+                            // a layer whose input a target raises to float takes the shift of
+                            // its weights' rounding alone, as with the alone form
+                            bc.float_input_shifts = correct_biases(&module, &stats, &config, data, feed, true)
+                                .map_err(|e| e.within(model))?
+                                .float_input_shifts;
+                        }
+                        bc
+                    }
+                    false => correct_biases(&module, &stats, &config, data, feed, target).map_err(|e| e.within(model))?,
+                };
                 say(bc.to_string());
                 config.bias_shifts = bc.shifts;
                 config.bias_shifts_float_input = bc.float_input_shifts;

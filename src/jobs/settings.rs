@@ -35,6 +35,9 @@ pub struct RecipeFlags {
     pub target: Option<crate::target::Goal>,
     /// Bias correction on or off [default: the recipe's].
     pub bias_correction: Option<bool>,
+    /// Bias correction measured in the quantized model on or off (on implies bias
+    /// correction) [default: the recipe's].
+    pub bias_correction_sequential: Option<bool>,
     /// GPTQ weight rounding on or off [default: the recipe's].
     pub gptq: Option<bool>,
     /// GPTQ on the quantized model's inputs on or off (on implies GPTQ) [default: the recipe's].
@@ -93,6 +96,10 @@ pub fn config(flags: &RecipeFlags, target: Option<&Path>) -> Result<QuantConfig,
     }
     c.exclude.extend(flags.exclude.iter().cloned());
     c.bias_correction = flags.bias_correction.unwrap_or(c.bias_correction);
+    // --no-bias-correction turns both off
+    c.bias_correction_sequential = flags.bias_correction_sequential.unwrap_or(c.bias_correction_sequential)
+        && flags.bias_correction != Some(false);
+    c.bias_correction |= c.bias_correction_sequential;
     c.gptq = flags.gptq.unwrap_or(c.gptq);
     // --no-gptq turns both off
     c.gptq_asymmetric = flags.gptq_asymmetric.unwrap_or(c.gptq_asymmetric) && flags.gptq != Some(false);

@@ -9,6 +9,7 @@
 //! exclude = ["*Softmax*"]
 //! bias_overflow = "enlarge-weight-scale"  # or "clip": an int32 bias that would not fit
 //! bias_correction = true      # each layer's mean output shift on calibration data off its bias
+//! bias_correction_sequential = true  # ... measured in the quantized model, layer depth by depth
 //! gptq = true                 # weights rounded for the layer's output on calibration data
 //! gptq_asymmetric = true      # ... for the float output from the quantized model's inputs
 //! per_channel_depthwise_inputs = true  # one scale per channel at depthwise conv inputs
@@ -79,6 +80,8 @@ struct RecipeFile {
     bias_overflow: Option<crate::params::BiasOverflowPolicy>,
     /// each layer's mean output shift taken off its bias when quantize calibrates
     bias_correction: Option<bool>,
+    /// bias correction measured in the quantized model (implies bias_correction)
+    bias_correction_sequential: Option<bool>,
     /// GPTQ rounding of int8/int4 weights when quantize calibrates
     gptq: Option<bool>,
     /// GPTQ on the quantized model's inputs (implies gptq)
@@ -173,6 +176,8 @@ pub fn parse_onto(text: &str, base: QuantConfig) -> Result<QuantConfig, String> 
         c.runtime = r.parse().map_err(|e| format!("runtime: {e}"))?;
     }
     c.bias_correction = f.bias_correction.unwrap_or(c.bias_correction);
+    c.bias_correction_sequential = f.bias_correction_sequential.unwrap_or(c.bias_correction_sequential);
+    c.bias_correction |= c.bias_correction_sequential;
     c.gptq = f.gptq.unwrap_or(c.gptq);
     c.gptq_asymmetric = f.gptq_asymmetric.unwrap_or(c.gptq_asymmetric);
     c.gptq |= c.gptq_asymmetric;

@@ -128,6 +128,11 @@ pub struct QuantConfig {
     /// layer's weights and input causes in its output on calibration samples is taken off its
     /// bias (`quantize::bias_correction`).
     pub bias_correction: bool,
+    /// Bias correction measured in the quantized model, wave by wave (implies
+    /// `bias_correction`): each layer's shift with the layers before it quantized and already
+    /// corrected, so that it also takes off the mean drift they leave
+    /// (`quantize::bias_correction::sequential`).
+    pub bias_correction_sequential: bool,
     /// GPTQ rounding of int8/int4 weights when `quantize` calibrates: each weight row rounded
     /// one input at a time, the error spread over the inputs not yet rounded, so that the
     /// layer's output on calibration samples stays closest to float (`params::gptq`).
@@ -203,6 +208,7 @@ impl Default for QuantConfig {
             percentile: None,
             overrides: Vec::new(),
             bias_correction: false,
+            bias_correction_sequential: false,
             gptq: false,
             gptq_asymmetric: false,
             per_channel_depthwise_inputs: true,

@@ -20,6 +20,10 @@
 //! every layer, and the rewriter takes the one the input's final precision calls for. An ONNX
 //! Conv, ConvTranspose or Gemm without a bias is given one of zeros for its shift; other
 //! layers without a constant bias are counted, not corrected.
+//!
+//! [`sequential`] measures the shifts in the quantized model instead, wave by wave.
+
+pub mod sequential;
 
 use super::{plan, QuantConfig, QuantizeError};
 use crate::calibration::StatsFile;
@@ -29,13 +33,16 @@ use crate::ir::attrs::op_attrs;
 use crate::ir::graph::{body_ops, find_function, op_name};
 use crate::ir::keys::TensorKeys;
 use crate::params::{fake_quant, QuantParams, Rounding};
-use crate::passes::quantize_weights::{float_bias, gptq_rounded, lacks_own_bias, weight_params, weight_site};
+use crate::passes::quantize_weights::{
+    float_bias, gptq_rounded, lacks_own_bias, weight_params, weight_site, WeightSite,
+};
+use crate::quantize::waves::Waves;
 use crate::recipe::WeightMode;
 use crate::run::{run_samples_fold, Feed};
 use crate::tensor::Tensor;
 use melior::ir::operation::OperationLike;
-use melior::ir::Module;
-use ndarray::Axis;
+use melior::ir::{Module, OperationRef, Value};
+use ndarray::{ArrayD, Axis};
 use std::collections::{BTreeMap, HashMap};
 
 use super::local_op::LocalOp;
@@ -52,6 +59,10 @@ pub struct BiasCorrection {
     /// Quantized layers with no constant bias to take a shift.
     pub without_bias: usize,
     pub samples: usize,
+    /// Measured in the quantized model in this many waves ([`sequential`]); 0: each layer alone.
+    pub waves: usize,
+    /// Layers left uncorrected, with why.
+    pub left: Vec<(String, String)>,
     /// The layer whose largest channel shift is the largest share of the standard deviation
     /// of its output, and the share.
     pub largest: Option<(String, f64)>,
@@ -65,13 +76,49 @@ impl std::fmt::Display for BiasCorrection {
             self.shifts.len(),
             self.samples
         )?;
+        if self.waves > 0 {
+            write!(f, ", measured in the quantized model in {} waves", self.waves)?;
+        }
         if let Some((k, share)) = &self.largest {
             write!(f, " (largest shift {:.2} % of its output's std, {k})", 100.0 * share)?;
         }
         if self.without_bias > 0 {
             write!(f, "; {} without a bias to correct", self.without_bias)?;
         }
+        if let Some((k, why)) = self.left.first() {
+            write!(f, "; {} left uncorrected ({k}: {why}", self.left.len())?;
+            if self.left.len() > 1 {
+                write!(f, ", …")?;
+            }
+            write!(f, ")")?;
+        }
         Ok(())
+    }
+}
+
+impl BiasCorrection {
+    /// Adds the shift of the layer of `out_key` from its sums over samples `t` (with
+    /// `float_too`, its shift on float inputs too); nothing where no value was counted.
+    fn add_layer(&mut self, out_key: String, t: &Sums, float_too: bool) {
+        if t.count == 0 {
+            return;
+        }
+        let m = t.count as f64;
+        let shift: Vec<f32> = t.diff.iter().map(|d| (d / m) as f32).collect();
+        if float_too {
+            let float: Vec<f32> = t.diff_float.iter().map(|d| (d / m) as f32).collect();
+            self.float_input_shifts.insert(out_key.clone(), float);
+        }
+        // the largest channel shift against the spread of the layer's whole output
+        let all = m * shift.len() as f64;
+        let mean = t.sum / all;
+        let std = (t.sum_sq / all - mean * mean).max(0.0).sqrt();
+        let top = shift.iter().fold(0f64, |a, s| a.max(s.abs() as f64));
+        let share = if std > 0.0 { top / std } else { 0.0 };
+        if self.largest.as_ref().is_none_or(|(_, s)| share > *s) {
+            self.largest = Some((out_key.clone(), share));
+        }
+        self.shifts.insert(out_key, shift);
     }
 }
 
@@ -150,6 +197,69 @@ fn bias_axis(bias_owner: melior::ir::OperationRef, own_bias: bool) -> ChannelAxi
     }
 }
 
+/// A layer whose bias can take a shift, as the prepared module has it.
+struct BiasSite<'c, 'a> {
+    op: OperationRef<'c, 'a>,
+    site: WeightSite<'c, 'a>,
+    /// The activation input, its runtime key and its quantization (`None`: it stays float).
+    x: Value<'c, 'a>,
+    input: String,
+    input_params: Option<QuantParams>,
+    /// The op's output's runtime key: where its shift is measured.
+    out_value: String,
+    channel_axis: ChannelAxis,
+    /// The bias's length; `None` for an op given a bias by the rewriter (its output's channels).
+    channels: Option<usize>,
+    /// The wave of its input ([`crate::quantize::waves`]).
+    wave: usize,
+}
+
+/// The layers of `func` whose int8/int4 weight `config` quantizes and whose bias can take a
+/// shift, in program order, with their inputs' quantization as `plan` says; and how many
+/// such layers have no constant bias to take one.
+fn bias_sites<'c, 'a>(
+    func: OperationRef<'c, 'a>,
+    plan: &super::Plan,
+    config: &QuantConfig,
+) -> (Vec<BiasSite<'c, 'a>>, usize) {
+    let tensor_keys = TensorKeys::new(func);
+    let key_of = |v: Value| tensor_keys.get(v).map(str::to_string);
+    let mut waves = Waves::default();
+    let (mut sites, mut without_bias) = (Vec::new(), 0usize);
+    for op in body_ops(func) {
+        let site = weight_site(op, config).filter(|s| matches!(s.res.weights, WeightMode::Int8 | WeightMode::Int4));
+        waves.visit(op, &tensor_keys, site.is_some());
+        let Some(site) = site else { continue };
+        let Some(x) = site.rule.activations.first().and_then(|&ai| op.operand(ai).ok()) else {
+            continue;
+        };
+        // the bias the shift goes to: the op's own or its bias add's, or one the rewriter gives it
+        let (owner, channels) = match float_bias(op, site.rule) {
+            Some((owner, _, _, bias)) => (owner, Some(bias.len())),
+            None if lacks_own_bias(op, site.rule) => (op, None),
+            None => {
+                without_bias += 1;
+                continue;
+            }
+        };
+        let (Some(input), Some(out_value)) = (key_of(x), op.result(0).ok().and_then(|r| key_of(r.into()))) else {
+            continue;
+        };
+        sites.push(BiasSite {
+            op,
+            wave: waves.of(&input),
+            input_params: plan.params_of(x).cloned(),
+            x,
+            input,
+            out_value,
+            channel_axis: bias_axis(owner, owner == op),
+            channels,
+            site,
+        });
+    }
+    (sites, without_bias)
+}
+
 /// Measures, on the samples of `feed` (inputs of `program`, the prepared, calibrated `module`
 /// compiled), the
 /// output shift of every layer whose int8/int4 weight and bias `config` quantizes, with its
@@ -169,60 +279,38 @@ pub fn measure_bias_shifts(
     let plan = plan(module, Some(stats), config)?;
     let func = find_function(module, None)?;
     let folded: HashMap<&str, &Tensor> = program.constant_values().collect();
-    let tensor_keys = TensorKeys::new(func);
-    let key_of = |v: melior::ir::Value| tensor_keys.get(v).map(str::to_string);
+    let (sites, without_bias) = bias_sites(func, &plan, config);
+    drop(plan);
     let mut layers: Vec<Layer> = Vec::new();
-    let mut without_bias = 0usize;
-    for op in body_ops(func) {
-        let Some(site) = weight_site(op, config) else { continue };
-        if !matches!(site.res.weights, WeightMode::Int8 | WeightMode::Int4) {
-            continue;
-        }
-        let Some(&ai) = site.rule.activations.first() else {
-            continue;
-        };
-        let Ok(x) = op.operand(ai) else { continue };
-        let input_params = plan.params_of(x).cloned();
-        // the bias the shift goes to: the op's own or its bias add's, or one the rewriter gives it
-        let (owner, channels) = match float_bias(op, site.rule) {
-            Some((owner, _, _, bias)) => (owner, Some(bias.len())),
-            None if lacks_own_bias(op, site.rule) => (op, None),
-            None => {
-                without_bias += 1;
-                continue;
-            }
-        };
+    for s in sites {
+        let site = s.site;
         let (p, _) = weight_params(&site.values, site.axis, &site.res).map_err(|e| failed(e.to_string()))?;
         // the weights as the rewriter will round them: by GPTQ where it measured the layer
         let rounded = config
             .weight_grams
             .get(&site.out_key)
-            .and_then(|gram| gptq_rounded(op, &site.values, &p, gram).ok());
+            .and_then(|gram| gptq_rounded(s.op, &site.values, &p, gram).ok());
         let values = rounded.as_ref().unwrap_or(&site.values);
         let wq = fake_quant(&values.view(), &p, Rounding::HalfEven).map_err(|e| failed(e.to_string()))?;
-        let (Some(input), Some(out_value)) = (key_of(x), op.result(0).ok().and_then(|r| key_of(r.into()))) else {
+        let Some(quantized) = LocalOp::new(s.op, s.x, func, &folded, &[(site.index, Tensor::F32(wq))]) else {
             continue;
         };
-        let Some(quantized) = LocalOp::new(op, x, func, &folded, &[(site.index, Tensor::F32(wq))]) else {
-            continue;
-        };
-        let mut keys = vec![input.clone(), out_value.clone()];
+        let mut keys = vec![s.input.clone(), s.out_value.clone()];
         keys.extend(quantized.runtime_keys().map(str::to_string));
         keys.sort();
         keys.dedup();
         layers.push(Layer {
             out_key: site.out_key,
-            out_value,
-            input,
-            float_too: float_inputs_too && input_params.is_some(),
-            input_params,
+            out_value: s.out_value,
+            input: s.input,
+            float_too: float_inputs_too && s.input_params.is_some(),
+            input_params: s.input_params,
             quantized,
-            channel_axis: bias_axis(owner, owner == op),
-            channels,
+            channel_axis: s.channel_axis,
+            channels: s.channels,
             keys,
         });
     }
-    drop(plan);
     // what each sample's values are kept for: the layers that read them, and how many
     let mut uses: HashMap<String, usize> = HashMap::new();
     let mut ready: HashMap<String, Vec<usize>> = HashMap::new();
@@ -287,25 +375,7 @@ pub fn measure_bias_shifts(
         ..Default::default()
     };
     for (l, t) in layers.into_iter().zip(totals) {
-        if t.count == 0 {
-            continue;
-        }
-        let m = t.count as f64;
-        let shift: Vec<f32> = t.diff.iter().map(|d| (d / m) as f32).collect();
-        if l.float_too {
-            let float: Vec<f32> = t.diff_float.iter().map(|d| (d / m) as f32).collect();
-            out.float_input_shifts.insert(l.out_key.clone(), float);
-        }
-        // the largest channel shift against the spread of the layer's whole output
-        let all = m * shift.len() as f64;
-        let mean = t.sum / all;
-        let std = (t.sum_sq / all - mean * mean).max(0.0).sqrt();
-        let top = shift.iter().fold(0f64, |a, s| a.max(s.abs() as f64));
-        let share = if std > 0.0 { top / std } else { 0.0 };
-        if out.largest.as_ref().is_none_or(|(_, s)| share > *s) {
-            out.largest = Some((l.out_key.clone(), share));
-        }
-        out.shifts.insert(l.out_key, shift);
+        out.add_layer(l.out_key, &t, l.float_too);
     }
     Ok(out)
 }
@@ -335,11 +405,23 @@ fn measure(l: &Layer, y: &Tensor, seen: &HashMap<String, Tensor>) -> Result<Opti
         },
         false => None,
     };
-    let axis = match l.channel_axis {
+    channel_sums((l.channel_axis, l.channels), y, &yq, yw.as_ref()).map(Some)
+}
+
+/// One sample's sums of a layer whose bias runs along `axis` of its output and is `channels`
+/// long (`None`: as many as the output has there), from its float output `y`, its output
+/// `yq` as quantized and, where measured, `yw` with only its weights quantized.
+fn channel_sums(
+    (axis, channels): (ChannelAxis, Option<usize>),
+    y: &ArrayD<f32>,
+    yq: &ArrayD<f32>,
+    yw: Option<&ArrayD<f32>>,
+) -> Result<Sums, String> {
+    let axis = match axis {
         ChannelAxis::Second => 1,
         ChannelAxis::Last => y.ndim().saturating_sub(1),
     };
-    let channels = l.channels.unwrap_or(if axis < y.ndim() { y.shape()[axis] } else { 0 });
+    let channels = channels.unwrap_or(if axis < y.ndim() { y.shape()[axis] } else { 0 });
     if yq.shape() != y.shape() || axis >= y.ndim() || y.shape()[axis] != channels || channels == 0 {
         return Err(format!(
             "outputs of shape {:?} and {:?} for a bias of {} channels",
@@ -364,7 +446,7 @@ fn measure(l: &Layer, y: &Tensor, seen: &HashMap<String, Tensor>) -> Result<Opti
             s.sum_sq += a * a;
         }
         s.diff[c] = d;
-        if let Some(w) = &yw {
+        if let Some(w) = yw {
             s.diff_float[c] = w
                 .index_axis(Axis(axis), c)
                 .iter()
@@ -373,5 +455,5 @@ fn measure(l: &Layer, y: &Tensor, seen: &HashMap<String, Tensor>) -> Result<Opti
                 .sum();
         }
     }
-    Ok(Some(s))
+    Ok(s)
 }

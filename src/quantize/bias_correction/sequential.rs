@@ -1,0 +1,148 @@
+//! Bias correction measured in the quantized model (`--bias-correction-sequential`; Nagel et
+//! al. 2019 §4.2 applied layer after layer): the float model and its quantized form run side
+//! by side on calibration samples, and each layer's shift is the mean difference of its
+//! outputs there, with every layer before it quantized and already corrected. So a layer
+//! takes off the mean drift the layers before it leave as well as its own rounding's, which
+//! the alone form ([`super::measure_bias_shifts`], each layer on float inputs) cannot see.
+//!
+//! ```text
+//! wave 0:  %y = onnx.Conv(%x, %w, %b)     shift[c] = mean (y as quantized − y float)[c]
+//! wave 1:  the model quantized with wave 0's biases corrected; each of wave 1's layers measured there
+//! ...      one quantization and side-by-side run per wave (`crate::quantize::waves`)
+//! ```
+//!
+//! Layers of one wave do not read each other, so each wave's shifts are measured at once.
+
+use super::{bias_sites, BiasCorrection, Sums};
+use crate::calibration::StatsFile;
+use crate::interp::fusion::ChannelAxis;
+use crate::interp::Program;
+use crate::ir::graph::find_function;
+use crate::quantize::{plan, QuantConfig, QuantizeError};
+use crate::run::{run_side_by_side, Feed, SideBySide};
+use crate::tensor::Tensor;
+use melior::ir::Module;
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// One layer of the wave being measured.
+struct Layer {
+    out_key: String,
+    /// Its output's runtime key, in both models.
+    out_value: String,
+    channel_axis: ChannelAxis,
+    channels: Option<usize>,
+}
+
+/// The waves that hold a layer bias correction corrects, shallowest first, and how many
+/// quantized layers have no constant bias to take a shift: what [`measure_wave_shifts`] goes
+/// through, for `module` (prepared, calibrated as `stats` say).
+pub fn bias_waves(
+    module: &Module,
+    stats: &StatsFile,
+    config: &QuantConfig,
+) -> Result<(Vec<usize>, usize), QuantizeError> {
+    let plan = plan(module, Some(stats), config)?;
+    let (sites, without_bias) = bias_sites(find_function(module, None)?, &plan, config);
+    let waves: BTreeSet<usize> = sites.iter().map(|s| s.wave).collect();
+    Ok((waves.into_iter().collect(), without_bias))
+}
+
+/// Measures, on the samples of `feed`, the shift of each layer of `wave` whose int8/int4
+/// weight and bias `config` quantizes: `float` is `module` (prepared, calibrated as `stats`
+/// say) compiled, `quantized` its quantized form compiled, with every layer of an earlier
+/// wave already corrected. Into `out`: the shifts, and the layers left with why (one whose
+/// output the quantized model does not compute under the same key). Samples run on `threads`
+/// workers and are added in sample order: the shifts do not depend on the thread count.
+/// Returns the number of samples run.
+#[allow(clippy::too_many_arguments)]
+pub fn measure_wave_shifts(
+    module: &Module,
+    [float, quantized]: [&Program; 2],
+    stats: &StatsFile,
+    config: &QuantConfig,
+    feed: Feed,
+    threads: usize,
+    wave: usize,
+    out: &mut BiasCorrection,
+) -> Result<usize, QuantizeError> {
+    let failed = |m: String| QuantizeError::Stats(format!("bias correction (sequential): {m}"));
+    let plan = plan(module, Some(stats), config)?;
+    let (sites, _) = bias_sites(find_function(module, None)?, &plan, config);
+    drop(plan);
+    let computed: HashSet<&str> = quantized.values.iter().map(|v| v.key.as_str()).collect();
+    let mut layers = Vec::new();
+    for s in sites.into_iter().filter(|s| s.wave == wave) {
+        if computed.contains(s.out_value.as_str()) {
+            layers.push(Layer {
+                out_key: s.site.out_key,
+                out_value: s.out_value,
+                channel_axis: s.channel_axis,
+                channels: s.channels,
+            });
+        } else {
+            out.left
+                .push((s.site.out_key, "the quantized model does not compute its output".into()));
+        }
+    }
+    if layers.is_empty() {
+        return Ok(0);
+    }
+    let mut readers: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, l) in layers.iter().enumerate() {
+        readers.entry(l.out_value.clone()).or_default().push(i);
+    }
+    let mut keys: Vec<String> = readers.keys().cloned().collect();
+    keys.sort();
+    let paired: HashSet<String> = keys.iter().cloned().collect();
+    let watch_f = float.watch(&keys).map_err(|e| failed(e.to_string()))?;
+    let watch_q = quantized.watch(&keys).map_err(|e| failed(e.to_string()))?;
+    type State = Vec<Option<Sums>>;
+    let compare = |s: &mut State, key: &str, f: &Tensor, q: &Tensor| -> Result<(), String> {
+        let (Tensor::F32(f), Tensor::F32(q)) = (f, q) else {
+            return Ok(());
+        };
+        for &i in readers.get(key).map_or(&[][..], |v| v.as_slice()) {
+            let l = &layers[i];
+            if s[i].is_some() {
+                return Err(format!("{}: its output was computed twice in one sample", l.out_key));
+            }
+            s[i] = Some(
+                super::channel_sums((l.channel_axis, l.channels), f, q, None)
+                    .map_err(|e| format!("{}: {e}", l.out_key))?,
+            );
+        }
+        Ok(())
+    };
+    let mut totals: Vec<Sums> = vec![Sums::default(); layers.len()];
+    let mut combine = |_: usize, _: [Vec<Tensor>; 2], _: (), s: State| {
+        for (t, x) in totals.iter_mut().zip(&s) {
+            if let Some(x) = x {
+                t.add(x);
+            }
+        }
+        Ok(())
+    };
+    let n = run_side_by_side(
+        [float, quantized],
+        feed,
+        threads,
+        [&watch_f, &watch_q],
+        &paired,
+        SideBySide {
+            init: &|| ((), vec![None; layers.len()]),
+            observe_a: &|_, _, _| Ok(()),
+            compare: &compare,
+            combine: &mut combine,
+        },
+        "bias correction (sequential)",
+    )
+    .map_err(|e| failed(e.to_string()))?;
+    for (l, t) in layers.into_iter().zip(totals) {
+        if t.count == 0 {
+            out.left.push((l.out_key, "its output was never an f32 value".into()));
+        } else {
+            out.add_layer(l.out_key, &t, false);
+        }
+    }
+    Ok(n)
+}
