@@ -258,18 +258,21 @@ fn an_input_a_target_raises_to_float_takes_its_weights_shift_alone() {
     }
     let data = dir.path().join("x.npy");
     ndarray_npy::write_npy(&data, &x).unwrap();
-    let q = dir.path().join("q.onnx");
-    let said = quantize_with(&m, &arg(&data), &q, &["--bias-correction", "--target-sqnr", "90"]);
-    // int8 leaves the rounding's spread (60 dB on the 16 samples spread over the 32 the target
-    // scores); int16 with the int8 input's shift, or float with it, a constant error of a tenth
-    // of a step (63.5 dB); float with the weights' shift alone none
-    assert!(said.contains("all int8: 60.69 dB"), "{said}");
-    assert!(
-        said.contains("1 of 1 activations raised (0 to int16, 1 to float)"),
-        "{said}"
-    );
-    let (max, _) = errors(&m, &q, &arg(&data));
-    assert!(max < 1e-6, "{max}");
+    // either form: measured in the quantized model, the input's float shift is still measured alone
+    for form in ["--bias-correction", "--bias-correction-sequential"] {
+        let q = dir.path().join("q.onnx");
+        let said = quantize_with(&m, &arg(&data), &q, &[form, "--target-sqnr", "90"]);
+        // int8 leaves the rounding's spread (60 dB on the 16 samples spread over the 32 the
+        // target scores); int16 with the int8 input's shift, or float with it, a constant error
+        // of a tenth of a step (63.5 dB); float with the weights' shift alone none
+        assert!(said.contains("all int8: 60.69 dB"), "{form}: {said}");
+        assert!(
+            said.contains("1 of 1 activations raised (0 to int16, 1 to float)"),
+            "{form}: {said}"
+        );
+        let (max, _) = errors(&m, &q, &arg(&data));
+        assert!(max < 1e-6, "{form}: {max}");
+    }
 }
 
 /// `h = MatMul(x, w1)` with the rounding-shift weights above and no bias to take its shift,
@@ -330,4 +333,25 @@ fn measured_in_the_quantized_model_a_layer_takes_the_drift_of_the_layers_before_
         std::fs::read(p).unwrap()
     };
     assert_eq!(on("1"), on("2"));
+}
+
+/// The recipe key does what the flag does, and `--no-bias-correction` turns both forms off.
+#[test]
+fn the_sequential_form_is_a_recipe_key_and_no_bias_correction_turns_it_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = two_layers(dir.path());
+    let x = data(dir.path(), 8, true);
+    let recipe = dir.path().join("r.toml");
+    std::fs::write(&recipe, "bias_correction_sequential = true\n").unwrap();
+    let (by_flag, by_recipe, off) = (
+        dir.path().join("f.onnx"),
+        dir.path().join("r.onnx"),
+        dir.path().join("o.onnx"),
+    );
+    quantize(&m, &x, &by_flag, "--bias-correction-sequential");
+    let said = quantize_with(&m, &x, &by_recipe, &["--config", &arg(&recipe)]);
+    assert!(said.contains("measured in the quantized model in 1 waves"), "{said}");
+    assert_eq!(std::fs::read(&by_flag).unwrap(), std::fs::read(&by_recipe).unwrap());
+    let said = quantize_with(&m, &x, &off, &["--bias-correction-sequential", "--no-bias-correction"]);
+    assert!(!said.contains("bias correction"), "{said}");
 }
