@@ -3,8 +3,9 @@
 
 quantir's `--bias-correction` measures each layer alone, on float inputs (one float run for
 all layers). The paper's sequential form measures each layer's mean output shift in the
-quantized model itself, whose earlier layers are already corrected. This script measures
-what that form would give before quantir builds it: on each re-split of a shared real model
+quantized model itself, whose earlier layers are already corrected. This script measured what
+that form would give before quantir built it (now `--bias-correction-sequential`, wave by wave
+in quantir's own interpreter); it stays as a check of that form in onnxruntime: on each re-split of a shared real model
 (as `real_models_quality.py --splits`), it quantizes with quantir's defaults to QDQ ONNX, then
 in program order, for each Conv with an int32 bias,
 
