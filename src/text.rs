@@ -9,6 +9,16 @@ pub fn list_or<S: AsRef<str>>(items: &[S], none: &str) -> String {
     }
 }
 
+/// "; N {what} (first key: why, …)" for the (key, why) pairs `items` — only the first is
+/// named, the others counted — or nothing when there are none.
+pub fn first_of(items: &[(String, String)], what: &str) -> String {
+    match items {
+        [] => String::new(),
+        [(k, why)] => format!("; 1 {what} ({k}: {why})"),
+        [(k, why), ..] => format!("; {} {what} ({k}: {why}, …)", items.len()),
+    }
+}
+
 /// A count map as "3 onnx.Conv, 1 onnx.MatMul", or `none` when empty.
 pub fn counts<K: std::fmt::Display, V: std::fmt::Display>(map: impl IntoIterator<Item = (K, V)>, none: &str) -> String {
     let items: Vec<String> = map.into_iter().map(|(k, v)| format!("{v} {k}")).collect();
@@ -30,4 +40,17 @@ pub fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
         cause = c.source();
     }
     msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_of;
+
+    #[test]
+    fn the_first_of_many_is_named_and_the_rest_counted() {
+        let items = |n: usize| -> Vec<(String, String)> { (0..n).map(|i| (format!("k{i}"), "why".into())).collect() };
+        assert_eq!(first_of(&items(0), "left"), "");
+        assert_eq!(first_of(&items(1), "left"), "; 1 left (k0: why)");
+        assert_eq!(first_of(&items(3), "left"), "; 3 left (k0: why, …)");
+    }
 }

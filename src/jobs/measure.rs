@@ -84,33 +84,57 @@ pub fn sequential_bias_shifts<'c>(
     (threads, overrides): (usize, &[(String, String)]),
 ) -> Result<quantize::bias_correction::BiasCorrection, JobError> {
     use quantize::bias_correction::sequential::{bias_waves, measure_wave_shifts};
-    // the float model is compiled and the data bound once; each wave compiles its quantized form
-    let first = FirstSamples::new(module, data, overrides)?;
     let (waves, without_bias) = bias_waves(module, stats, config)?;
     let mut out = quantize::bias_correction::BiasCorrection {
         without_bias,
         ..Default::default()
     };
     config.bias_shifts.clear();
-    for wave in waves {
+    let mut waves = waves.into_iter().peekable();
+    if waves.peek().is_some() {
+        wave_by_wave(
+            module,
+            twin,
+            stats,
+            config,
+            data,
+            overrides,
+            |config, programs, feed| {
+                let Some(wave) = waves.next() else { return Ok(false) };
+                let n = measure_wave_shifts(module, programs, stats, config, feed, threads, wave, &mut out)?;
+                out.samples = out.samples.max(n);
+                out.waves += 1;
+                config.bias_shifts = out.shifts.clone();
+                Ok(waves.peek().is_some())
+            },
+        )?;
+    }
+    Ok(out)
+}
+
+/// Runs `step` once per wave, until it says no deeper wave is left: on one program compiled
+/// from `module` (prepared) with the first [`BIAS_SAMPLES`] of `data` bound to it, compiled
+/// and bound once, beside a quantized form of it (`twin`, quantized as `stats` and `config`
+/// say when the wave starts) compiled afresh each wave, so that each wave measures with
+/// what the waves before it changed in `config` already applied.
+fn wave_by_wave<'c>(
+    module: &Module,
+    twin: &dyn Fn() -> Result<Module<'c>, JobError>,
+    stats: &StatsFile,
+    config: &mut QuantConfig,
+    data: &Dataset,
+    overrides: &[(String, String)],
+    mut step: impl FnMut(&mut QuantConfig, [&interp::Program; 2], crate::run::Feed) -> Result<bool, quantize::QuantizeError>,
+) -> Result<(), JobError> {
+    let first = FirstSamples::new(module, data, overrides)?;
+    loop {
         let quantized = twin()?;
         quantize::quantize_module(&quantized, stats, config)?;
         let pq = interp::Program::compile(&quantized, None)?;
-        let n = measure_wave_shifts(
-            module,
-            [&first.program, &pq],
-            stats,
-            config,
-            first.feed(),
-            threads,
-            wave,
-            &mut out,
-        )?;
-        out.samples = out.samples.max(n);
-        out.waves += 1;
-        config.bias_shifts = out.shifts.clone();
+        if !step(config, [&first.program, &pq], first.feed())? {
+            return Ok(());
+        }
     }
-    Ok(out)
 }
 
 /// GPTQ's Gram matrices for `module` (prepared), measured on the first [`BIAS_SAMPLES`] of
@@ -156,14 +180,7 @@ impl std::fmt::Display for AsymmetricGrams {
                 self.mapped, self.folds
             )?;
         }
-        if let Some((k, why)) = self.float_only.first() {
-            write!(f, "; {} on float inputs only ({k}: {why}", self.float_only.len())?;
-            if self.float_only.len() > 1 {
-                write!(f, ", …")?;
-            }
-            write!(f, ")")?;
-        }
-        Ok(())
+        write!(f, "{}", crate::text::first_of(&self.float_only, "on float inputs only"))
     }
 }
 
@@ -186,33 +203,28 @@ pub fn asymmetric_weight_grams<'c>(
         of: config.weight_grams.len(),
         ..Default::default()
     };
-    // the float model is compiled and the data bound once; each wave compiles its quantized form
-    let first = FirstSamples::new(module, data, overrides)?;
-    loop {
-        let quantized = twin()?;
-        quantize::quantize_module(&quantized, stats, config)?;
-        let pq = interp::Program::compile(&quantized, None)?;
-        let paired = quantize::gram::measure_paired_grams(
-            module,
-            [&first.program, &pq],
-            stats,
-            config,
-            first.feed(),
-            threads,
-            out.waves,
-        )?;
-        let (g, deeper) = (paired.grams, paired.deeper);
-        out.layers += g.grams.len();
-        out.mapped += paired.mapped;
-        out.folds = out.folds.max(paired.folds);
-        // where GPTQ measured a layer on float inputs, it keeps those matrices (the others
-        // were named in GPTQ's own line)
-        out.float_only
-            .extend(g.left.into_iter().filter(|(k, _)| config.weight_grams.contains_key(k)));
-        config.weight_grams.extend(g.grams);
-        out.waves += 1;
-        if !deeper {
-            return Ok(out);
-        }
-    }
+    wave_by_wave(
+        module,
+        twin,
+        stats,
+        config,
+        data,
+        overrides,
+        |config, programs, feed| {
+            let paired =
+                quantize::gram::measure_paired_grams(module, programs, stats, config, feed, threads, out.waves)?;
+            let g = paired.grams;
+            out.layers += g.grams.len();
+            out.mapped += paired.mapped;
+            out.folds = out.folds.max(paired.folds);
+            // where GPTQ measured a layer on float inputs, it keeps those matrices (the others
+            // were named in GPTQ's own line)
+            out.float_only
+                .extend(g.left.into_iter().filter(|(k, _)| config.weight_grams.contains_key(k)));
+            config.weight_grams.extend(g.grams);
+            out.waves += 1;
+            Ok(paired.deeper)
+        },
+    )?;
+    Ok(out)
 }

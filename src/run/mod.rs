@@ -386,6 +386,31 @@ pub struct SideBySide<'f, SA, SB> {
     pub combine: &'f mut dyn FnMut(usize, [Vec<Tensor>; 2], SA, SB) -> Result<(), RunError>,
 }
 
+/// [`run_side_by_side`] for a measurement that only compares: each sample's state starts as
+/// `init()`, `compare` sees every key of `paired` with `a`'s and `b`'s value, and `combine`
+/// gets each sample's state in sample order. Returns the number of samples run.
+#[allow(clippy::too_many_arguments)]
+pub fn compare_side_by_side<S: Send>(
+    programs: [&Program; 2],
+    feed: Feed,
+    threads: usize,
+    watches: [&Watch; 2],
+    paired: &HashSet<String>,
+    init: &(dyn Fn() -> S + Sync),
+    compare: &(dyn Fn(&mut S, &str, &Tensor, &Tensor) -> Result<(), String> + Sync),
+    combine: &mut dyn FnMut(usize, S) -> Result<(), RunError>,
+    what: &str,
+) -> Result<usize, RunError> {
+    let mut each = |i: usize, _: [Vec<Tensor>; 2], _: (), s: S| combine(i, s);
+    let with = SideBySide {
+        init: &|| ((), init()),
+        observe_a: &|_, _, _| Ok(()),
+        compare,
+        combine: &mut each,
+    };
+    run_side_by_side(programs, feed, threads, watches, paired, with, what)
+}
+
 /// At most this many of `a`'s values wait for `b` in [`run_side_by_side`] when the two run on
 /// threads of their own.
 const AHEAD: usize = 2;

@@ -85,14 +85,7 @@ impl std::fmt::Display for BiasCorrection {
         if self.without_bias > 0 {
             write!(f, "; {} without a bias to correct", self.without_bias)?;
         }
-        if let Some((k, why)) = self.left.first() {
-            write!(f, "; {} left uncorrected ({k}: {why}", self.left.len())?;
-            if self.left.len() > 1 {
-                write!(f, ", …")?;
-            }
-            write!(f, ")")?;
-        }
-        Ok(())
+        write!(f, "{}", crate::text::first_of(&self.left, "left uncorrected"))
     }
 }
 

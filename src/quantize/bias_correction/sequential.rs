@@ -19,7 +19,7 @@ use crate::interp::fusion::ChannelAxis;
 use crate::interp::Program;
 use crate::ir::graph::find_function;
 use crate::quantize::{plan, QuantConfig, QuantizeError};
-use crate::run::{run_side_by_side, Feed, SideBySide};
+use crate::run::{compare_side_by_side, Feed};
 use crate::tensor::Tensor;
 use melior::ir::Module;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -114,7 +114,7 @@ pub fn measure_wave_shifts(
         Ok(())
     };
     let mut totals: Vec<Sums> = vec![Sums::default(); layers.len()];
-    let mut combine = |_: usize, _: [Vec<Tensor>; 2], _: (), s: State| {
+    let mut combine = |_: usize, s: State| {
         for (t, x) in totals.iter_mut().zip(&s) {
             if let Some(x) = x {
                 t.add(x);
@@ -122,18 +122,15 @@ pub fn measure_wave_shifts(
         }
         Ok(())
     };
-    let n = run_side_by_side(
+    let n = compare_side_by_side(
         [float, quantized],
         feed,
         threads,
         [&watch_f, &watch_q],
         &paired,
-        SideBySide {
-            init: &|| ((), vec![None; layers.len()]),
-            observe_a: &|_, _, _| Ok(()),
-            compare: &compare,
-            combine: &mut combine,
-        },
+        &|| vec![None; layers.len()],
+        &compare,
+        &mut combine,
         "bias correction (sequential)",
     )
     .map_err(|e| failed(e.to_string()))?;

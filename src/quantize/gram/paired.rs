@@ -20,7 +20,7 @@ use crate::interp::Program;
 use crate::params::gptq::{held_out_error, moved_rows, target_map, GptqError, Gram};
 use crate::params::{fake_quant, QuantParams, Rounding};
 use crate::quantize::{plan, QuantConfig, QuantizeError};
-use crate::run::{run_side_by_side, Feed, SideBySide};
+use crate::run::{compare_side_by_side, Feed};
 use crate::tensor::Tensor;
 use melior::ir::Module;
 use std::collections::HashSet;
@@ -133,22 +133,19 @@ pub fn measure_paired_grams(
     let mut totals: Vec<Vec<Total>> = (0..folds)
         .map(|_| wide.iter().map(|w| Total::new(w.k)).collect())
         .collect();
-    let mut combine = |i: usize, _: [Vec<Tensor>; 2], _: (), s: State| {
+    let mut combine = |i: usize, s: State| {
         add_sample(&mut totals[i % folds], s);
         Ok(())
     };
-    let n = run_side_by_side(
+    let n = compare_side_by_side(
         [float, quantized],
         feed,
         threads,
         [&watch_f, &watch_q],
         &paired,
-        SideBySide {
-            init: &|| ((), vec![None; layers.len()]),
-            observe_a: &|_, _, _| Ok(()),
-            compare: &compare,
-            combine: &mut combine,
-        },
+        &|| vec![None; layers.len()],
+        &compare,
+        &mut combine,
         "GPTQ (asymmetric)",
     )
     .map_err(|e| failed(e.to_string()))?;
