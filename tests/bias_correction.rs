@@ -137,23 +137,17 @@ fn the_shifts_do_not_depend_on_the_thread_count() {
     let dir = tempfile::tempdir().unwrap();
     let m = model(dir.path());
     let x = data(dir.path(), 40, true);
-    let out = |t: &str| {
-        let p = dir.path().join(format!("t{t}.onnx"));
-        ok(quantir(&[
-            "quantize",
-            &m,
-            "--data",
-            &x,
-            "--no-cache",
-            "--bias-correction",
-            "--threads",
-            t,
-            "-o",
-            &arg(&p),
-        ]));
+    same_bits_on_1_and_2_threads(dir.path(), &m, &x, "--bias-correction");
+}
+
+/// Quantizes `model` with `flag` on 1 and on 2 threads: the outputs are the same bytes.
+fn same_bits_on_1_and_2_threads(dir: &Path, model: &str, data: &str, flag: &str) {
+    let on = |t: &str| {
+        let p = dir.join(format!("t{t}.onnx"));
+        quantize_with(model, data, &p, &[flag, "--threads", t]);
         std::fs::read(p).unwrap()
     };
-    assert_eq!(out("1"), out("2"));
+    assert_eq!(on("1"), on("2"), "{flag}");
 }
 
 #[test]
@@ -326,13 +320,7 @@ fn measured_in_the_quantized_model_a_layer_takes_the_drift_of_the_layers_before_
             "alone {left:?}, sequential {after:?}"
         );
     }
-    // the same bits on 1 and 2 threads
-    let on = |t: &str| {
-        let p = dir.path().join(format!("t{t}.onnx"));
-        quantize_with(&m, &x, &p, &["--bias-correction-sequential", "--threads", t]);
-        std::fs::read(p).unwrap()
-    };
-    assert_eq!(on("1"), on("2"));
+    same_bits_on_1_and_2_threads(dir.path(), &m, &x, "--bias-correction-sequential");
 }
 
 /// The recipe key does what the flag does, and `--no-bias-correction` turns both forms off.
