@@ -83,14 +83,19 @@ pub fn sequential_bias_shifts<'c>(
     data: &Dataset,
     (threads, overrides): (usize, &[(String, String)]),
 ) -> Result<quantize::bias_correction::BiasCorrection, JobError> {
-    use quantize::bias_correction::sequential::{bias_waves, measure_wave_shifts};
-    let (waves, without_bias) = bias_waves(module, stats, config)?;
+    use quantize::bias_correction::sequential::{bias_layers, measure_wave_shifts, WaveLayer};
+    // the layers are selected once; each wave quantizes and runs the model afresh
+    let (layers, without_bias) = bias_layers(module, stats, config)?;
+    let mut by_wave: std::collections::BTreeMap<usize, Vec<WaveLayer>> = Default::default();
+    for l in layers {
+        by_wave.entry(l.wave).or_default().push(l);
+    }
     let mut out = quantize::bias_correction::BiasCorrection {
         without_bias,
         ..Default::default()
     };
     config.bias_shifts.clear();
-    let mut waves = waves.into_iter().peekable();
+    let mut waves = by_wave.into_values().peekable();
     if waves.peek().is_some() {
         wave_by_wave(
             module,
@@ -101,7 +106,7 @@ pub fn sequential_bias_shifts<'c>(
             overrides,
             |config, programs, feed| {
                 let Some(wave) = waves.next() else { return Ok(false) };
-                let n = measure_wave_shifts(module, programs, stats, config, feed, threads, wave, &mut out)?;
+                let n = measure_wave_shifts(programs, &wave, feed, threads, &mut out)?;
                 out.samples = out.samples.max(n);
                 out.waves += 1;
                 config.bias_shifts = out.shifts.clone();

@@ -19,6 +19,9 @@ pub enum RunError {
     /// report of the error chain does not print it twice).
     #[error("sample {sample}: {error}")]
     Interp { sample: usize, error: InterpError },
+    /// A key to watch that the program does not compute.
+    #[error(transparent)]
+    Watch(InterpError),
     #[error("cannot start {threads} worker threads: {reason}")]
     Threads { threads: usize, reason: String },
     #[error("{0}")]
@@ -386,21 +389,38 @@ pub struct SideBySide<'f, SA, SB> {
     pub combine: &'f mut dyn FnMut(usize, [Vec<Tensor>; 2], SA, SB) -> Result<(), RunError>,
 }
 
-/// [`run_side_by_side`] for a measurement that only compares: each sample's state starts as
-/// `init()`, `compare` sees every key of `paired` with `a`'s and `b`'s value, and `combine`
-/// gets each sample's state in sample order. Returns the number of samples run.
+/// Which of `keys` (one per layer, in layer order) each distinct key is read by, and the
+/// distinct keys sorted: what a measurement watches and hands its layers.
+pub fn readers<'k>(keys: impl IntoIterator<Item = &'k str>) -> (HashMap<String, Vec<usize>>, Vec<String>) {
+    let mut readers: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, k) in keys.into_iter().enumerate() {
+        readers.entry(k.to_string()).or_default().push(i);
+    }
+    let mut keys: Vec<String> = readers.keys().cloned().collect();
+    keys.sort();
+    (readers, keys)
+}
+
+/// [`run_side_by_side`] for a measurement that only compares the values of `keys`, which
+/// both programs watch: each sample's state starts as `init()`, `compare` sees every key
+/// with `a`'s and `b`'s value, and `combine` gets each sample's state in sample order.
+/// Returns the number of samples run.
 #[allow(clippy::too_many_arguments)]
 pub fn compare_side_by_side<S: Send>(
-    programs: [&Program; 2],
+    [a, b]: [&Program; 2],
     feed: Feed,
     threads: usize,
-    watches: [&Watch; 2],
-    paired: &HashSet<String>,
+    keys: &[String],
     init: &(dyn Fn() -> S + Sync),
     compare: &(dyn Fn(&mut S, &str, &Tensor, &Tensor) -> Result<(), String> + Sync),
     combine: &mut dyn FnMut(usize, S) -> Result<(), RunError>,
     what: &str,
 ) -> Result<usize, RunError> {
+    let paired: HashSet<String> = keys.iter().cloned().collect();
+    let (watch_a, watch_b) = (
+        a.watch(keys).map_err(RunError::Watch)?,
+        b.watch(keys).map_err(RunError::Watch)?,
+    );
     let mut each = |i: usize, _: [Vec<Tensor>; 2], _: (), s: S| combine(i, s);
     let with = SideBySide {
         init: &|| ((), init()),
@@ -408,7 +428,7 @@ pub fn compare_side_by_side<S: Send>(
         compare,
         combine: &mut each,
     };
-    run_side_by_side(programs, feed, threads, watches, paired, with, what)
+    run_side_by_side([a, b], feed, threads, [&watch_a, &watch_b], &paired, with, what)
 }
 
 /// At most this many of `a`'s values wait for `b` in [`run_side_by_side`] when the two run on

@@ -22,80 +22,70 @@ use crate::quantize::{plan, QuantConfig, QuantizeError};
 use crate::run::{compare_side_by_side, Feed};
 use crate::tensor::Tensor;
 use melior::ir::Module;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::HashSet;
 
-/// One layer of the wave being measured.
-struct Layer {
+/// A layer the sequential form corrects, selected once for all waves.
+pub struct WaveLayer {
     out_key: String,
     /// Its output's runtime key, in both models.
     out_value: String,
     channel_axis: ChannelAxis,
     channels: Option<usize>,
+    /// The wave of its input ([`crate::quantize::waves`]): it is measured with every layer of
+    /// a smaller wave already corrected.
+    pub wave: usize,
 }
 
-/// The waves that hold a layer bias correction corrects, shallowest first, and how many
-/// quantized layers have no constant bias to take a shift: what [`measure_wave_shifts`] goes
-/// through, for `module` (prepared, calibrated as `stats` say).
-pub fn bias_waves(
+/// The layers of `module` (prepared, calibrated as `stats` say) whose int8/int4 weight and
+/// bias `config` quantizes, in program order with their waves, and how many quantized layers
+/// have no constant bias to take a shift.
+pub fn bias_layers(
     module: &Module,
     stats: &StatsFile,
     config: &QuantConfig,
-) -> Result<(Vec<usize>, usize), QuantizeError> {
+) -> Result<(Vec<WaveLayer>, usize), QuantizeError> {
     let plan = plan(module, Some(stats), config)?;
     let (sites, without_bias) = bias_sites(find_function(module, None)?, &plan, config);
-    let waves: BTreeSet<usize> = sites.iter().map(|s| s.wave).collect();
-    Ok((waves.into_iter().collect(), without_bias))
+    let layers = sites
+        .into_iter()
+        .map(|s| WaveLayer {
+            out_key: s.site.out_key,
+            out_value: s.out_value,
+            channel_axis: s.channel_axis,
+            channels: s.channels,
+            wave: s.wave,
+        })
+        .collect();
+    Ok((layers, without_bias))
 }
 
-/// Measures, on the samples of `feed`, the shift of each layer of `wave` whose int8/int4
-/// weight and bias `config` quantizes: `float` is `module` (prepared, calibrated as `stats`
-/// say) compiled, `quantized` its quantized form compiled, with every layer of an earlier
-/// wave already corrected. Into `out`: the shifts, and the layers left with why (one whose
-/// output the quantized model does not compute under the same key). Samples run on `threads`
-/// workers and are added in sample order: the shifts do not depend on the thread count.
-/// Returns the number of samples run.
-#[allow(clippy::too_many_arguments)]
+/// Measures, on the samples of `feed`, the shift of each of `wave` (one wave's layers):
+/// `float` is the prepared, calibrated module compiled, `quantized` its quantized form
+/// compiled, with every layer of an earlier wave already corrected. Into `out`: the shifts,
+/// and the layers left with why (one whose output the quantized model does not compute under
+/// the same key). Samples run on `threads` workers and are added in sample order: the shifts
+/// do not depend on the thread count. Returns the number of samples run.
 pub fn measure_wave_shifts(
-    module: &Module,
     [float, quantized]: [&Program; 2],
-    stats: &StatsFile,
-    config: &QuantConfig,
+    wave: &[WaveLayer],
     feed: Feed,
     threads: usize,
-    wave: usize,
     out: &mut BiasCorrection,
 ) -> Result<usize, QuantizeError> {
     let failed = |m: String| QuantizeError::Stats(format!("bias correction (sequential): {m}"));
-    let plan = plan(module, Some(stats), config)?;
-    let (sites, _) = bias_sites(find_function(module, None)?, &plan, config);
-    drop(plan);
     let computed: HashSet<&str> = quantized.values.iter().map(|v| v.key.as_str()).collect();
-    let mut layers = Vec::new();
-    for s in sites.into_iter().filter(|s| s.wave == wave) {
-        if computed.contains(s.out_value.as_str()) {
-            layers.push(Layer {
-                out_key: s.site.out_key,
-                out_value: s.out_value,
-                channel_axis: s.channel_axis,
-                channels: s.channels,
-            });
-        } else {
-            out.left
-                .push((s.site.out_key, "the quantized model does not compute its output".into()));
-        }
-    }
+    let (layers, gone): (Vec<&WaveLayer>, Vec<&WaveLayer>) =
+        wave.iter().partition(|l| computed.contains(l.out_value.as_str()));
+    out.left.extend(gone.into_iter().map(|l| {
+        (
+            l.out_key.clone(),
+            "the quantized model does not compute its output".into(),
+        )
+    }));
     if layers.is_empty() {
         return Ok(0);
     }
-    let mut readers: HashMap<String, Vec<usize>> = HashMap::new();
-    for (i, l) in layers.iter().enumerate() {
-        readers.entry(l.out_value.clone()).or_default().push(i);
-    }
-    let mut keys: Vec<String> = readers.keys().cloned().collect();
-    keys.sort();
-    let paired: HashSet<String> = keys.iter().cloned().collect();
-    let watch_f = float.watch(&keys).map_err(|e| failed(e.to_string()))?;
-    let watch_q = quantized.watch(&keys).map_err(|e| failed(e.to_string()))?;
+    let (readers, keys) = crate::run::readers(layers.iter().map(|l| l.out_value.as_str()));
     type State = Vec<Option<Sums>>;
     let compare = |s: &mut State, key: &str, f: &Tensor, q: &Tensor| -> Result<(), String> {
         let (Tensor::F32(f), Tensor::F32(q)) = (f, q) else {
@@ -126,8 +116,7 @@ pub fn measure_wave_shifts(
         [float, quantized],
         feed,
         threads,
-        [&watch_f, &watch_q],
-        &paired,
+        &keys,
         &|| vec![None; layers.len()],
         &compare,
         &mut combine,
@@ -136,9 +125,10 @@ pub fn measure_wave_shifts(
     .map_err(|e| failed(e.to_string()))?;
     for (l, t) in layers.into_iter().zip(totals) {
         if t.count == 0 {
-            out.left.push((l.out_key, "its output was never an f32 value".into()));
+            out.left
+                .push((l.out_key.clone(), "its output was never an f32 value".into()));
         } else {
-            out.add_layer(l.out_key, &t, false);
+            out.add_layer(l.out_key.clone(), &t, false);
         }
     }
     Ok(n)

@@ -33,7 +33,7 @@ use crate::tensor::Tensor;
 use melior::ir::operation::OperationLike;
 use melior::ir::Module;
 use ndarray::ArrayViewD;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Bytes of f64 sums the measured layers may take together (each sample in flight holds as
@@ -85,14 +85,7 @@ impl std::fmt::Display for WeightGrams {
             self.grams.len(),
             self.samples
         )?;
-        if let Some((k, why)) = self.left.first() {
-            write!(f, "; {} left at nearest rounding ({k}: {why}", self.left.len())?;
-            if self.left.len() > 1 {
-                write!(f, ", …")?;
-            }
-            write!(f, ")")?;
-        }
-        Ok(())
+        write!(f, "{}", crate::text::first_of(&self.left, "left at nearest rounding"))
     }
 }
 
@@ -195,17 +188,6 @@ fn select_layers(
     Ok((layers, left, deeper))
 }
 
-/// The layers reading each watched key, and the keys, sorted.
-fn readers(layers: &[Layer]) -> (HashMap<String, Vec<usize>>, Vec<String>) {
-    let mut readers: HashMap<String, Vec<usize>> = HashMap::new();
-    for (i, l) in layers.iter().enumerate() {
-        readers.entry(l.input.clone()).or_default().push(i);
-    }
-    let mut keys: Vec<String> = readers.keys().cloned().collect();
-    keys.sort();
-    (readers, keys)
-}
-
 /// Adds one sample's partial sums (by layer, in sample order) to the layers' totals.
 fn add_sample(totals: &mut [Total], sample: Vec<Option<(Partial, u64)>>) {
     for (t, x) in totals.iter_mut().zip(sample) {
@@ -232,7 +214,7 @@ pub fn measure_grams(
         left,
         ..Default::default()
     };
-    let (readers, keys) = readers(&layers);
+    let (readers, keys) = crate::run::readers(layers.iter().map(|l| l.input.as_str()));
     let watch = program.watch(&keys).map_err(|e| failed(e.to_string()))?;
     let init = || vec![None::<(Partial, u64)>; layers.len()];
     let fold = |s: &mut Vec<Option<(Partial, u64)>>, _: usize, key: &str, t: &Tensor| -> Result<(), String> {

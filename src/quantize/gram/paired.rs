@@ -13,7 +13,7 @@
 //!   G = Σ [p(x); p(x̃)] [p(x); p(x̃)]ᵀ   (2k × 2k)   →   H̃ = G[x̃, x̃],  C = G[x, x̃]
 //! ```
 
-use super::{add_sample, gram_partial, readers, select_layers, Partial, Total, WeightGrams};
+use super::{add_sample, gram_partial, select_layers, Partial, Total, WeightGrams};
 use crate::calibration::StatsFile;
 use crate::dialects::weight_layout::WeightLayout;
 use crate::interp::Program;
@@ -102,10 +102,7 @@ pub fn measure_paired_grams(
             ..Default::default()
         });
     }
-    let (readers, keys) = readers(&layers);
-    let paired: HashSet<String> = keys.iter().cloned().collect();
-    let watch_f = float.watch(&keys).map_err(|e| failed(e.to_string()))?;
-    let watch_q = quantized.watch(&keys).map_err(|e| failed(e.to_string()))?;
+    let (readers, keys) = crate::run::readers(layers.iter().map(|l| l.input.as_str()));
     let wide: Vec<_> = layers.iter().map(|l| l.layout.side_by_side()).collect();
     type State = Vec<Option<(Partial, u64)>>;
     let compare = |s: &mut State, key: &str, f: &Tensor, q: &Tensor| -> Result<(), String> {
@@ -141,8 +138,7 @@ pub fn measure_paired_grams(
         [float, quantized],
         feed,
         threads,
-        [&watch_f, &watch_q],
-        &paired,
+        &keys,
         &|| vec![None; layers.len()],
         &compare,
         &mut combine,
