@@ -20,7 +20,8 @@ split only is told apart from one seen on both. `--splits K` goes further: the c
 test samples are pooled and split again K times at random (seeds 0..K−1, the same sizes as
 the shipped split, the same K splits for every variant), and the table gives each output's
 median SQNR over the K splits and, for each variant, on how many splits it beat the defaults
-(a paired count, which the spread between splits does not blur).
+and the mean of its paired differences from them (paired figures, which the spread between
+splits does not blur).
 
 Usage: .venv/bin/python benches/real_models_quality.py --quantir target/release/quantir
            [--models DIR] [--only NAME] [--variant NAME=ARGS ...] [--swap | --splits K]
@@ -198,20 +199,23 @@ def main_splits(a):
                     print(json.dumps({"model": name, "variant": vname, "error": runs}), flush=True)
             table.append((name, per_variant))
     print(f"\n{a.splits} random re-splits; median SQNR dB over them per output (DISABLE · ENABLE), "
-          "and on how many splits the variant beat the defaults at DISABLE, per output\n")
-    print("| model | variant | median DISABLE | median ENABLE | beat the defaults |")
-    print("|---|---|---|---|---|")
+          "on how many splits the variant beat the defaults at DISABLE, and the mean of its paired "
+          "differences from them (dB), per output\n")
+    print("| model | variant | median DISABLE | median ENABLE | beat the defaults | mean paired difference |")
+    print("|---|---|---|---|---|---|")
     for name, per_variant in table:
         base = per_variant.get("defaults")
         for vname, runs in per_variant.items():
             keys = list(runs[0]["DISABLE"])
             med = lambda lname: " / ".join(f"{np.median([r[lname][k] for r in runs]):.2f}" for k in keys)
-            wins = "—"
+            wins = diff = "—"
             if base is not None and vname != "defaults":
-                wins = " / ".join(
-                    f"{sum(r['DISABLE'][k] > b['DISABLE'][k] for r, b in zip(runs, base))} of {len(runs)}"
-                    for k in keys)
-            print(f"| {name} | {vname} | {med('DISABLE')} | {med('ENABLE')} | {wins} |")
+                pairs = list(zip(runs, base))
+                wins = " / ".join(f"{sum(r['DISABLE'][k] > b['DISABLE'][k] for r, b in pairs)} of {len(runs)}"
+                                  for k in keys)
+                diff = " / ".join(f"{np.mean([r['DISABLE'][k] - b['DISABLE'][k] for r, b in pairs]):+.2f}"
+                                  for k in keys)
+            print(f"| {name} | {vname} | {med('DISABLE')} | {med('ENABLE')} | {wins} | {diff} |")
 
 
 if __name__ == "__main__":
